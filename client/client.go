@@ -1,0 +1,386 @@
+// Package client is the Go client of swarmkv. It learns the shard map from
+// any node, routes every request by its routing key (blake3 slot -> shard ->
+// leader), caches leaders, follows NotLeader hints, refreshes the map when
+// it is stale, and retries what is safe to retry within the caller's
+// context. It imports only the generated API (rpc) and the slot math
+// (shard): a program using it never pulls in Raft, memberlist or Pebble.
+//
+// Usage:
+//
+//	c, err := client.New(ctx, client.Config{Endpoints: []string{"127.0.0.1:7100"}})
+//	if err != nil { ... }
+//	defer c.Close()
+//	err = c.Put(ctx, []byte("user-42"), []byte("profile"), []byte(`{"plan":"pro"}`))
+//	v, err := c.Get(ctx, []byte("user-42"), []byte("profile"))
+//	if errors.Is(err, client.ErrNotFound) { ... }
+//
+// Retries: a request that the server did not execute (NotLeader, no leader
+// yet, node without the shard) is retried on the right node. A request whose
+// outcome is unknown (leadership lost after proposing, connection broken) is
+// retried only if it is idempotent: Get, Scan, Put and Delete are; Batch is
+// not (its guards may see its own earlier effect), so it returns
+// ErrOutcomeUnknown instead.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/swarmkv/swarmkv/rpc"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// Config configures a Client.
+type Config struct {
+	// Endpoints are gRPC addresses (host:port) of one or more nodes; the
+	// client learns the rest from the cluster map.
+	Endpoints []string
+	// DialOptions are added to every connection; default insecure
+	// transport credentials.
+	DialOptions []grpc.DialOption
+	// AttemptTimeout bounds one attempt on one node, so that a hung node
+	// (paused, partitioned) does not eat the caller's whole deadline.
+	// Default 3s.
+	AttemptTimeout time.Duration
+	// DefaultTimeout applies when the caller's context has no deadline.
+	// Default 15s.
+	DefaultTimeout time.Duration
+	// Logger receives debug logs about routing; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Client is safe for concurrent use.
+type Client struct {
+	cfg Config
+	log *slog.Logger
+
+	mu struct {
+		sync.RWMutex
+		smap    *shard.Map
+		shards  map[shard.ID]*route
+		nodes   map[string]string // node id -> gRPC address
+		conns   map[string]*grpc.ClientConn
+		closed  bool
+		version uint64
+	}
+	refreshMu sync.Mutex // one map refresh at a time
+}
+
+// route is the client's view of one shard: its replicas' addresses and the
+// leader it last saw.
+type route struct {
+	replicas []string // gRPC addresses
+	leader   string   // gRPC address, "" when unknown
+}
+
+// New connects to the cluster through cfg.Endpoints and loads the shard map.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, fmt.Errorf("%w: no endpoints", ErrInvalidArgument)
+	}
+	if cfg.AttemptTimeout == 0 {
+		cfg.AttemptTimeout = 3 * time.Second
+	}
+	if cfg.DefaultTimeout == 0 {
+		cfg.DefaultTimeout = 15 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	c := &Client{cfg: cfg, log: cfg.Logger}
+	c.mu.conns = map[string]*grpc.ClientConn{}
+	c.mu.nodes = map[string]string{}
+	if err := c.RefreshMap(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close closes every connection. Calls in flight fail with ErrClosed or a
+// canceled status.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.closed {
+		return nil
+	}
+	c.mu.closed = true
+	var err error
+	for _, cc := range c.mu.conns {
+		err = errors.Join(err, cc.Close())
+	}
+	c.mu.conns = nil
+	return err
+}
+
+func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.RLock()
+	cc, closed := c.mu.conns[addr], c.mu.closed
+	c.mu.RUnlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if cc != nil {
+		return cc, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.closed {
+		return nil, ErrClosed
+	}
+	if cc := c.mu.conns[addr]; cc != nil {
+		return cc, nil
+	}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, c.cfg.DialOptions...)
+	cc, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("swarmkv: dial %s: %w", addr, err)
+	}
+	c.mu.conns[addr] = cc
+	return cc, nil
+}
+
+// Map returns the shard map the client routes with.
+func (c *Client) Map() *shard.Map {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.mu.smap.Clone()
+}
+
+// RefreshMap reloads the cluster map from any reachable node (known nodes
+// first, then the configured endpoints).
+func (c *Client) RefreshMap(ctx context.Context) error {
+	c.refreshMu.Lock()
+	defer c.refreshMu.Unlock()
+	c.mu.RLock()
+	var addrs []string
+	for _, a := range c.mu.nodes {
+		addrs = append(addrs, a)
+	}
+	c.mu.RUnlock()
+	slices.Sort(addrs)
+	rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+	addrs = append(addrs, c.cfg.Endpoints...)
+	var errs error
+	for _, a := range slices.Compact(addrs) {
+		cc, err := c.conn(a)
+		if err != nil {
+			return err
+		}
+		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		resp, err := rpc.NewClusterClient(cc).ClusterMap(actx, &rpc.ClusterMapRequest{})
+		cancel()
+		if err != nil {
+			errs = errors.Join(errs, fmt.Errorf("%s: %w", a, err))
+			continue
+		}
+		if err := c.installMap(resp); err != nil {
+			errs = errors.Join(errs, fmt.Errorf("%s: %w", a, err))
+			continue
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: no node answered with a cluster map: %v", ErrUnavailable, errs)
+}
+
+func (c *Client) installMap(resp *rpc.ClusterMapResponse) error {
+	if len(resp.GetSlots()) != shard.NumSlots {
+		return fmt.Errorf("swarmkv: cluster map has %d slots", len(resp.GetSlots()))
+	}
+	m := &shard.Map{Version: resp.GetMapVersion(), NumShards: int(resp.GetNumShards())}
+	for i, s := range resp.GetSlots() {
+		m.Slots[i] = shard.ID(s)
+	}
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	nodes := map[string]string{}
+	for _, n := range resp.GetNodes() {
+		nodes[n.GetId()] = n.GetGrpcAddr()
+	}
+	shards := map[shard.ID]*route{}
+	for _, s := range resp.GetShards() {
+		r := &route{}
+		for _, id := range s.GetReplicas() {
+			if a, ok := nodes[id]; ok {
+				r.replicas = append(r.replicas, a)
+			}
+		}
+		r.leader = nodes[s.GetLeaderId()]
+		shards[shard.ID(s.GetId())] = r
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.smap != nil && m.Version < c.mu.smap.Version {
+		return nil // never go back to an older map
+	}
+	// Keep leaders learned from NotLeader hints when the node answering
+	// did not know the leader of a shard it does not hold.
+	for id, r := range shards {
+		if old := c.mu.shards[id]; r.leader == "" && old != nil && slices.Contains(r.replicas, old.leader) {
+			r.leader = old.leader
+		}
+	}
+	c.mu.smap, c.mu.shards, c.mu.nodes = m, shards, nodes
+	c.mu.version++
+	return nil
+}
+
+// target picks the node for attempt i on shard id: the cached leader if
+// any, otherwise the replicas in turn (for stale reads, replicas in turn
+// starting at a random one).
+func (c *Client) target(id shard.ID, attempt int, anyReplica bool, offset int) (string, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	r := c.mu.shards[id]
+	if r == nil || len(r.replicas) == 0 {
+		return "", false
+	}
+	if r.leader != "" && !anyReplica {
+		return r.leader, true
+	}
+	return r.replicas[(offset+attempt)%len(r.replicas)], true
+}
+
+func (c *Client) setLeader(id shard.ID, addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := c.mu.shards[id]; r != nil {
+		r.leader = addr
+	}
+}
+
+// ShardOf returns the shard a routing key maps to under the current map.
+func (c *Client) ShardOf(routingKey []byte) shard.ID {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.mu.smap.ShardOf(routingKey)
+}
+
+// Call is one RPC attempt on a node's connection.
+type Call func(ctx context.Context, cc grpc.ClientConnInterface) error
+
+// CallOptions say how CallShard may retry.
+type CallOptions struct {
+	// Idempotent calls are retried when their outcome is unknown.
+	Idempotent bool
+	// AnyReplica lets any replica answer (stale reads).
+	AnyReplica bool
+}
+
+// CallShard runs call against shard id's leader (or any replica), following
+// NotLeader hints, refreshing the map and retrying with backoff until the
+// call succeeds, fails for good, or ctx ends. Typed stores built on the
+// client use it for their own RPCs.
+func (c *Client) CallShard(ctx context.Context, id shard.ID, opts CallOptions, call Call) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.DefaultTimeout)
+		defer cancel()
+	}
+	backoff := 10 * time.Millisecond
+	offset := rand.IntN(1 << 16)
+	var last error
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			if last == nil {
+				return err
+			}
+			return fmt.Errorf("%w (after %d attempts; last error: %w)", err, attempt, last)
+		}
+		addr, ok := c.target(id, attempt, opts.AnyReplica, offset)
+		if !ok {
+			if err := c.RefreshMap(ctx); err != nil {
+				last = err
+				sleepCtx(ctx, &backoff)
+			}
+			continue
+		}
+		cc, err := c.conn(addr)
+		if err != nil {
+			return err
+		}
+		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		err = call(actx, cc)
+		attemptTimedOut := actx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if err == nil {
+			return nil
+		}
+		cerr, class, hint := classify(err)
+		last = cerr
+		switch class {
+		case classFatal:
+			if attemptTimedOut && opts.Idempotent {
+				c.setLeader(id, "")
+				continue
+			}
+			return cerr
+		case classNotLeader:
+			if hint.GetLeaderAddr() != "" && hint.GetLeaderAddr() != addr {
+				c.setLeader(id, hint.GetLeaderAddr())
+				continue
+			}
+			c.setLeader(id, "")
+			if attempt > 0 && attempt%3 == 0 {
+				c.RefreshMap(ctx)
+			}
+		case classRetry:
+			// Definitely not executed (no leader yet, leader not ready):
+			// back off and try again, keeping the cached leader.
+		case classAmbiguous:
+			if !opts.Idempotent {
+				return cerr
+			}
+			c.setLeader(id, "")
+		}
+		sleepCtx(ctx, &backoff)
+	}
+}
+
+// sleepCtx sleeps for *backoff (with jitter) and doubles it up to 500ms; it
+// returns false when ctx ended first.
+func sleepCtx(ctx context.Context, backoff *time.Duration) bool {
+	d := *backoff/2 + rand.N(*backoff/2+1)
+	*backoff = min(*backoff*2, 500*time.Millisecond)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// FanOut runs fn for every shard in parallel and returns the errors of all
+// shards joined (nil when all succeeded). Queries that span shards (list
+// all, lookups without a routing key) use it together with CallShard.
+func (c *Client) FanOut(ctx context.Context, fn func(ctx context.Context, id shard.ID) error) error {
+	c.mu.RLock()
+	n := c.mu.smap.NumShards
+	c.mu.RUnlock()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx, shard.ID(i)); err != nil {
+				errs[i] = fmt.Errorf("shard %d: %w", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,155 @@
+package client
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+
+	"github.com/swarmkv/swarmkv/rpc"
+)
+
+// ReadOption changes how a read is served.
+type ReadOption func(*readOptions)
+
+type readOptions struct{ stale bool }
+
+// Stale lets any replica answer from its own state, which may lag the
+// leader. Reads are linearizable without it.
+func Stale() ReadOption { return func(o *readOptions) { o.stale = true } }
+
+func consistency(opts []ReadOption) (rpc.Consistency, CallOptions) {
+	var o readOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.stale {
+		return rpc.Consistency_CONSISTENCY_STALE, CallOptions{Idempotent: true, AnyReplica: true}
+	}
+	return rpc.Consistency_CONSISTENCY_LINEARIZABLE, CallOptions{Idempotent: true}
+}
+
+func (c *Client) routed(ctx context.Context, rk []byte, opts CallOptions, call func(ctx context.Context, kv rpc.KVClient) error) error {
+	return c.CallShard(ctx, c.ShardOf(rk), opts, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		return call(ctx, rpc.NewKVClient(cc))
+	})
+}
+
+// Get returns the value of key under routingKey, or ErrNotFound.
+func (c *Client) Get(ctx context.Context, routingKey, key []byte, opts ...ReadOption) ([]byte, error) {
+	cons, co := consistency(opts)
+	var resp *rpc.GetResponse
+	err := c.routed(ctx, routingKey, co, func(ctx context.Context, kv rpc.KVClient) (err error) {
+		resp, err = kv.Get(ctx, &rpc.GetRequest{RoutingKey: routingKey, Key: key, Consistency: cons})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !resp.GetFound() {
+		return nil, ErrNotFound
+	}
+	return resp.GetValue(), nil
+}
+
+// Put sets key to value under routingKey. It returns once the write is
+// committed by a majority of the shard's replicas.
+func (c *Client) Put(ctx context.Context, routingKey, key, value []byte) error {
+	return c.routed(ctx, routingKey, CallOptions{Idempotent: true}, func(ctx context.Context, kv rpc.KVClient) error {
+		_, err := kv.Put(ctx, &rpc.PutRequest{RoutingKey: routingKey, Key: key, Value: value})
+		return err
+	})
+}
+
+// Delete removes key under routingKey and reports whether it existed (after
+// a retry of an ambiguous first attempt, false can mean the first attempt
+// deleted it).
+func (c *Client) Delete(ctx context.Context, routingKey, key []byte) (bool, error) {
+	var resp *rpc.DeleteResponse
+	err := c.routed(ctx, routingKey, CallOptions{Idempotent: true}, func(ctx context.Context, kv rpc.KVClient) (err error) {
+		resp, err = kv.Delete(ctx, &rpc.DeleteRequest{RoutingKey: routingKey, Key: key})
+		return err
+	})
+	return resp.GetDeleted(), err
+}
+
+// KeyValue is one item of a Scan.
+type KeyValue struct {
+	Key, Value []byte
+}
+
+// Scan returns up to limit keys under routingKey that start with prefix,
+// in key order, beginning after startAfter (nil: from the first). more
+// reports whether further keys follow; pass the last key as startAfter to
+// continue. limit <= 0 asks for the server's page size.
+func (c *Client) Scan(ctx context.Context, routingKey, prefix, startAfter []byte, limit int, opts ...ReadOption) (items []KeyValue, more bool, err error) {
+	cons, co := consistency(opts)
+	var resp *rpc.ScanResponse
+	err = c.routed(ctx, routingKey, co, func(ctx context.Context, kv rpc.KVClient) (err error) {
+		resp, err = kv.Scan(ctx, &rpc.ScanRequest{RoutingKey: routingKey, Prefix: prefix, StartAfter: startAfter, Limit: uint32(max(limit, 0)), Consistency: cons})
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	for _, it := range resp.GetItems() {
+		items = append(items, KeyValue{Key: it.GetKey(), Value: it.GetValue()})
+	}
+	return items, resp.GetMore(), nil
+}
+
+// GuardKind is the condition a Guard checks.
+type GuardKind int
+
+const (
+	// KeyExists holds when the key is present.
+	KeyExists GuardKind = iota + 1
+	// KeyAbsent holds when the key is absent.
+	KeyAbsent
+	// ValueEquals holds when the key is present with exactly Value.
+	ValueEquals
+)
+
+// Guard is a condition of a Batch.
+type Guard struct {
+	Kind  GuardKind
+	Key   []byte
+	Value []byte // for ValueEquals
+}
+
+// Op is a write of a Batch: a put (Delete false) or a delete.
+type Op struct {
+	Key    []byte
+	Value  []byte
+	Delete bool
+}
+
+// BatchResult says whether a Batch applied.
+type BatchResult struct {
+	Succeeded   bool
+	FailedGuard int // index of the first guard that failed, -1 on success
+}
+
+// Batch applies ops atomically under routingKey if every guard holds. It is
+// not retried when its outcome is unknown (ErrOutcomeUnknown).
+func (c *Client) Batch(ctx context.Context, routingKey []byte, guards []Guard, ops []Op) (BatchResult, error) {
+	req := &rpc.BatchRequest{RoutingKey: routingKey}
+	for _, g := range guards {
+		req.Guards = append(req.Guards, &rpc.Guard{Kind: rpc.Guard_Kind(g.Kind), Key: g.Key, Value: g.Value})
+	}
+	for _, o := range ops {
+		k := rpc.Op_KIND_PUT
+		if o.Delete {
+			k = rpc.Op_KIND_DELETE
+		}
+		req.Ops = append(req.Ops, &rpc.Op{Kind: k, Key: o.Key, Value: o.Value})
+	}
+	var resp *rpc.BatchResponse
+	err := c.routed(ctx, routingKey, CallOptions{}, func(ctx context.Context, kv rpc.KVClient) (err error) {
+		resp, err = kv.Batch(ctx, req)
+		return err
+	})
+	if err != nil {
+		return BatchResult{}, err
+	}
+	return BatchResult{Succeeded: resp.GetSucceeded(), FailedGuard: int(resp.GetFailedGuard())}, nil
+}

@@ -1,0 +1,223 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"regexp"
+	"time"
+
+	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// ProtocolVersion is announced in gossip; nodes refuse peers whose version
+// they do not support (seed 004's handshake rule).
+const ProtocolVersion = 1
+
+// Config configures a Node. Zero values take the defaults documented on each
+// field (see WithDefaults); Validate reports bad values as errors.
+type Config struct {
+	// ID is the node's stable id: Raft server id and memberlist name. It
+	// never changes for a data dir. Letters, digits, '-', '_' and '.'.
+	ID string
+	// DataDir holds the node's state (cluster.json, one folder per shard
+	// replica). Created if missing.
+	DataDir string
+
+	// RaftAddr is the TCP address the node's one Raft port listens on,
+	// shared by every local replica. Default "127.0.0.1:7101".
+	RaftAddr string
+	// RaftAdvertise is the address peers dial; default RaftAddr (with the
+	// port actually bound when RaftAddr ends in ":0").
+	RaftAdvertise string
+	// GRPCAddr is the client API address. Default "127.0.0.1:7100".
+	GRPCAddr string
+	// GRPCAdvertise is the address clients are told; default GRPCAddr.
+	GRPCAdvertise string
+	// HTTPAddr serves /healthz, /readyz and /metrics; empty disables it.
+	// Default "127.0.0.1:7102".
+	HTTPAddr string
+	// GossipAddr is memberlist's bind address (TCP and UDP). Default
+	// "127.0.0.1:7103".
+	GossipAddr string
+	// GossipAdvertise is the gossip address peers use; default GossipAddr.
+	GossipAdvertise string
+	// Join lists gossip addresses of existing nodes. Joining is retried in
+	// the background until one answers.
+	Join []string
+	// BootstrapExpect is the number of nodes that form the cluster at
+	// first start: when that many nodes are known through gossip, each
+	// bootstraps its shard replicas with the same placement. Default 1.
+	BootstrapExpect int
+	// Shards is the number of shards (Raft groups) at bootstrap, 1..256.
+	// Default 8. Ignored once the cluster is bootstrapped.
+	Shards int
+	// ReplicationFactor is the number of voters per shard (fewer when the
+	// cluster has fewer nodes). Default 3.
+	ReplicationFactor int
+
+	// Raft timing. Defaults: heartbeat and election timeout 1s, leader
+	// lease 500ms, commit timeout 50ms.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	// SnapshotThreshold is the number of log entries since the last
+	// snapshot that triggers a new one (checked every SnapshotInterval).
+	// Default 8192.
+	SnapshotThreshold uint64
+	// SnapshotInterval is how often each replica checks the threshold.
+	// Default 30s.
+	SnapshotInterval time.Duration
+	// TrailingLogs is the number of entries kept after a snapshot so that
+	// slightly lagging followers catch up by log. Default 10240.
+	TrailingLogs uint64
+
+	// Limits bound request sizes (key, value, batch); defaults from
+	// fsm.Limits (4 KiB keys, 1 MiB values, 1024 ops per batch).
+	Limits fsm.Limits
+	// MaxScanPage caps a Scan's page size. Default 1000.
+	MaxScanPage int
+	// BlockCacheSize is the Pebble block cache shared by every local
+	// replica, in bytes. Default 64 MiB.
+	BlockCacheSize int64
+	// MemTableSize is each replica's Pebble memtable size. Default 4 MiB.
+	MemTableSize uint64
+
+	// Dial dials peers' Raft ports (tests inject faults here). Default
+	// net.Dialer.
+	Dial DialFunc
+	// WrapRaftListener, if set, wraps the Raft listener (tests inject
+	// faults here).
+	WrapRaftListener func(net.Listener) net.Listener
+	// GossipProfile selects memberlist's timing: "lan" (default) or
+	// "local" (fast, for loopback clusters and tests).
+	GossipProfile string
+
+	// Logger receives structured logs; default slog.Default(). Records
+	// carry node (and shard) attributes.
+	Logger *slog.Logger
+}
+
+// Upper bounds of the configurable request limits.
+const (
+	maxKeySizeLimit   = 8 << 10
+	maxValueSizeLimit = 64 << 20
+	maxBatchOpsLimit  = 65536
+)
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.RaftAddr, "127.0.0.1:7101")
+	def(&c.GRPCAddr, "127.0.0.1:7100")
+	def(&c.GossipAddr, "127.0.0.1:7103")
+	def(&c.GossipProfile, "lan")
+	if c.BootstrapExpect == 0 {
+		c.BootstrapExpect = 1
+	}
+	if c.Shards == 0 {
+		c.Shards = 8
+	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = 3
+	}
+	if c.HeartbeatTimeout == 0 {
+		c.HeartbeatTimeout = time.Second
+	}
+	if c.ElectionTimeout == 0 {
+		c.ElectionTimeout = time.Second
+	}
+	if c.LeaderLeaseTimeout == 0 {
+		c.LeaderLeaseTimeout = c.HeartbeatTimeout / 2
+	}
+	if c.CommitTimeout == 0 {
+		c.CommitTimeout = 50 * time.Millisecond
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = 8192
+	}
+	if c.SnapshotInterval == 0 {
+		c.SnapshotInterval = 30 * time.Second
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = 10240
+	}
+	c.Limits = c.Limits.WithDefaults()
+	if c.MaxScanPage == 0 {
+		c.MaxScanPage = 1000
+	}
+	if c.BlockCacheSize == 0 {
+		c.BlockCacheSize = 64 << 20
+	}
+	if c.MemTableSize == 0 {
+		c.MemTableSize = 4 << 20
+	}
+	if c.Dial == nil {
+		d := &net.Dialer{}
+		c.Dial = d.DialContext
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// ErrConfig is wrapped by every Validate error.
+var ErrConfig = errors.New("cluster: invalid config")
+
+// Validate reports the first invalid field of c (after WithDefaults).
+func (c Config) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...))
+	}
+	if !idPattern.MatchString(c.ID) {
+		return bad("id %q: want 1-64 letters, digits, '.', '_' or '-'", c.ID)
+	}
+	if c.DataDir == "" {
+		return bad("data dir is empty")
+	}
+	for name, a := range map[string]string{"raft": c.RaftAddr, "grpc": c.GRPCAddr, "gossip": c.GossipAddr} {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return bad("%s address %q: %v", name, a, err)
+		}
+	}
+	if c.HTTPAddr != "" {
+		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			return bad("http address %q: %v", c.HTTPAddr, err)
+		}
+	}
+	if c.BootstrapExpect < 1 {
+		return bad("bootstrap-expect %d: want >= 1", c.BootstrapExpect)
+	}
+	if c.Shards < 1 || c.Shards > shard.MaxShards {
+		return bad("shards %d: want 1..%d", c.Shards, shard.MaxShards)
+	}
+	if c.ReplicationFactor < 1 || c.ReplicationFactor > 7 {
+		return bad("replication factor %d: want 1..7", c.ReplicationFactor)
+	}
+	if c.ElectionTimeout < c.HeartbeatTimeout {
+		return bad("election timeout %v is below heartbeat timeout %v", c.ElectionTimeout, c.HeartbeatTimeout)
+	}
+	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
+		return bad("leader lease %v exceeds heartbeat timeout %v", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
+	}
+	if c.GossipProfile != "lan" && c.GossipProfile != "local" {
+		return bad("gossip profile %q: want lan or local", c.GossipProfile)
+	}
+	if l := c.Limits; l.MaxKeySize > maxKeySizeLimit || l.MaxValueSize > maxValueSizeLimit || l.MaxBatchOps > maxBatchOpsLimit {
+		return bad("limits %+v: keys at most %d bytes, values %d, batches %d ops", l, maxKeySizeLimit, maxValueSizeLimit, maxBatchOpsLimit)
+	}
+	if c.MaxScanPage < 1 {
+		return bad("max scan page %d: want >= 1", c.MaxScanPage)
+	}
+	return nil
+}

@@ -1,0 +1,186 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/swarmkv/swarmkv/client"
+	"github.com/swarmkv/swarmkv/internal/faultnet"
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// testCluster is an in-process cluster: N nodes in this test process on
+// loopback, their Raft traffic through a fault-injecting network.
+type testCluster struct {
+	t     testing.TB
+	net   *faultnet.Network
+	cfgs  []Config
+	nodes []*Node // nil while a node is down
+}
+
+func freePort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("SWARM_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// newTestCluster starts n nodes with the given shard count; tweak may adjust
+// each node's config before start.
+func newTestCluster(t testing.TB, n, shards int, tweak func(*Config)) *testCluster {
+	t.Helper()
+	tc := &testCluster{t: t, net: faultnet.New(1), nodes: make([]*Node, n)}
+	base := t.TempDir()
+	for i := range n {
+		name := fmt.Sprintf("n%d", i+1)
+		cfg := Config{
+			ID:                 name,
+			DataDir:            filepath.Join(base, name),
+			RaftAddr:           freePort(t),
+			GRPCAddr:           freePort(t),
+			GossipAddr:         freePort(t),
+			BootstrapExpect:    n,
+			Shards:             shards,
+			HeartbeatTimeout:   200 * time.Millisecond,
+			ElectionTimeout:    200 * time.Millisecond,
+			LeaderLeaseTimeout: 100 * time.Millisecond,
+			GossipProfile:      "local",
+			Logger:             testLogger(t).With("test_node", name),
+			Dial:               tc.net.Dialer(name),
+		}
+		cfg.WrapRaftListener = func(ln net.Listener) net.Listener { return tc.net.Listen(name, ln) }
+		if tweak != nil {
+			tweak(&cfg)
+		}
+		tc.cfgs = append(tc.cfgs, cfg)
+	}
+	for i := range n {
+		for j := range n {
+			if j != i {
+				tc.cfgs[i].Join = append(tc.cfgs[i].Join, tc.cfgs[j].GossipAddr)
+			}
+		}
+		tc.start(i)
+	}
+	t.Cleanup(tc.closeAll)
+	tc.waitReady()
+	return tc
+}
+
+func (tc *testCluster) start(i int) {
+	tc.t.Helper()
+	n, err := New(tc.cfgs[i])
+	if err != nil {
+		tc.t.Fatalf("start %s: %v", tc.cfgs[i].ID, err)
+	}
+	tc.nodes[i] = n
+}
+
+// stop closes node i (its data dir stays).
+func (tc *testCluster) stop(i int) {
+	tc.t.Helper()
+	if tc.nodes[i] == nil {
+		return
+	}
+	if err := tc.nodes[i].Close(); err != nil {
+		tc.t.Logf("close %s: %v", tc.cfgs[i].ID, err)
+	}
+	tc.nodes[i] = nil
+}
+
+func (tc *testCluster) closeAll() {
+	for i := range tc.nodes {
+		tc.stop(i)
+	}
+}
+
+// waitFor polls cond until it returns nil or the deadline passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v: %v", what, timeout, err)
+}
+
+func (tc *testCluster) waitReady() {
+	tc.t.Helper()
+	waitFor(tc.t, 30*time.Second, "cluster ready", func() error {
+		for _, n := range tc.nodes {
+			if n == nil {
+				continue
+			}
+			if err := n.Ready(); err != nil {
+				return fmt.Errorf("%s: %w", n.ID(), err)
+			}
+		}
+		return nil
+	})
+}
+
+// client returns a client connected through every live node.
+func (tc *testCluster) client() *client.Client {
+	tc.t.Helper()
+	var eps []string
+	for _, n := range tc.nodes {
+		if n != nil {
+			eps = append(eps, n.Addrs().GRPCAddr)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{Endpoints: eps, AttemptTimeout: time.Second})
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	tc.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// leaderOf returns the index of the node leading shard id, or -1.
+func (tc *testCluster) leaderOf(id shard.ID) int {
+	for i, n := range tc.nodes {
+		if n == nil {
+			continue
+		}
+		if r := n.localReplica(id); r != nil && r.leader() == n.ID() && r.raft.State().String() == "Leader" {
+			return i
+		}
+	}
+	return -1
+}
+
+// routingKeyFor returns a routing key that maps to shard id.
+func routingKeyFor(m *shard.Map, id shard.ID) []byte {
+	for i := 0; ; i++ {
+		rk := []byte(fmt.Sprintf("user-%d", i))
+		if m.ShardOf(rk) == id {
+			return rk
+		}
+	}
+}
+
+func kvKey(rk []byte, k string) []byte { return keys.KV(rk, []byte(k)) }

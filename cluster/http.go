@@ -1,0 +1,26 @@
+package cluster
+
+import (
+	"fmt"
+	"net/http"
+)
+
+// httpHandler serves the node's health endpoints:
+//
+//	GET /healthz  200 "ok" while the process runs
+//	GET /readyz   200 "ready" when every local shard has a leader and the
+//	              node can serve; 503 with the reason otherwise
+func (n *Node) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := n.Ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}

@@ -1,0 +1,38 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+)
+
+// logWriter adapts the line-oriented loggers of hashicorp/raft (hclog with
+// its time stamp disabled) and memberlist (log.Logger) to slog. Each Write is
+// one line such as "[WARN]  raft: heartbeat timeout reached"; the bracketed
+// level picks the slog level and the rest becomes the message.
+type logWriter struct {
+	logger *slog.Logger
+}
+
+func (w logWriter) Write(p []byte) (int, error) {
+	line := string(bytes.TrimSpace(p))
+	level := slog.LevelInfo
+	if i := strings.IndexByte(line, '['); i >= 0 {
+		if j := strings.IndexByte(line[i:], ']'); j > 0 {
+			switch line[i+1 : i+j] {
+			case "TRACE", "DEBUG":
+				level = slog.LevelDebug
+			case "INFO":
+				level = slog.LevelInfo
+			case "WARN":
+				level = slog.LevelWarn
+			case "ERR", "ERROR":
+				level = slog.LevelError
+			}
+			line = strings.TrimSpace(line[:i] + line[i+j+1:])
+		}
+	}
+	w.logger.Log(context.Background(), level, line)
+	return len(p), nil
+}

@@ -1,0 +1,476 @@
+package cluster
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"lukechampine.com/blake3"
+
+	"github.com/swarmkv/swarmkv/rpc"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// Node is one swarmkv process: gossip membership, one Raft replica per
+// local shard (sharing one Raft port through a Mux), the gRPC API and the
+// HTTP health endpoints.
+//
+// Threads: New starts the gRPC and HTTP servers, the Mux accept loop, the
+// memberlist agent, a join loop (until a seed answers) and, before the
+// cluster is bootstrapped, a bootstrap loop. Close stops them in reverse
+// order and joins every goroutine.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	addrs NodeAddrs
+
+	mux     *Mux
+	ml      *memberlist.Memberlist
+	members members
+	cache   *pebble.Cache
+	grpcSrv *grpc.Server
+	grpcLn  net.Listener
+	httpSrv *http.Server
+	httpLn  net.Listener
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu struct {
+		sync.RWMutex
+		state    *State
+		smap     *shard.Map
+		replicas map[shard.ID]*replica
+	}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New starts a node. It returns once every listener is bound and the
+// replicas recorded in the data dir are open; bootstrapping a new cluster
+// continues in the background (see Ready).
+func New(cfg Config) (_ *Node, err error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID)}
+	n.mu.replicas = make(map[shard.ID]*replica)
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("cluster: data dir: %w", err)
+	}
+	st, err := loadState(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	n.cache = pebble.NewCache(cfg.BlockCacheSize)
+
+	raftLn, err := net.Listen("tcp", cfg.RaftAddr)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: raft listen %s: %w", cfg.RaftAddr, err)
+	}
+	if cfg.WrapRaftListener != nil {
+		raftLn = cfg.WrapRaftListener(raftLn)
+	}
+	n.addrs.ID = cfg.ID
+	n.addrs.RaftAddr = advertised(cfg.RaftAdvertise, raftLn.Addr())
+	n.mux, err = NewMux(MuxConfig{Listener: raftLn, Advertise: n.addrs.RaftAddr, Dial: cfg.Dial, Logger: n.log})
+	if err != nil {
+		raftLn.Close()
+		return nil, err
+	}
+
+	n.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: grpc listen %s: %w", cfg.GRPCAddr, err)
+	}
+	n.addrs.GRPCAddr = advertised(cfg.GRPCAdvertise, n.grpcLn.Addr())
+	if cfg.HTTPAddr != "" {
+		n.httpLn, err = net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: http listen %s: %w", cfg.HTTPAddr, err)
+		}
+		n.addrs.HTTPAddr = n.httpLn.Addr().String()
+	}
+
+	if st != nil {
+		if err := n.adoptState(st); err != nil {
+			return nil, err
+		}
+	}
+
+	n.ml, err = newMemberlist(n)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: gossip on %s: %w", cfg.GossipAddr, err)
+	}
+	ln := n.ml.LocalNode()
+	n.addrs.GossipAddr = net.JoinHostPort(ln.Addr.String(), fmt.Sprint(ln.Port))
+
+	n.grpcSrv = grpc.NewServer(
+		grpc.MaxRecvMsgSize(n.maxRequestBytes()),
+		grpc.MaxSendMsgSize(n.maxRequestBytes()+cfg.MaxScanPage*(cfg.Limits.MaxKeySize+cfg.Limits.MaxValueSize)),
+	)
+	srv := &server{node: n}
+	rpc.RegisterKVServer(n.grpcSrv, srv)
+	rpc.RegisterClusterServer(n.grpcSrv, srv)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.grpcSrv.Serve(n.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			n.log.Error("grpc server stopped", "err", err)
+		}
+	}()
+	if n.httpLn != nil {
+		n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.httpSrv.Serve(n.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				n.log.Error("http server stopped", "err", err)
+			}
+		}()
+	}
+	if len(cfg.Join) > 0 {
+		n.wg.Add(1)
+		go n.joinLoop()
+	}
+	if st == nil {
+		n.wg.Add(1)
+		go n.bootstrapLoop()
+	}
+	n.log.Info("node started", "raft", n.addrs.RaftAddr, "grpc", n.addrs.GRPCAddr,
+		"http", n.addrs.HTTPAddr, "gossip", n.addrs.GossipAddr, "data_dir", cfg.DataDir,
+		"bootstrapped", st != nil && st.Bootstrapped)
+	return n, nil
+}
+
+func advertised(adv string, a net.Addr) string {
+	if adv != "" {
+		return adv
+	}
+	return a.String()
+}
+
+// maxRequestBytes bounds a gRPC request: a full batch plus framing.
+func (n *Node) maxRequestBytes() int {
+	l := n.cfg.Limits
+	return l.MaxValueSize + l.MaxKeySize + 64<<10 + min(l.MaxBatchOps, 64)*(l.MaxKeySize)
+}
+
+// Addrs returns the node's bound (or advertised) addresses.
+func (n *Node) Addrs() NodeAddrs { return n.addrs }
+
+// ID returns the node id.
+func (n *Node) ID() string { return n.cfg.ID }
+
+func (n *Node) localMeta() gossipMeta {
+	m := gossipMeta{
+		Version: ProtocolVersion, ID: n.cfg.ID, Raft: n.addrs.RaftAddr, GRPC: n.addrs.GRPCAddr,
+		HTTP: n.addrs.HTTPAddr, Shards: n.cfg.Shards, Expect: n.cfg.BootstrapExpect,
+	}
+	n.mu.RLock()
+	if n.mu.state != nil {
+		m.Cluster = n.mu.state.ClusterID
+	}
+	n.mu.RUnlock()
+	return m
+}
+
+// joinLoop joins the seed addresses, retrying until one answers.
+func (n *Node) joinLoop() {
+	defer n.wg.Done()
+	backoff := 200 * time.Millisecond
+	for {
+		joined, err := n.ml.Join(n.cfg.Join)
+		if joined > 0 {
+			n.log.Info("joined gossip", "seeds", n.cfg.Join, "contacted", joined)
+			return
+		}
+		n.log.Warn("gossip join failed, retrying", "seeds", n.cfg.Join, "err", err, "in", backoff)
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// aliveMembers returns the metadata of live gossip members that passed the
+// protocol check, this node included, sorted by id.
+func (n *Node) aliveMembers() []gossipMeta {
+	out := n.members.alive()
+	if !slices.ContainsFunc(out, func(m gossipMeta) bool { return m.ID == n.cfg.ID }) {
+		out = append(out, n.localMeta())
+		slices.SortFunc(out, func(a, b gossipMeta) int { return strings.Compare(a.ID, b.ID) })
+	}
+	return out
+}
+
+// bootstrapLoop waits until BootstrapExpect nodes agree through gossip,
+// then records the placement and bootstraps the local replicas.
+func (n *Node) bootstrapLoop() {
+	defer n.wg.Done()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	lastWhy := ""
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		st, why := n.planBootstrap()
+		if st == nil {
+			if why != lastWhy {
+				n.log.Info("waiting to bootstrap", "reason", why)
+				lastWhy = why
+			}
+			continue
+		}
+		if err := saveState(n.cfg.DataDir, st); err != nil {
+			n.log.Error("cannot record cluster state", "err", err)
+			continue
+		}
+		if err := n.adoptState(st); err != nil {
+			n.log.Error("bootstrap failed", "err", err)
+			return
+		}
+		n.ml.UpdateNode(5 * time.Second)
+		n.log.Info("cluster bootstrapped", "cluster", st.ClusterID, "nodes", len(st.Nodes), "shards", st.NumShards)
+		return
+	}
+}
+
+// planBootstrap returns the cluster state to bootstrap with, or nil and the
+// reason it cannot yet.
+func (n *Node) planBootstrap() (*State, string) {
+	members := n.aliveMembers()
+	for _, m := range members {
+		if m.Cluster != "" {
+			return nil, fmt.Sprintf("node %s already belongs to cluster %s; a new node joins it through membership changes, not bootstrap", m.ID, m.Cluster)
+		}
+		if m.Shards != n.cfg.Shards || m.Expect != n.cfg.BootstrapExpect {
+			return nil, fmt.Sprintf("node %s has --shards %d --bootstrap-expect %d, this node %d and %d", m.ID, m.Shards, m.Expect, n.cfg.Shards, n.cfg.BootstrapExpect)
+		}
+	}
+	if len(members) < n.cfg.BootstrapExpect {
+		return nil, fmt.Sprintf("%d of %d expected nodes known", len(members), n.cfg.BootstrapExpect)
+	}
+	members = members[:n.cfg.BootstrapExpect]
+	ids := make([]string, len(members))
+	nodes := make([]NodeAddrs, len(members))
+	self := false
+	for i, m := range members {
+		ids[i] = m.ID
+		nodes[i] = NodeAddrs{ID: m.ID, RaftAddr: m.Raft, GRPCAddr: m.GRPC, HTTPAddr: m.HTTP}
+		self = self || m.ID == n.cfg.ID
+	}
+	if !self {
+		return nil, "this node is not among the first nodes by id; it must join the cluster instead"
+	}
+	smap, err := shard.DefaultMap(n.cfg.Shards)
+	if err != nil {
+		return nil, err.Error()
+	}
+	h := blake3.Sum256([]byte(fmt.Sprintf("%s/%d", strings.Join(ids, ","), n.cfg.Shards)))
+	st := &State{
+		FormatVersion: 1,
+		ClusterID:     hex.EncodeToString(h[:8]),
+		MapVersion:    smap.Version,
+		NumShards:     smap.NumShards,
+		Slots:         smap.Slots[:],
+		Shards:        Place(ids, n.cfg.Shards, n.cfg.ReplicationFactor),
+		Nodes:         nodes,
+	}
+	return st, ""
+}
+
+// adoptState installs st, opens the local replicas it places here
+// (bootstrapping them if st is not yet marked bootstrapped) and marks it.
+func (n *Node) adoptState(st *State) error {
+	smap, err := st.Map()
+	if err != nil {
+		return err
+	}
+	for _, p := range st.Shards {
+		if !slices.Contains(p.Voters, n.cfg.ID) {
+			continue
+		}
+		servers := make([]raft.Server, 0, len(p.Voters))
+		for _, v := range p.Voters {
+			a, ok := st.Node(v)
+			if !ok {
+				return fmt.Errorf("cluster: %s: shard %d voter %s has no address", stateFile, p.Shard, v)
+			}
+			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(v), Address: raft.ServerAddress(a.RaftAddr)})
+		}
+		layer, err := n.mux.Layer(uint32(p.Shard))
+		if err != nil {
+			return err
+		}
+		r, err := openReplica(replicaConfig{
+			id:        p.Shard,
+			dir:       filepath.Join(n.cfg.DataDir, "shards", fmt.Sprintf("%03d", p.Shard)),
+			localID:   n.cfg.ID,
+			layer:     layer,
+			cache:     n.cache,
+			node:      n.cfg,
+			voters:    servers,
+			bootstrap: !st.Bootstrapped,
+		})
+		if err != nil {
+			layer.Close()
+			return err
+		}
+		n.mu.Lock()
+		n.mu.replicas[p.Shard] = r
+		n.mu.Unlock()
+	}
+	if !st.Bootstrapped {
+		st.Bootstrapped = true
+		if err := saveState(n.cfg.DataDir, st); err != nil {
+			return err
+		}
+	}
+	n.mu.Lock()
+	n.mu.state = st
+	n.mu.smap = smap
+	n.mu.Unlock()
+	return nil
+}
+
+// Ready returns nil when the node can serve: the cluster is bootstrapped
+// and every local replica knows a leader; otherwise the reason.
+func (n *Node) Ready() error {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.mu.state == nil {
+		return errors.New("cluster not bootstrapped yet")
+	}
+	var missing []string
+	for id, r := range n.mu.replicas {
+		if r.leader() == "" {
+			missing = append(missing, fmt.Sprint(id))
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return fmt.Errorf("no leader for shard(s) %s", strings.Join(missing, ","))
+	}
+	return nil
+}
+
+// replicaFor resolves a routing key to its shard and the local replica (nil
+// when this node holds none).
+func (n *Node) replicaFor(routingKey []byte) (shard.ID, *replica, error) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.mu.smap == nil {
+		return 0, nil, errNotBootstrapped
+	}
+	id := n.mu.smap.ShardOf(routingKey)
+	return id, n.mu.replicas[id], nil
+}
+
+var errNotBootstrapped = errors.New("cluster: not bootstrapped yet")
+
+// nodeAddrs returns the addresses of node id: gossip first (fresh), then
+// the state file.
+func (n *Node) nodeAddrs(id string) (NodeAddrs, bool) {
+	if id == "" {
+		return NodeAddrs{}, false
+	}
+	if id == n.cfg.ID {
+		return n.addrs, true
+	}
+	if m, ok := n.members.get(id); ok {
+		return NodeAddrs{ID: id, RaftAddr: m.meta.Raft, GRPCAddr: m.meta.GRPC, HTTPAddr: m.meta.HTTP}, true
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.mu.state != nil {
+		return n.mu.state.Node(id)
+	}
+	return NodeAddrs{}, false
+}
+
+// Close shuts the node down: stops serving clients, leaves gossip, closes
+// every replica (Raft, log store, state machine), then the Raft port.
+// Idempotent; returns after every goroutine the node started has exited.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		if n.grpcSrv != nil {
+			stopped := make(chan struct{})
+			go func() { n.grpcSrv.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(3 * time.Second):
+				n.grpcSrv.Stop()
+				<-stopped
+			}
+		} else if n.grpcLn != nil {
+			n.grpcLn.Close()
+		}
+		if n.httpSrv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			n.httpSrv.Shutdown(ctx)
+			cancel()
+		} else if n.httpLn != nil {
+			n.httpLn.Close()
+		}
+		n.cancel()
+		n.wg.Wait()
+		if n.ml != nil {
+			n.ml.Leave(time.Second)
+			n.ml.Shutdown()
+		}
+		n.mu.Lock()
+		replicas := n.mu.replicas
+		n.mu.replicas = map[shard.ID]*replica{}
+		n.mu.Unlock()
+		var wg sync.WaitGroup
+		var emu sync.Mutex
+		for _, r := range replicas {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := r.close(); err != nil {
+					emu.Lock()
+					n.closeErr = errors.Join(n.closeErr, err)
+					emu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if n.mux != nil {
+			n.mux.Close()
+		}
+		if n.cache != nil {
+			n.cache.Unref()
+		}
+		n.log.Info("node stopped")
+	})
+	return n.closeErr
+}

@@ -1,0 +1,399 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+
+	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// Errors a replica returns; the gRPC layer maps them to status codes.
+var (
+	// ErrNotLeader: this replica is not the shard leader.
+	ErrNotLeader = errors.New("cluster: not leader")
+	// ErrLeaderNotReady: this replica just became leader and has not yet
+	// committed an entry of its term; linearizable reads must wait.
+	ErrLeaderNotReady = errors.New("cluster: leader not ready")
+	// ErrOutcomeUnknown: a proposal was handed to Raft but leadership was
+	// lost before it committed; it may or may not be applied.
+	ErrOutcomeUnknown = errors.New("cluster: leadership lost, outcome unknown")
+	// ErrClosed: the node is shutting down.
+	ErrClosed = errors.New("cluster: node closed")
+)
+
+// replica is one local member of a shard's Raft group: its Raft instance,
+// log store (raft-boltdb), snapshot store and Pebble state machine.
+//
+// Threads: raft runs its own goroutines; the replica adds a leadership
+// watcher (consumes NotifyCh, runs a barrier on each new leadership) and a
+// read loop (batches linearizable reads under one VerifyLeader). Both are
+// joined by close.
+type replica struct {
+	id     shard.ID
+	log    *slog.Logger
+	fsm    *fsm.FSM
+	raft   *raft.Raft
+	trans  *raft.NetworkTransport
+	bolt   *raftboltdb.BoltStore
+	notify chan bool
+
+	// readyTerm is the term in which this replica, as leader, has applied
+	// a barrier: from then on its commit index covers every entry
+	// committed by earlier leaders. 0 when not ready.
+	readyTerm atomic.Uint64
+
+	readMu      sync.Mutex
+	readPending []chan readResult
+	readSignal  chan struct{}
+
+	done      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type readResult struct {
+	index uint64
+	err   error
+}
+
+type replicaConfig struct {
+	id        shard.ID
+	dir       string // the replica's folder: raft.db, snapshots/, pebble/
+	localID   string
+	layer     raft.StreamLayer
+	cache     *pebble.Cache
+	node      Config
+	voters    []raft.Server // bootstrap configuration when bootstrap is true
+	bootstrap bool          // bootstrap if the replica has no Raft state
+}
+
+func openReplica(rc replicaConfig) (_ *replica, err error) {
+	log := rc.node.Logger.With("shard", uint32(rc.id))
+	if err := os.MkdirAll(rc.dir, 0o755); err != nil {
+		return nil, err
+	}
+	r := &replica{
+		id:         rc.id,
+		log:        log,
+		notify:     make(chan bool, 16),
+		readSignal: make(chan struct{}, 1),
+		done:       make(chan struct{}),
+	}
+	defer func() {
+		if err != nil {
+			r.closeStores()
+		}
+	}()
+	r.fsm, err = fsm.Open(fsm.Config{
+		Shard:        uint32(rc.id),
+		Dir:          filepath.Join(rc.dir, "pebble"),
+		Cache:        rc.cache,
+		MemTableSize: rc.node.MemTableSize,
+		Limits:       applyLimits,
+		Logger:       rc.node.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("shard %d: state machine: %w", rc.id, err)
+	}
+	r.bolt, err = raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(rc.dir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: 2 * time.Second},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("shard %d: raft log %s: %w (is another swarmnode using this data dir?)", rc.id, filepath.Join(rc.dir, "raft.db"), err)
+	}
+	logs, err := raft.NewLogCache(1024, r.bolt)
+	if err != nil {
+		return nil, err
+	}
+	hlog := hclog.New(&hclog.LoggerOptions{
+		Name:        "raft",
+		Level:       hclog.Info,
+		Output:      logWriter{logger: log},
+		DisableTime: true,
+	})
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(rc.dir, 2, hlog)
+	if err != nil {
+		return nil, fmt.Errorf("shard %d: snapshot store: %w", rc.id, err)
+	}
+	r.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  rc.layer,
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  hlog,
+	})
+
+	c := raft.DefaultConfig()
+	c.LocalID = raft.ServerID(rc.localID)
+	c.HeartbeatTimeout = rc.node.HeartbeatTimeout
+	c.ElectionTimeout = rc.node.ElectionTimeout
+	c.LeaderLeaseTimeout = rc.node.LeaderLeaseTimeout
+	c.CommitTimeout = rc.node.CommitTimeout
+	c.SnapshotThreshold = rc.node.SnapshotThreshold
+	c.SnapshotInterval = rc.node.SnapshotInterval
+	c.TrailingLogs = rc.node.TrailingLogs
+	c.BatchApplyCh = true
+	c.MaxAppendEntries = 256
+	c.NotifyCh = r.notify
+	c.Logger = hlog
+	if err := raft.ValidateConfig(c); err != nil {
+		r.trans.Close()
+		return nil, fmt.Errorf("shard %d: %w", rc.id, err)
+	}
+
+	if rc.bootstrap {
+		has, err := raft.HasExistingState(logs, r.bolt, snaps)
+		if err != nil {
+			r.trans.Close()
+			return nil, err
+		}
+		if !has {
+			log.Info("bootstrapping shard", "voters", len(rc.voters))
+			if err := raft.BootstrapCluster(c, logs, r.bolt, snaps, r.trans, raft.Configuration{Servers: rc.voters}); err != nil {
+				r.trans.Close()
+				return nil, fmt.Errorf("shard %d: bootstrap: %w", rc.id, err)
+			}
+		}
+	}
+	r.raft, err = raft.NewRaft(c, r.fsm, logs, r.bolt, snaps, r.trans)
+	if err != nil {
+		r.trans.Close()
+		return nil, fmt.Errorf("shard %d: %w", rc.id, err)
+	}
+	r.wg.Add(2)
+	go r.watchLeadership()
+	go r.readLoop()
+	return r, nil
+}
+
+// applyLimits are the state machine's apply-time limits. They are the same
+// on every node, whatever its configuration (a command accepted by one
+// replica and rejected by another would make replicas diverge), and at or
+// above anything the API edge accepts (Config.Validate keeps the
+// configurable request limits below them).
+var applyLimits = fsm.Limits{
+	MaxKeySize:   3 + keys.MaxRoutingKeyLen + maxKeySizeLimit,
+	MaxValueSize: maxValueSizeLimit,
+	MaxBatchOps:  maxBatchOpsLimit,
+}
+
+var noopCommand = func() []byte {
+	b, err := fsm.EncodeCommand(&fsm.Command{Op: fsm.OpNoop})
+	if err != nil {
+		panic(err) // a constant command: cannot fail
+	}
+	return b
+}()
+
+// watchLeadership consumes raft's NotifyCh. On each new leadership it
+// proposes a no-op command; once that is applied in the same term, the
+// replica is ready to serve linearizable reads: its commit index covers
+// every entry committed by earlier leaders, and every entry after the no-op
+// is one the state machine sees (hashicorp/raft hides its own no-op and
+// barrier entries from the FSM, so a raft.Barrier would not do: the FSM's
+// applied index could stay below the commit index).
+func (r *replica) watchLeadership() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.done:
+			return
+		case leader := <-r.notify:
+			r.readyTerm.Store(0)
+			if !leader {
+				r.log.Info("lost leadership")
+				continue
+			}
+			term := r.raft.CurrentTerm()
+			r.log.Info("became leader", "term", term)
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				if err := r.raft.Apply(noopCommand, 0).Error(); err != nil {
+					r.log.Debug("leader no-op failed", "err", err)
+					return
+				}
+				if r.raft.State() == raft.Leader && r.raft.CurrentTerm() == term {
+					r.readyTerm.Store(term)
+				}
+			}()
+		}
+	}
+}
+
+// readLoop serves linearizable reads in batches: every read waiting when a
+// round starts shares one commit-index capture and one VerifyLeader.
+func (r *replica) readLoop() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.done:
+			r.failReads(ErrClosed)
+			return
+		case <-r.readSignal:
+		}
+		r.readMu.Lock()
+		batch := r.readPending
+		r.readPending = nil
+		r.readMu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		res := r.readRound()
+		for _, ch := range batch {
+			ch <- res
+		}
+	}
+}
+
+func (r *replica) readRound() readResult {
+	term := r.readyTerm.Load()
+	if term == 0 || r.raft.CurrentTerm() != term {
+		if r.raft.State() != raft.Leader {
+			return readResult{err: ErrNotLeader}
+		}
+		return readResult{err: ErrLeaderNotReady}
+	}
+	index := r.raft.CommitIndex()
+	if err := r.raft.VerifyLeader().Error(); err != nil {
+		return readResult{err: ErrNotLeader}
+	}
+	if r.raft.CurrentTerm() != term {
+		return readResult{err: ErrNotLeader}
+	}
+	return readResult{index: index}
+}
+
+func (r *replica) failReads(err error) {
+	r.readMu.Lock()
+	batch := r.readPending
+	r.readPending = nil
+	r.readMu.Unlock()
+	for _, ch := range batch {
+		ch <- readResult{err: err}
+	}
+}
+
+// readBarrier returns once a linearizable read may be served from the local
+// state machine: this replica is the leader and has applied every entry
+// committed before the call.
+func (r *replica) readBarrier(ctx context.Context) error {
+	if r.raft.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	ch := make(chan readResult, 1)
+	r.readMu.Lock()
+	r.readPending = append(r.readPending, ch)
+	r.readMu.Unlock()
+	select {
+	case r.readSignal <- struct{}{}:
+	default:
+	}
+	var res readResult
+	select {
+	case res = <-ch:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.done:
+		return ErrClosed
+	}
+	if res.err != nil {
+		return res.err
+	}
+	return r.fsm.WaitApplied(ctx, res.index)
+}
+
+// apply proposes cmd and waits for its result. It returns ErrNotLeader when
+// the replica is not leader (nothing proposed), ErrOutcomeUnknown when
+// leadership was lost after proposing, or the context's error.
+func (r *replica) apply(ctx context.Context, data []byte) (*fsm.Result, error) {
+	if r.raft.State() != raft.Leader {
+		return nil, ErrNotLeader
+	}
+	timeout := 10 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+		if timeout <= 0 {
+			return nil, context.DeadlineExceeded
+		}
+	}
+	f := r.raft.Apply(data, timeout)
+	errc := make(chan error, 1)
+	go func() { errc <- f.Error() }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, raft.ErrNotLeader):
+		return nil, ErrNotLeader
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return nil, ErrOutcomeUnknown
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return nil, ErrClosed
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return nil, context.DeadlineExceeded
+	default:
+		return nil, err
+	}
+	res, ok := f.Response().(*fsm.Result)
+	if !ok || res == nil {
+		return nil, fmt.Errorf("cluster: shard %d: unexpected apply response %T", r.id, f.Response())
+	}
+	return res, nil
+}
+
+// leader returns the current leader's id ("" if unknown).
+func (r *replica) leader() string {
+	_, id := r.raft.LeaderWithID()
+	return string(id)
+}
+
+func (r *replica) close() error {
+	r.closeOnce.Do(func() {
+		close(r.done)
+		if r.raft != nil {
+			if err := r.raft.Shutdown().Error(); err != nil {
+				r.closeErr = err
+			}
+		}
+		r.wg.Wait()
+		r.closeStores()
+	})
+	return r.closeErr
+}
+
+func (r *replica) closeStores() {
+	if r.trans != nil {
+		r.trans.Close()
+	}
+	if r.bolt != nil {
+		if err := r.bolt.Close(); err != nil && r.closeErr == nil {
+			r.closeErr = err
+		}
+	}
+	if r.fsm != nil {
+		if err := r.fsm.Close(); err != nil && r.closeErr == nil {
+			r.closeErr = err
+		}
+	}
+}

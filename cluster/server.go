@@ -1,0 +1,243 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+
+	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/rpc"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// server implements the KV and Cluster gRPC services on a Node.
+type server struct {
+	rpc.UnimplementedKVServer
+	rpc.UnimplementedClusterServer
+	node *Node
+}
+
+// statusErr maps an error of this package (or of a replica of shard id) to
+// a gRPC status with typed details.
+func (s *server) statusErr(id shard.ID, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrInvalidArgument), errors.Is(err, fsm.ErrInvalidCommand):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, ErrNotLeader):
+		return s.notLeader(id)
+	case errors.Is(err, ErrLeaderNotReady), errors.Is(err, errNotBootstrapped), errors.Is(err, ErrClosed):
+		st, _ := status.New(codes.Unavailable, err.Error()).WithDetails(protoadapt.MessageV1Of(&rpc.RetryInfo{Shard: uint32(id), RetryAfterMs: 50}))
+		return st.Err()
+	case errors.Is(err, ErrOutcomeUnknown):
+		return status.Error(codes.Aborted, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// notLeader answers with the leader hint this node has for shard id.
+func (s *server) notLeader(id shard.ID) error {
+	d := &rpc.NotLeader{Shard: uint32(id)}
+	if r := s.node.localReplica(id); r != nil {
+		d.LeaderId = r.leader()
+		if a, ok := s.node.nodeAddrs(d.LeaderId); ok {
+			d.LeaderAddr = a.GRPCAddr
+		}
+	}
+	st, err := status.New(codes.FailedPrecondition, "not the leader of shard").WithDetails(protoadapt.MessageV1Of(d))
+	if err != nil {
+		return status.Error(codes.FailedPrecondition, "not the leader of shard")
+	}
+	return st.Err()
+}
+
+func (n *Node) localReplica(id shard.ID) *replica {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.mu.replicas[id]
+}
+
+// route resolves the routing key to a local replica; a node without a
+// replica of the shard answers NotLeader so the client refreshes its map.
+func (s *server) route(rk []byte) (shard.ID, *replica, error) {
+	id, r, err := s.node.replicaFor(rk)
+	if err != nil {
+		return id, nil, s.statusErr(id, err)
+	}
+	if r == nil {
+		return id, nil, s.notLeader(id)
+	}
+	return id, r, nil
+}
+
+// readReplica routes a read and, for linearizable reads, waits for the
+// read barrier.
+func (s *server) readReplica(ctx context.Context, rk []byte, c rpc.Consistency) (*replica, error) {
+	id, r, err := s.route(rk)
+	if err != nil {
+		return nil, err
+	}
+	if c == rpc.Consistency_CONSISTENCY_LINEARIZABLE {
+		if err := r.readBarrier(ctx); err != nil {
+			return nil, s.statusErr(id, err)
+		}
+	}
+	return r, nil
+}
+
+func (s *server) Get(ctx context.Context, req *rpc.GetRequest) (*rpc.GetResponse, error) {
+	if err := ValidateGet(req, s.node.cfg.Limits); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	r, err := s.readReplica(ctx, req.GetRoutingKey(), req.GetConsistency())
+	if err != nil {
+		return nil, err
+	}
+	v, err := r.fsm.Get(keys.KV(req.GetRoutingKey(), req.GetKey()))
+	if errors.Is(err, fsm.ErrNotFound) {
+		return &rpc.GetResponse{}, nil
+	}
+	if err != nil {
+		return nil, s.statusErr(r.id, err)
+	}
+	return &rpc.GetResponse{Found: true, Value: v}, nil
+}
+
+func (s *server) propose(ctx context.Context, rk []byte, cmd *fsm.Command) (*fsm.Result, error) {
+	id, r, err := s.route(rk)
+	if err != nil {
+		return nil, err
+	}
+	data, err := fsm.EncodeCommand(cmd)
+	if err != nil {
+		return nil, s.statusErr(id, err)
+	}
+	res, err := r.apply(ctx, data)
+	if err != nil {
+		return nil, s.statusErr(id, err)
+	}
+	if res.Err != nil {
+		return nil, s.statusErr(id, res.Err)
+	}
+	return res, nil
+}
+
+func (s *server) Put(ctx context.Context, req *rpc.PutRequest) (*rpc.PutResponse, error) {
+	if err := ValidatePut(req, s.node.cfg.Limits); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	res, err := s.propose(ctx, req.GetRoutingKey(), &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
+		Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: keys.KV(req.GetRoutingKey(), req.GetKey()), Value: req.GetValue()}},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.PutResponse{Index: res.Index}, nil
+}
+
+func (s *server) Delete(ctx context.Context, req *rpc.DeleteRequest) (*rpc.DeleteResponse, error) {
+	if err := ValidateDelete(req, s.node.cfg.Limits); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	res, err := s.propose(ctx, req.GetRoutingKey(), &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
+		Mutations: []fsm.Mutation{{Kind: fsm.MutDelete, Key: keys.KV(req.GetRoutingKey(), req.GetKey())}},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.DeleteResponse{Deleted: res.Deleted > 0, Index: res.Index}, nil
+}
+
+func (s *server) Batch(ctx context.Context, req *rpc.BatchRequest) (*rpc.BatchResponse, error) {
+	if err := ValidateBatch(req, s.node.cfg.Limits); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	res, err := s.propose(ctx, req.GetRoutingKey(), batchCommand(req))
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.BatchResponse{Succeeded: res.Succeeded, FailedGuard: int32(res.FailedGuard), Index: res.Index}, nil
+}
+
+func (s *server) Scan(ctx context.Context, req *rpc.ScanRequest) (*rpc.ScanResponse, error) {
+	if err := ValidateScan(req, s.node.cfg.Limits); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	r, err := s.readReplica(ctx, req.GetRoutingKey(), req.GetConsistency())
+	if err != nil {
+		return nil, err
+	}
+	limit := int(req.GetLimit())
+	if limit <= 0 || limit > s.node.cfg.MaxScanPage {
+		limit = s.node.cfg.MaxScanPage
+	}
+	rk := req.GetRoutingKey()
+	prefix := keys.KVPrefix(rk, req.GetPrefix())
+	start := prefix
+	if sa := req.GetStartAfter(); len(sa) > 0 {
+		// The first key after start_after is start_after + 0x00.
+		after := append(keys.KV(rk, sa), 0)
+		if bytes.Compare(after, start) > 0 {
+			start = after
+		}
+	}
+	kvs, err := r.fsm.Scan(start, keys.PrefixEnd(prefix), limit+1)
+	if err != nil {
+		return nil, s.statusErr(r.id, err)
+	}
+	resp := &rpc.ScanResponse{}
+	if len(kvs) > limit {
+		kvs, resp.More = kvs[:limit], true
+	}
+	for _, kv := range kvs {
+		_, k, err := keys.DecodeKV(kv.Key)
+		if err != nil {
+			return nil, s.statusErr(r.id, err)
+		}
+		resp.Items = append(resp.Items, &rpc.KeyValue{Key: k, Value: kv.Value})
+	}
+	return resp, nil
+}
+
+func (s *server) ClusterMap(ctx context.Context, _ *rpc.ClusterMapRequest) (*rpc.ClusterMapResponse, error) {
+	n := s.node
+	n.mu.RLock()
+	st, smap := n.mu.state, n.mu.smap
+	n.mu.RUnlock()
+	if st == nil {
+		return nil, s.statusErr(0, errNotBootstrapped)
+	}
+	resp := &rpc.ClusterMapResponse{MapVersion: smap.Version, NumShards: uint32(smap.NumShards), NodeId: n.cfg.ID}
+	resp.Slots = make([]uint32, shard.NumSlots)
+	for i, id := range smap.Slots {
+		resp.Slots[i] = uint32(id)
+	}
+	seen := map[string]bool{}
+	for _, p := range st.Shards {
+		si := &rpc.ShardInfo{Id: uint32(p.Shard), Replicas: p.Voters}
+		if r := n.localReplica(p.Shard); r != nil {
+			si.LeaderId = r.leader()
+		}
+		resp.Shards = append(resp.Shards, si)
+		for _, v := range p.Voters {
+			if seen[v] {
+				continue
+			}
+			seen[v] = true
+			if a, ok := n.nodeAddrs(v); ok {
+				resp.Nodes = append(resp.Nodes, &rpc.NodeInfo{Id: a.ID, GrpcAddr: a.GRPCAddr, RaftAddr: a.RaftAddr, HttpAddr: a.HTTPAddr})
+			}
+		}
+	}
+	return resp, nil
+}

@@ -1,0 +1,115 @@
+// Command swarmnode runs a swarmkv node and talks to a cluster.
+//
+//	swarmnode                      one-node cluster with embedded defaults
+//	swarmnode serve [flags]        a node (see `swarmnode serve -h`)
+//	swarmnode kv put|get|del|scan  debug client
+//	swarmnode version
+//
+// It is the composition root: it parses flags (each also settable as
+// SWARM_<FLAG>), builds the node, derives the root context from SIGINT and
+// SIGTERM, and shuts down in reverse order. Nothing else calls os.Exit.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "swarmnode:", err)
+		}
+		os.Exit(exitCode(err))
+	}
+}
+
+// usageError marks errors caused by bad command-line input (exit code 2).
+type usageError struct{ error }
+
+func exitCode(err error) int {
+	var ue usageError
+	if errors.As(err, &ue) || errors.Is(err, flag.ErrHelp) {
+		return 2
+	}
+	return 1
+}
+
+const usage = `swarmnode: a sharded, Raft-replicated key-value store node.
+
+Usage:
+  swarmnode                       start a one-node cluster with the embedded
+                                  defaults (data under ./data, 127.0.0.1 ports)
+  swarmnode serve [flags]         start a node (swarmnode serve -h for flags)
+  swarmnode kv put|get|del|scan   debug client (swarmnode kv -h)
+  swarmnode version               print the version
+
+Every serve flag can also be set as an environment variable SWARM_<FLAG>,
+e.g. SWARM_DATA_DIR=/var/lib/swarmkv.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return serve(ctx, nil, stdout, stderr)
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stdout, stderr)
+	case "kv":
+		return kv(ctx, args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "swarmnode", version)
+		return nil
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	if strings.HasPrefix(args[0], "-") {
+		// Flags without a subcommand: serve.
+		return serve(ctx, args, stdout, stderr)
+	}
+	fmt.Fprint(stderr, usage)
+	return usageError{fmt.Errorf("unknown command %q", args[0])}
+}
+
+// envDefaults sets every flag not given on the command line from
+// SWARM_<NAME> (dashes become underscores), and reports bad values.
+func envDefaults(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil {
+			return
+		}
+		env := "SWARM_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = usageError{fmt.Errorf("%s=%q: %v", env, v, e)}
+			}
+		}
+	})
+	return err
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError{fmt.Errorf("log level %q: want debug, info, warn or error", level)}
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}

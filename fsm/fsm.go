@@ -1,0 +1,638 @@
+package fsm
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/hashicorp/raft"
+)
+
+// Config configures one shard replica's state machine.
+type Config struct {
+	// Shard is the shard id. It is recorded in the meta table on first
+	// Open; a later Open of the same Dir with another Shard fails with
+	// ErrWrongShard.
+	Shard uint32
+	// Dir is the Pebble directory, created if missing. Required.
+	Dir string
+	// Cache is a block cache shared by the replicas of a node. Nil means a
+	// private cache of 1 MiB. The caller keeps its own reference (and
+	// Unrefs it after closing every FSM).
+	Cache *pebble.Cache
+	// MemTableSize is the Pebble memtable size in bytes. 0 means 4 MiB:
+	// small, because a node holds many replicas.
+	MemTableSize uint64
+	// Limits bound command sizes. Zero fields take their defaults.
+	Limits Limits
+	// Logger receives the FSM's and Pebble's logs, with attribute
+	// shard=<id>. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Limits bound what one command may carry. They are checked by
+// Command.Validate during apply; a command over a limit is rejected
+// deterministically (every replica must use the same Limits).
+type Limits struct {
+	MaxKeySize   int // bytes per key; default 4096, at most 1 MiB
+	MaxValueSize int // bytes per value; default 1 MiB, at most 64 MiB
+	MaxBatchOps  int // guards+mutations per batch; default 1024, at most 65536
+}
+
+const (
+	defaultMaxKeySize   = 4096
+	defaultMaxValueSize = 1 << 20
+	defaultMaxBatchOps  = 1024
+
+	maxKeySizeCap   = 1 << 20
+	maxValueSizeCap = 64 << 20
+	maxBatchOpsCap  = maxDecodeArray
+	// A Pebble batch holds at most maxRunBytes plus one command, and a
+	// command is no larger than its Raft entry (bounded by the request size
+	// limits at the API edge), so it stays far below Pebble's 4 GiB batch
+	// limit (over which Pebble panics).
+
+	defaultMemTableSize = 4 << 20
+	privateCacheSize    = 1 << 20
+	// maxRunBytes: ApplyBatch commits and starts a new Pebble batch once
+	// the current one holds this many bytes.
+	maxRunBytes = 64 << 20
+)
+
+// WithDefaults returns l with every zero or negative field set to its
+// default.
+func (l Limits) WithDefaults() Limits {
+	if l.MaxKeySize <= 0 {
+		l.MaxKeySize = defaultMaxKeySize
+	}
+	if l.MaxValueSize <= 0 {
+		l.MaxValueSize = defaultMaxValueSize
+	}
+	if l.MaxBatchOps <= 0 {
+		l.MaxBatchOps = defaultMaxBatchOps
+	}
+	return l
+}
+
+// Validate reports a configuration Open would refuse. Zero fields are
+// valid (they take their defaults).
+func (c Config) Validate() error {
+	if c.Dir == "" {
+		return errors.New("fsm: config: Dir is required")
+	}
+	l := c.Limits.WithDefaults()
+	switch {
+	case l.MaxKeySize > maxKeySizeCap:
+		return fmt.Errorf("fsm: config: MaxKeySize %d over the cap %d", l.MaxKeySize, maxKeySizeCap)
+	case l.MaxValueSize > maxValueSizeCap:
+		return fmt.Errorf("fsm: config: MaxValueSize %d over the cap %d", l.MaxValueSize, maxValueSizeCap)
+	case l.MaxBatchOps > maxBatchOpsCap:
+		return fmt.Errorf("fsm: config: MaxBatchOps %d over the cap %d", l.MaxBatchOps, maxBatchOpsCap)
+	}
+	return nil
+}
+
+// Meta table keys (table prefix 0x00), the replica's own state.
+const metaPrefix = 0x00
+
+var (
+	metaApplied   = []byte("\x00applied")   // 8-byte big-endian applied index
+	metaShard     = []byte("\x00shard")     // 4-byte big-endian shard id
+	metaRestoring = []byte("\x00restoring") // present while a Restore runs
+	dataStart     = []byte{0x01}            // first key after the meta table
+	lastTableKey  = []byte{0xff}            // DeleteRange end; keys >= it are deleted one by one
+)
+
+// FSM is the state machine of one shard replica: a raft.BatchingFSM over a
+// Pebble DB.
+//
+// Threading: Apply, ApplyBatch, Snapshot and Restore are called by raft from
+// one goroutine. FSMSnapshot.Persist runs concurrently with them. Get, Scan,
+// Dump, AppliedIndex and WaitApplied may be called from any goroutine. Close
+// waits for every running call; a Persist or Restore in progress stops early
+// with ErrClosed.
+type FSM struct {
+	shard  uint32
+	limits Limits
+	log    *slog.Logger
+	db     *pebble.DB // valid while !mu.closed, used under mu.RLock
+
+	applied   atomic.Uint64         // last applied log index; 0 while restoring
+	restoring atomic.Bool           // a Restore is running or failed: data incomplete
+	failed    atomic.Pointer[error] // a storage error stopped applies
+	closing   atomic.Bool           // Close started: long calls give up
+	done      chan struct{}         // closed by Close
+	mu        struct {
+		sync.RWMutex // read-held by every use of db; write-held by Close
+		closed       bool
+	}
+	notify struct {
+		sync.Mutex
+		ch chan struct{} // closed and replaced when applied advances
+	}
+	snaps struct {
+		sync.Mutex
+		open map[*fsmSnapshot]struct{} // not yet released
+	}
+}
+
+var (
+	_ raft.FSM         = (*FSM)(nil)
+	_ raft.BatchingFSM = (*FSM)(nil)
+)
+
+// Open opens (creating if needed) the replica's Pebble DB in cfg.Dir.
+func Open(cfg Config) (*FSM, error) { return open(cfg, nil) }
+
+// open is Open on a given file system (nil: the OS), for crash tests.
+func open(cfg Config, fs vfs.FS) (*FSM, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MemTableSize == 0 {
+		cfg.MemTableSize = defaultMemTableSize
+	}
+	log := cfg.Logger.With("shard", cfg.Shard)
+	opts := &pebble.Options{
+		Cache:        cfg.Cache,
+		MemTableSize: cfg.MemTableSize,
+		Logger:       pebbleLogger{log.With("component", "pebble")},
+		FS:           fs,
+	}
+	if cfg.Cache == nil {
+		opts.CacheSize = privateCacheSize
+	}
+	db, err := pebble.Open(cfg.Dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("fsm: open pebble %s: %w", cfg.Dir, err)
+	}
+	f := &FSM{
+		shard:  cfg.Shard,
+		limits: cfg.Limits.WithDefaults(),
+		log:    log,
+		db:     db,
+		done:   make(chan struct{}),
+	}
+	f.notify.ch = make(chan struct{})
+	f.snaps.open = make(map[*fsmSnapshot]struct{})
+	if err := f.loadMeta(cfg.Dir); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// loadMeta checks the shard id, recovers from an interrupted Restore and
+// loads the applied index.
+func (f *FSM) loadMeta(dir string) error {
+	v, found, err := getCopy(f.db, metaShard)
+	switch {
+	case err != nil:
+		return fmt.Errorf("fsm: read shard id: %w", err)
+	case !found:
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], f.shard)
+		if err := f.db.Set(metaShard, b[:], pebble.Sync); err != nil {
+			return fmt.Errorf("fsm: write shard id: %w", err)
+		}
+	case len(v) != 4:
+		return fmt.Errorf("fsm: corrupt shard id in %s: %d bytes", dir, len(v))
+	case binary.BigEndian.Uint32(v) != f.shard:
+		return fmt.Errorf("%w: %s holds shard %d, not %d", ErrWrongShard, dir, binary.BigEndian.Uint32(v), f.shard)
+	}
+
+	if _, found, err := getCopy(f.db, metaRestoring); err != nil {
+		return fmt.Errorf("fsm: read restore marker: %w", err)
+	} else if found {
+		// A Restore was interrupted: the data is a partial snapshot. Make
+		// the state truthful (empty at index 0) so that the next Restore is
+		// never skipped and a log replay from index 1 is also correct.
+		f.log.Warn("fsm: interrupted restore found; discarding partial data, applied index reset to 0")
+		b := f.db.NewBatch()
+		defer b.Close()
+		if err := f.clearData(b); err != nil {
+			return err
+		}
+		var zero [8]byte
+		_ = b.Set(metaApplied, zero[:], nil)
+		_ = b.Delete(metaRestoring, nil)
+		if err := b.Commit(pebble.Sync); err != nil {
+			return fmt.Errorf("fsm: discard partial restore: %w", err)
+		}
+	}
+
+	v, found, err = getCopy(f.db, metaApplied)
+	switch {
+	case err != nil:
+		return fmt.Errorf("fsm: read applied index: %w", err)
+	case found && len(v) != 8:
+		return fmt.Errorf("fsm: corrupt applied index in %s: %d bytes", dir, len(v))
+	case found:
+		f.applied.Store(binary.BigEndian.Uint64(v))
+	}
+	return nil
+}
+
+// clearData adds to b the deletion of every key outside the meta table.
+func (f *FSM) clearData(b *pebble.Batch) error {
+	if err := b.DeleteRange(dataStart, lastTableKey, nil); err != nil {
+		return err
+	}
+	// Keys starting with 0xff lie past any finite DeleteRange end.
+	it, err := f.db.NewIter(&pebble.IterOptions{LowerBound: lastTableKey})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := b.Delete(it.Key(), nil); err != nil {
+			_ = it.Close()
+			return err
+		}
+	}
+	return it.Close()
+}
+
+// Close closes the DB after every running call has returned. It is
+// idempotent; WaitApplied callers get ErrClosed.
+func (f *FSM) Close() error {
+	f.closing.Store(true)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mu.closed {
+		return nil
+	}
+	f.mu.closed = true
+	f.snaps.Lock()
+	for s := range f.snaps.open {
+		_ = s.snap.Close()
+		s.snap = nil
+	}
+	f.snaps.open = nil
+	f.snaps.Unlock()
+	err := f.db.Close()
+	close(f.done)
+	if err != nil {
+		return fmt.Errorf("fsm: close: %w", err)
+	}
+	return nil
+}
+
+// rlock read-locks mu for a use of db, or fails when closed.
+func (f *FSM) rlock() error {
+	f.mu.RLock()
+	if f.mu.closed {
+		f.mu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// AppliedIndex is the index of the last log entry applied (0 while a
+// Restore is running or after one failed).
+func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }
+
+// WaitApplied returns nil once AppliedIndex() >= index, ctx's error if ctx
+// ends first, or ErrClosed if the FSM is closed first.
+//
+// Raft never hands LogNoop or LogBarrier entries to the FSM, so an index
+// that is one of those is reached only when a later command or
+// configuration entry is applied.
+func (f *FSM) WaitApplied(ctx context.Context, index uint64) error {
+	for {
+		if f.applied.Load() >= index {
+			return nil
+		}
+		f.notify.Lock()
+		ch := f.notify.ch
+		f.notify.Unlock()
+		if f.applied.Load() >= index {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-f.done:
+			return ErrClosed
+		}
+	}
+}
+
+// setApplied publishes a new applied index and wakes WaitApplied callers.
+func (f *FSM) setApplied(index uint64) {
+	f.applied.Store(index)
+	f.notify.Lock()
+	close(f.notify.ch)
+	f.notify.ch = make(chan struct{})
+	f.notify.Unlock()
+}
+
+// Apply applies one log entry. See ApplyBatch.
+func (f *FSM) Apply(l *raft.Log) interface{} {
+	return f.ApplyBatch([]*raft.Log{l})[0]
+}
+
+// ApplyBatch applies a run of committed log entries in one Pebble batch
+// (split only past 64 MiB) together with the new applied index, committed
+// without sync: the Raft log is the durable record, and on restart raft
+// replays it from the last snapshot while entries at or below the durable
+// applied index are skipped.
+//
+// It returns one value per entry: a *Result for a LogCommand entry, nil for
+// other entry types and for entries already applied. A malformed or invalid
+// command gets a Result with Err and writes nothing. A storage error is
+// fatal: every not-yet-committed command of the run gets it as Err, it is
+// logged, the applied index does not advance, and later applies are refused
+// until a Restore succeeds (restart the replica).
+func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
+	out := make([]interface{}, len(logs))
+	if err := f.rlock(); err != nil {
+		return failRun(logs, out, 0, err)
+	}
+	defer f.mu.RUnlock()
+	if f.restoring.Load() {
+		return failRun(logs, out, 0, ErrRestoring)
+	}
+	if p := f.failed.Load(); p != nil {
+		return failRun(logs, out, 0, fmt.Errorf("fsm: applies stopped after a storage error: %w", *p))
+	}
+
+	last := f.applied.Load() // highest index put in the batch
+	var b *pebble.Batch
+	pending := 0 // out[pending:] is not committed yet
+	fatal := func(i int, err error) []interface{} {
+		if b != nil {
+			_ = b.Close()
+		}
+		f.failed.Store(&err)
+		f.log.Error("fsm: STORAGE ERROR while applying; replica stops applying, restart it",
+			"index", logIndex(logs[i]), "err", err)
+		return failRun(logs, out, pending, err)
+	}
+	for i, l := range logs {
+		if l == nil || l.Index <= last {
+			continue // already applied (replay after restart)
+		}
+		if b == nil {
+			b = f.db.NewIndexedBatch()
+		}
+		if l.Type == raft.LogCommand {
+			res, err := f.applyCommand(b, l)
+			if err != nil {
+				return fatal(i, err)
+			}
+			out[i] = res
+		}
+		last = l.Index
+		if b.Len() >= maxRunBytes {
+			if err := f.commit(b, last); err != nil {
+				b = nil
+				return fatal(i, err)
+			}
+			b, pending = nil, i+1
+		}
+	}
+	if b != nil {
+		if err := f.commit(b, last); err != nil {
+			b = nil
+			return fatal(len(logs)-1, err)
+		}
+	}
+	return out
+}
+
+func logIndex(l *raft.Log) uint64 {
+	if l == nil {
+		return 0
+	}
+	return l.Index
+}
+
+// failRun sets err as the result of every command entry in logs[from:].
+func failRun(logs []*raft.Log, out []interface{}, from int, err error) []interface{} {
+	for i := from; i < len(logs); i++ {
+		if l := logs[i]; l != nil && l.Type == raft.LogCommand {
+			out[i] = &Result{Index: l.Index, FailedGuard: -1, Err: err}
+		}
+	}
+	return out
+}
+
+// commit writes the applied index into b, commits it without sync, closes
+// it and publishes the index.
+func (f *FSM) commit(b *pebble.Batch, index uint64) error {
+	defer b.Close()
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], index)
+	if err := b.Set(metaApplied, v[:], nil); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	f.setApplied(index)
+	return nil
+}
+
+// applyCommand applies one command entry into b. The error is a storage
+// error (fatal); a rejected command is a Result with Err.
+func (f *FSM) applyCommand(b *pebble.Batch, l *raft.Log) (*Result, error) {
+	res := &Result{Index: l.Index, FailedGuard: -1}
+	cmd, err := DecodeCommand(l.Data)
+	if err == nil {
+		err = cmd.Validate(f.limits)
+	}
+	if err != nil {
+		res.Err = err
+		return res, nil
+	}
+	switch cmd.Op {
+	case OpBatch:
+		return res, applyGuarded(b, cmd.Batch, res)
+	case OpNoop:
+		res.Succeeded = true
+		return res, nil
+	default: // unreachable: Validate knows every op
+		res.Err = fmt.Errorf("%w: unknown op %d", ErrInvalidCommand, cmd.Op)
+		return res, nil
+	}
+}
+
+// applyGuarded checks every guard against b (which reads through to the
+// DB), then, if all hold, applies the mutations in order.
+func applyGuarded(b *pebble.Batch, bt *Batch, res *Result) error {
+	for i := range bt.Guards {
+		g := &bt.Guards[i]
+		v, found, err := getView(b, g.Key, g.Kind == GuardEquals)
+		if err != nil {
+			return err
+		}
+		var ok bool
+		switch g.Kind {
+		case GuardExists:
+			ok = found
+		case GuardAbsent:
+			ok = !found
+		case GuardEquals:
+			ok = found && bytes.Equal(v, g.Value)
+		}
+		if !ok {
+			res.FailedGuard = i
+			return nil
+		}
+	}
+	for i := range bt.Mutations {
+		m := &bt.Mutations[i]
+		switch m.Kind {
+		case MutPut:
+			if err := b.Set(m.Key, m.Value, nil); err != nil {
+				return err
+			}
+		case MutDelete:
+			_, found, err := getView(b, m.Key, false)
+			if err != nil {
+				return err
+			}
+			if found {
+				res.Deleted++
+				if err := b.Delete(m.Key, nil); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	res.Succeeded = true
+	return nil
+}
+
+// getView looks key up in b; with wantValue it returns a copy of the value.
+func getView(b *pebble.Batch, key []byte, wantValue bool) ([]byte, bool, error) {
+	v, c, err := b.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	var out []byte
+	if wantValue {
+		out = append([]byte(nil), v...)
+	}
+	return out, true, c.Close()
+}
+
+// getCopy returns a copy of key's value in the DB (never nil when found).
+func getCopy(db *pebble.DB, key []byte) ([]byte, bool, error) {
+	v, c, err := db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	out := append(make([]byte, 0, len(v)), v...)
+	return out, true, c.Close()
+}
+
+// Get returns a copy of key's value, ErrNotFound when absent. Keys of the
+// meta table read as absent.
+func (f *FSM) Get(key []byte) ([]byte, error) {
+	if err := f.rlock(); err != nil {
+		return nil, err
+	}
+	defer f.mu.RUnlock()
+	if f.restoring.Load() {
+		return nil, ErrRestoring
+	}
+	if len(key) == 0 || key[0] == metaPrefix {
+		return nil, ErrNotFound
+	}
+	v, found, err := getCopy(f.db, key)
+	if err != nil {
+		return nil, fmt.Errorf("fsm: get: %w", err)
+	}
+	if !found {
+		return nil, ErrNotFound
+	}
+	return v, nil
+}
+
+// KV is one key and its value.
+type KV struct{ Key, Value []byte }
+
+// Scan returns copies of the keys in [start, end) and their values in
+// ascending order, at most limit of them (limit <= 0: no limit). An empty
+// end means no upper bound. The meta table is never returned.
+func (f *FSM) Scan(start, end []byte, limit int) ([]KV, error) {
+	if err := f.rlock(); err != nil {
+		return nil, err
+	}
+	defer f.mu.RUnlock()
+	if f.restoring.Load() {
+		return nil, ErrRestoring
+	}
+	lower := start
+	if bytes.Compare(lower, dataStart) < 0 {
+		lower = dataStart
+	}
+	if len(end) == 0 {
+		end = nil
+	} else if bytes.Compare(end, lower) <= 0 {
+		return nil, nil
+	}
+	it, err := f.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: end})
+	if err != nil {
+		return nil, fmt.Errorf("fsm: scan: %w", err)
+	}
+	var out []KV
+	for ok := it.First(); ok && (limit <= 0 || len(out) < limit); ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return nil, fmt.Errorf("fsm: scan: %w", err)
+		}
+		out = append(out, KV{
+			Key:   append([]byte(nil), it.Key()...),
+			Value: append(make([]byte, 0, len(v)), v...),
+		})
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("fsm: scan: %w", err)
+	}
+	return out, nil
+}
+
+// Dump returns every key and value of the replica except the meta table, in
+// key order. For tests and debugging.
+func (f *FSM) Dump() ([]KV, error) { return f.Scan(nil, nil, 0) }
+
+// pebbleLogger adapts slog to pebble.Logger.
+type pebbleLogger struct{ log *slog.Logger }
+
+func (l pebbleLogger) Infof(format string, args ...interface{}) {
+	l.log.Debug(fmt.Sprintf(format, args...))
+}
+
+func (l pebbleLogger) Errorf(format string, args ...interface{}) {
+	l.log.Error(fmt.Sprintf(format, args...))
+}
+
+// Fatalf is called by Pebble on an unrecoverable storage error (for
+// example a failed WAL write); Pebble does not expect it to return. It
+// panics instead of exiting the process so that the caller's recovery and
+// shutdown still run.
+func (l pebbleLogger) Fatalf(format string, args ...interface{}) {
+	msg := fmt.Sprintf(format, args...)
+	l.log.Error("pebble fatal: " + msg)
+	panic("pebble fatal: " + msg)
+}

@@ -1,0 +1,69 @@
+// Package keys defines the byte layout of every key swarmkv stores in Pebble.
+//
+// Pebble has one flat, bytewise-ordered keyspace and no column families, so
+// each column family of the seed designs (the agent registry's RocksDB store
+// and the billing store) becomes a table: a one-byte table prefix followed by
+// exactly the key bytes the seed writes into that column family. Fixed-width
+// ids are copied verbatim; integers are big-endian so that bytewise order is
+// numeric order. Because every table owns one distinct leading byte, the
+// tables are disjoint, contiguous key ranges, and a table's range is
+// [TablePrefix(t), PrefixEnd(TablePrefix(t))).
+//
+// # Layouts
+//
+//	table                  prefix  layout after the prefix                    value
+//	---------------------  ------  -----------------------------------------  -----------------
+//	meta                   0x00    name (any bytes)                           replica-local
+//	agents                 0x01    user_id(32) agent_id(32)                   Agent (CBOR)
+//	agents_by_status       0x02    status(1) user_id(32) agent_id(32)         empty (index)
+//	sessions               0x03    session_id(16)                             Session (CBOR)
+//	sessions_by_agent      0x04    agent_id(32) session_id(16)                empty (index)
+//	users                  0x05    user_id(32)                                User (CBOR)
+//	accounts               0x10    user_id(16, UUID)                          Account (CBOR)
+//	transactions           0x11    transaction_id(16, ULID)                   Transaction (CBOR)
+//	transactions_by_user   0x12    user_id(16) transaction_id(16)             empty (index)
+//	usage_events           0x13    event_id (1..MaxEventIDLen bytes)          UsageEvent (CBOR)
+//	kv                     0x20    len(routing_key) u16 BE, routing_key, key  user value
+//
+// Total key lengths: agents 65, agents_by_status 66, sessions 17,
+// sessions_by_agent 49, users 33, accounts 17, transactions 17,
+// transactions_by_user 33, usage_events 2..257, kv 3+len(routing_key)+len(key).
+//
+// The seed layouts are what make the scans they rely on work:
+//
+//   - All agents of one user share the prefix AgentPrefix(u) and therefore
+//     form one contiguous range (the seed's list_agents_by_user).
+//   - All sessions of one agent share SessionByAgentPrefix(a).
+//   - Transaction ids are ULIDs whose first 48 bits are a big-endian
+//     millisecond timestamp, so inside TransactionByUserPrefix(u) bytewise
+//     order is time order: newest last, and a reverse scan lists newest first.
+//   - A kv key carries the length of its routing key before the routing key,
+//     so the keys of routing key "ab" never interleave with those of routing
+//     key "a" (whose user keys may start with "b"): the encoded prefixes differ
+//     in the length field.
+//
+// Decoders check the table byte and the exact length and return an error
+// wrapping ErrMalformed otherwise. Whatever a decoder accepts re-encodes to
+// the same bytes.
+//
+// # Example
+//
+// Listing the agents of one user with a Pebble iterator:
+//
+//	lower := keys.AgentPrefix(user)
+//	iter, err := db.NewIter(&pebble.IterOptions{
+//		LowerBound: lower,
+//		UpperBound: keys.PrefixEnd(lower),
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	defer iter.Close()
+//	for iter.First(); iter.Valid(); iter.Next() {
+//		_, agent, err := keys.DecodeAgent(iter.Key())
+//		if err != nil {
+//			return err
+//		}
+//		// use agent and iter.Value()
+//	}
+package keys

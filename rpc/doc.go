@@ -1,0 +1,13 @@
+// Package rpc holds swarmkv's gRPC API: the .proto definitions in this
+// directory and the Go code generated from them (run `make proto` after
+// editing a .proto file; the generated files are committed).
+//
+// Services:
+//   - KV (kv.proto): Get, Put, Delete, Scan and guarded Batch, scoped by a
+//     routing key.
+//   - Cluster (cluster.proto): the shard map with replicas and leader hints.
+//
+// Errors travel as gRPC status codes; errors.proto defines the typed details
+// (NotLeader, RetryInfo) attached to them. Package client turns them back
+// into Go errors.
+package rpc

@@ -70,6 +70,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID)}
+	n.cfg.Logger = n.log // every component logs with the node attribute
 	n.mu.replicas = make(map[shard.ID]*replica)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	defer func() {

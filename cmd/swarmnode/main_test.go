@@ -1,0 +1,403 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/swarmkv/swarmkv/client"
+)
+
+// lockedBuffer is a bytes.Buffer safe for a writer goroutine and a reader.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// runCmd runs the CLI with args and returns its error and outputs.
+func runCmd(ctx context.Context, args ...string) (stdout, stderr string, err error) {
+	var out, errOut bytes.Buffer
+	err = run(ctx, args, &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+func TestRunVersionAndHelp(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"version"}, "swarmnode " + version + "\n"},
+		{[]string{"--version"}, "swarmnode " + version + "\n"},
+		{[]string{"-version"}, "swarmnode " + version + "\n"},
+		{[]string{"help"}, usage},
+		{[]string{"-h"}, usage},
+		{[]string{"--help"}, usage},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			stdout, stderr, err := runCmd(context.Background(), tc.args...)
+			if err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			if stdout != tc.want || stderr != "" {
+				t.Fatalf("stdout %q, stderr %q; want stdout %q", stdout, stderr, tc.want)
+			}
+		})
+	}
+	if !strings.Contains(usage, "swarmnode kv put|get|del|scan") || !strings.Contains(usage, "SWARM_<FLAG>") {
+		t.Errorf("usage lacks the commands or the environment: %q", usage)
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"usage error", usageError{errors.New("bad")}, 2},
+		{"wrapped usage error", fmt.Errorf("ctx: %w", usageError{errors.New("bad")}), 2},
+		{"help", flag.ErrHelp, 2},
+		{"help as usage error", usageError{flag.ErrHelp}, 2},
+		{"runtime error", errors.New("boom"), 1},
+		{"not found", client.ErrNotFound, 1},
+	} {
+		if got := exitCode(tc.err); got != tc.want {
+			t.Errorf("%s: exitCode(%v) = %d, want %d", tc.name, tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestRunUsageErrors: bad command lines are usage errors (exit code 2)
+// and never reach the network: they return at once.
+func TestRunUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		env    map[string]string
+		errSub string // in the error
+		stderr string // in stderr, if not ""
+	}{
+		{name: "unknown command", args: []string{"frobnicate"}, errSub: `unknown command "frobnicate"`, stderr: "Usage:"},
+		{name: "kv without verb", args: []string{"kv"}, errSub: "kv: missing verb", stderr: "swarmnode kv put"},
+		{name: "kv unknown verb", args: []string{"kv", "list", "--user", "a"}, errSub: `kv: unknown verb "list"`, stderr: "swarmnode kv put"},
+		{name: "kv put one argument", args: []string{"kv", "put", "--user", "a", "k"}, errSub: "kv put: got 1 arguments"},
+		{name: "kv put three arguments", args: []string{"kv", "put", "--user", "a", "k", "v", "w"}, errSub: "kv put: got 3 arguments"},
+		{name: "kv get no argument", args: []string{"kv", "get", "--user", "a"}, errSub: "kv get: got 0 arguments"},
+		{name: "kv get two arguments", args: []string{"kv", "get", "--user", "a", "k", "l"}, errSub: "kv get: got 2 arguments"},
+		{name: "kv del no argument", args: []string{"kv", "del", "--user", "a"}, errSub: "kv del: got 0 arguments"},
+		{name: "kv scan two arguments", args: []string{"kv", "scan", "--user", "a", "p", "q"}, errSub: "kv scan: got 2 arguments"},
+		{name: "kv without user", args: []string{"kv", "get", "k"}, errSub: "kv: --user is required"},
+		{name: "kv empty user", args: []string{"kv", "put", "--user=", "k", "v"}, errSub: "kv: --user is required"},
+		{name: "kv unknown flag", args: []string{"kv", "get", "--user", "a", "k", "--nope"}, errSub: "flag provided but not defined: -nope"},
+		{name: "kv bad limit", args: []string{"kv", "scan", "--user", "a", "--limit", "many"}, errSub: `invalid value "many" for flag -limit`},
+		{name: "kv bad timeout", args: []string{"kv", "get", "--user", "a", "k", "--timeout", "soon"}, errSub: `invalid value "soon" for flag -timeout`},
+		{name: "kv help", args: []string{"kv", "get", "-h"}, errSub: "help requested", stderr: "-endpoints"},
+		{name: "serve bad int", args: []string{"serve", "--shards", "x"}, errSub: `invalid value "x" for flag -shards`},
+		{name: "serve bad duration", args: []string{"serve", "--election-timeout", "5"}, errSub: `invalid value "5" for flag -election-timeout`},
+		{name: "serve unknown flag", args: []string{"serve", "--shard", "3"}, errSub: "flag provided but not defined: -shard"},
+		{name: "serve positional", args: []string{"serve", "extra"}, errSub: `serve: unexpected argument "extra"`},
+		{name: "flags without command", args: []string{"--shards", "x"}, errSub: `invalid value "x" for flag -shards`},
+		{name: "serve bad env", args: []string{"serve"}, env: map[string]string{"SWARM_SHARDS": "x"}, errSub: `SWARM_SHARDS="x"`},
+		{name: "serve bad env duration", args: []string{"serve"}, env: map[string]string{"SWARM_HEARTBEAT_TIMEOUT": "1"}, errSub: `SWARM_HEARTBEAT_TIMEOUT="1"`},
+		{name: "serve bad log level", args: []string{"serve", "--log-level", "loud"}, errSub: `log level "loud"`},
+		{name: "serve bad log level env", args: []string{"serve"}, env: map[string]string{"SWARM_LOG_LEVEL": "loud"}, errSub: `log level "loud"`},
+		{name: "serve invalid config", args: []string{"serve", "--shards", "300"}, errSub: "shards 300: want 1..256"},
+		{name: "serve invalid id", args: []string{"serve", "--id", "a b"}, errSub: `id "a b"`},
+		{name: "serve election below heartbeat", args: []string{"serve", "--heartbeat-timeout", "2s", "--election-timeout", "1s"}, errSub: "election timeout 1s is below heartbeat timeout 2s"},
+		{name: "serve bad gossip profile env", args: []string{"serve"}, env: map[string]string{"SWARM_GOSSIP_PROFILE": "wan"}, errSub: `gossip profile "wan"`},
+		{name: "serve bad address", args: []string{"serve", "--grpc-addr", "nowhere"}, errSub: `grpc address "nowhere"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			// A data dir that must stay untouched: nothing is created
+			// before the command line is checked.
+			dir := filepath.Join(t.TempDir(), "data")
+			args := slices.Clone(tc.args)
+			if len(args) > 0 && args[0] == "serve" {
+				args = append(args, "--data-dir", dir)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			stdout, stderr, err := runCmd(ctx, args...)
+			var ue usageError
+			if !errors.As(err, &ue) {
+				t.Fatalf("run(%q) = %v, want a usage error", args, err)
+			}
+			if exitCode(err) != 2 {
+				t.Fatalf("exitCode(%v) = %d, want 2", err, exitCode(err))
+			}
+			if !strings.Contains(err.Error(), tc.errSub) {
+				t.Fatalf("error %q does not contain %q", err, tc.errSub)
+			}
+			if tc.stderr != "" && !strings.Contains(stderr, tc.stderr) {
+				t.Fatalf("stderr %q does not contain %q", stderr, tc.stderr)
+			}
+			if stdout != "" {
+				t.Fatalf("stdout %q, want nothing", stdout)
+			}
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("a rejected command line created the data dir %s (stat: %v)", dir, err)
+			}
+		})
+	}
+}
+
+func TestEnvDefaults(t *testing.T) {
+	newFS := func() (*flag.FlagSet, *string, *int, *time.Duration, *bool) {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		return fs, fs.String("data-dir", "./data", ""), fs.Int("shards", 8, ""),
+			fs.Duration("election-timeout", time.Second, ""), fs.Bool("verbose", false, "")
+	}
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		env      map[string]string
+		dir      string
+		shards   int
+		election time.Duration
+		verbose  bool
+		errSub   string
+	}{
+		{name: "defaults", dir: "./data", shards: 8, election: time.Second},
+		{name: "env sets unset flags", env: map[string]string{"SWARM_DATA_DIR": "/srv/kv", "SWARM_SHARDS": "16", "SWARM_ELECTION_TIMEOUT": "250ms", "SWARM_VERBOSE": "true"},
+			dir: "/srv/kv", shards: 16, election: 250 * time.Millisecond, verbose: true},
+		{name: "command line wins", args: []string{"--data-dir", "cli", "--shards=4"}, env: map[string]string{"SWARM_DATA_DIR": "/srv/kv", "SWARM_SHARDS": "16", "SWARM_ELECTION_TIMEOUT": "250ms"},
+			dir: "cli", shards: 4, election: 250 * time.Millisecond},
+		{name: "command line default value still wins", args: []string{"--shards", "8"}, env: map[string]string{"SWARM_SHARDS": "16"}, dir: "./data", shards: 8, election: time.Second},
+		{name: "empty env value is set", env: map[string]string{"SWARM_DATA_DIR": ""}, dir: "", shards: 8, election: time.Second},
+		{name: "names are upper case with underscores", env: map[string]string{"swarm_shards": "3", "SWARM_DATA-DIR": "x", "SWARMSHARDS": "5"}, dir: "./data", shards: 8, election: time.Second},
+		{name: "bad value", env: map[string]string{"SWARM_SHARDS": "many"}, errSub: `SWARM_SHARDS="many"`},
+		{name: "bad value of a flag given on the command line is ignored", args: []string{"--shards", "2"}, env: map[string]string{"SWARM_SHARDS": "many"}, dir: "./data", shards: 2, election: time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			fs, dir, shards, election, verbose := newFS()
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			err := envDefaults(fs)
+			if tc.errSub != "" {
+				var ue usageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.errSub) {
+					t.Fatalf("envDefaults = %v, want a usage error containing %q", err, tc.errSub)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("envDefaults: %v", err)
+			}
+			if *dir != tc.dir || *shards != tc.shards || *election != tc.election || *verbose != tc.verbose {
+				t.Fatalf("got data-dir %q shards %d election %v verbose %t; want %q %d %v %t",
+					*dir, *shards, *election, *verbose, tc.dir, tc.shards, tc.election, tc.verbose)
+			}
+		})
+	}
+}
+
+func TestParseInterleaved(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		pos    []string
+		user   string
+		limit  int
+		errSub string
+	}{
+		{name: "nothing", limit: 1},
+		{name: "flags first", args: []string{"--user", "u", "k", "v"}, pos: []string{"k", "v"}, user: "u", limit: 1},
+		{name: "flags last", args: []string{"k", "v", "--user", "u", "--limit=5"}, pos: []string{"k", "v"}, user: "u", limit: 5},
+		{name: "flags between", args: []string{"k", "-user", "u", "v", "--limit", "7"}, pos: []string{"k", "v"}, user: "u", limit: 7},
+		{name: "single dash is positional", args: []string{"-", "--user", "u"}, pos: []string{"-"}, user: "u", limit: 1},
+		{name: "double dash ends flags", args: []string{"--user", "u", "--", "-k"}, pos: []string{"-k"}, user: "u", limit: 1},
+		{name: "double dash ends flags for every later argument", args: []string{"--user", "u", "--", "-k", "-v"}, pos: []string{"-k", "-v"}, user: "u", limit: 1},
+		{name: "later flag wins", args: []string{"--limit", "2", "p", "--limit", "3"}, pos: []string{"p"}, limit: 3},
+		{name: "unknown flag after positional", args: []string{"k", "--nope"}, errSub: "flag provided but not defined: -nope"},
+		{name: "missing flag value", args: []string{"k", "--user"}, errSub: "flag needs an argument: -user"},
+		{name: "bad flag value", args: []string{"--limit", "x", "k"}, errSub: `invalid value "x" for flag -limit`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			user := fs.String("user", "", "")
+			limit := fs.Int("limit", 1, "")
+			pos, err := parseInterleaved(fs, tc.args)
+			if tc.errSub != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.errSub) {
+					t.Fatalf("parseInterleaved = %q, %v; want an error containing %q", pos, err, tc.errSub)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseInterleaved: %v", err)
+			}
+			if !slices.Equal(pos, tc.pos) || *user != tc.user || *limit != tc.limit {
+				t.Fatalf("got positionals %q user %q limit %d; want %q %q %d", pos, *user, *limit, tc.pos, tc.user, tc.limit)
+			}
+		})
+	}
+}
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// pollUntil calls f until it returns nil or the deadline passes.
+func pollUntil(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestServeAndKV runs a one-node cluster in process with `serve`, talks to
+// it with `kv put|get|scan|del`, and shuts it down through the context.
+func TestServeAndKV(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a node")
+	}
+	grpcAddr, httpAddr, raftAddr, gossipAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	dataDir := filepath.Join(t.TempDir(), "data")
+	var serveOut, serveErr lockedBuffer
+	serveCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(serveCtx, []string{"serve",
+			"--id", "t1", "--data-dir", dataDir,
+			"--grpc-addr", grpcAddr, "--raft-addr", raftAddr, "--http-addr", httpAddr, "--gossip-addr", gossipAddr,
+			"--shards", "2", "--gossip-profile", "local",
+			"--heartbeat-timeout", "200ms", "--election-timeout", "200ms", "--log-level", "warn",
+		}, &serveOut, &serveErr)
+	}()
+	defer func() {
+		if t.Failed() {
+			t.Logf("serve stdout:\n%s\nserve stderr:\n%s", serveOut.String(), serveErr.String())
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	kv := func(args ...string) (string, error) {
+		stdout, _, err := runCmd(ctx, append([]string{"kv", args[0], "--endpoints", grpcAddr, "--user", "alice", "--timeout", "5s"}, args[1:]...)...)
+		return stdout, err
+	}
+
+	pollUntil(t, 30*time.Second, "first put", func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("serve returned early: %v", err)
+		default:
+		}
+		out, err := kv("put", "k", "v")
+		if err == nil && out != "OK\n" {
+			t.Fatalf("put printed %q, want OK", out)
+		}
+		return err
+	})
+	if out := serveOut.String(); !strings.Contains(out, "node t1 serving") || !strings.Contains(out, grpcAddr) || !strings.Contains(out, dataDir) {
+		t.Errorf("serve printed %q, want the node, its grpc address and data dir", out)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "k"}, "v\n"},
+		{[]string{"get", "k", "--stale"}, "v\n"},
+		{[]string{"put", "k2", "--", "-v2"}, "OK\n"},
+		{[]string{"put", "other", "w"}, "OK\n"},
+		{[]string{"scan"}, "k\tv\nk2\t-v2\nother\tw\n"},
+		{[]string{"scan", "k"}, "k\tv\nk2\t-v2\n"},
+		{[]string{"scan", "--limit", "1"}, "k\tv\n... (more keys; raise --limit)\n"},
+		{[]string{"del", "k"}, "deleted\n"},
+		{[]string{"scan"}, "k2\t-v2\nother\tw\n"},
+	} {
+		if out, err := kv(tc.args...); err != nil || out != tc.want {
+			t.Fatalf("kv %q = %v, %q; want %q", tc.args, err, out, tc.want)
+		}
+	}
+	for _, args := range [][]string{{"get", "k"}, {"del", "k"}} {
+		out, err := kv(args...)
+		if !errors.Is(err, client.ErrNotFound) || out != "" {
+			t.Fatalf("kv %q after del = %v, %q; want ErrNotFound", args, err, out)
+		}
+		if exitCode(err) != 1 {
+			t.Fatalf("exitCode(%v) = %d, want 1", err, exitCode(err))
+		}
+	}
+	// Another routing key sees none of alice's keys.
+	if out, _, err := runCmd(ctx, "kv", "scan", "--endpoints", grpcAddr, "--user", "bob"); err != nil || out != "" {
+		t.Fatalf("kv scan --user bob = %v, %q; want nothing", err, out)
+	}
+
+	resp, err := http.Get("http://" + httpAddr + "/readyz")
+	if err != nil {
+		t.Fatalf("readyz: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "ready\n" {
+		t.Fatalf("readyz: %d %q", resp.StatusCode, body)
+	}
+
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve after cancel: %v, want a clean shutdown", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not return within 30s of its context ending")
+	}
+	if out := serveOut.String(); !strings.HasSuffix(out, "swarmnode: shutting down\n") {
+		t.Errorf("serve printed %q, want it to end with the shutdown line", out)
+	}
+	// The node is gone: its gRPC port refuses.
+	if c, err := net.DialTimeout("tcp", grpcAddr, time.Second); err == nil {
+		c.Close()
+		t.Errorf("gRPC address %s still accepts connections after shutdown", grpcAddr)
+	}
+}

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -80,10 +81,12 @@ func classify(err error) (error, errClass, *rpc.NotLeader) {
 		}
 		// A transport failure: the request may have been sent.
 		return fmt.Errorf("%w: %s", ErrUnavailable, st.Message()), classAmbiguous, nil
-	case codes.Aborted, codes.DeadlineExceeded:
+	case codes.Aborted:
 		return fmt.Errorf("%w: %s", ErrOutcomeUnknown, st.Message()), classAmbiguous, nil
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%w: %w: %s", ErrOutcomeUnknown, context.DeadlineExceeded, st.Message()), classAmbiguous, nil
 	case codes.Canceled:
-		return err, classFatal, nil
+		return fmt.Errorf("%w: %s", context.Canceled, st.Message()), classFatal, nil
 	}
 	return err, classFatal, nil
 }

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/shard"
 )
@@ -209,6 +211,9 @@ func (c Config) Validate() error {
 	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		return bad("leader lease %v exceeds heartbeat timeout %v", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
+	}
+	if err := raft.ValidateConfig(c.raftConfig(c.ID)); err != nil {
+		return bad("raft: %v", err)
 	}
 	if c.GossipProfile != "lan" && c.GossipProfile != "local" {
 		return bad("gossip profile %q: want lan or local", c.GossipProfile)

@@ -139,17 +139,7 @@ func openReplica(rc replicaConfig) (_ *replica, err error) {
 		Logger:  hlog,
 	})
 
-	c := raft.DefaultConfig()
-	c.LocalID = raft.ServerID(rc.localID)
-	c.HeartbeatTimeout = rc.node.HeartbeatTimeout
-	c.ElectionTimeout = rc.node.ElectionTimeout
-	c.LeaderLeaseTimeout = rc.node.LeaderLeaseTimeout
-	c.CommitTimeout = rc.node.CommitTimeout
-	c.SnapshotThreshold = rc.node.SnapshotThreshold
-	c.SnapshotInterval = rc.node.SnapshotInterval
-	c.TrailingLogs = rc.node.TrailingLogs
-	c.BatchApplyCh = true
-	c.MaxAppendEntries = 256
+	c := rc.node.raftConfig(rc.localID)
 	c.NotifyCh = r.notify
 	c.Logger = hlog
 	if err := raft.ValidateConfig(c); err != nil {
@@ -180,6 +170,24 @@ func openReplica(rc replicaConfig) (_ *replica, err error) {
 	go r.watchLeadership()
 	go r.readLoop()
 	return r, nil
+}
+
+// raftConfig is the hashicorp/raft configuration of a replica of this node.
+func (c Config) raftConfig(localID string) *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(localID)
+	rc.HeartbeatTimeout = c.HeartbeatTimeout
+	rc.ElectionTimeout = c.ElectionTimeout
+	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
+	rc.CommitTimeout = c.CommitTimeout
+	rc.SnapshotThreshold = c.SnapshotThreshold
+	rc.SnapshotInterval = c.SnapshotInterval
+	rc.TrailingLogs = c.TrailingLogs
+	// Group commit: the leader takes every queued proposal (up to
+	// MaxAppendEntries) into one log append and one fsync.
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 256
+	return rc
 }
 
 // applyLimits are the state machine's apply-time limits. They are the same

@@ -78,10 +78,12 @@ func (s *State) Node(id string) (NodeAddrs, bool) {
 	return NodeAddrs{}, false
 }
 
-// Place assigns each of numShards shards min(rf, len(nodes)) voters, spread
-// round-robin over the nodes sorted by id: shard s gets nodes s, s+1, ...
-// (mod n). Every node holds the same number of replicas (±1) and no node
-// holds two replicas of one shard. With fewer than rf nodes every node holds
+// Place assigns each of numShards shards k = min(rf, len(nodes)) voters,
+// dealt round-robin over the nodes sorted by id: replica j of shard s goes
+// to node (s*k + j) mod n. The shards*k replicas form one continuous
+// round-robin, so every node holds the same number of replicas (±1), and
+// the k replicas of a shard are k consecutive nodes, so no node holds two
+// replicas of one shard. With fewer than rf nodes every node holds
 // every shard. Deterministic: every node computes the same placement.
 func Place(nodeIDs []string, numShards, rf int) []Placement {
 	ids := slices.Clone(nodeIDs)
@@ -92,7 +94,7 @@ func Place(nodeIDs []string, numShards, rf int) []Placement {
 	for s := range numShards {
 		v := make([]string, k)
 		for i := range k {
-			v[i] = ids[(s+i)%n]
+			v[i] = ids[(s*k+i)%n]
 		}
 		out[s] = Placement{Shard: shard.ID(s), Voters: v}
 	}

@@ -113,7 +113,10 @@ func TestPlaceBalanced(t *testing.T) {
 	}
 }
 
-// TestPlaceExamples pins a few placements (the docs' examples).
+// TestPlaceExamples pins a few placements of the documented rule: with
+// k = min(rf, n), replica j of shard s goes to node (s*k + j) mod n of the
+// sorted ids. Every node must compute the same placement, so a change here
+// is a protocol change.
 func TestPlaceExamples(t *testing.T) {
 	for _, tc := range []struct {
 		ids    []string
@@ -122,9 +125,15 @@ func TestPlaceExamples(t *testing.T) {
 		want   [][]string
 	}{
 		{[]string{"n1"}, 2, 3, [][]string{{"n1"}, {"n1"}}},
-		{[]string{"n2", "n1"}, 2, 3, [][]string{{"n1", "n2"}, {"n2", "n1"}}},
-		{[]string{"c", "a", "b"}, 4, 3, [][]string{{"a", "b", "c"}, {"b", "c", "a"}, {"c", "a", "b"}, {"a", "b", "c"}}},
+		{[]string{"n2", "n1"}, 2, 3, [][]string{{"n1", "n2"}, {"n1", "n2"}}},
+		{[]string{"c", "a", "b"}, 4, 3, [][]string{{"a", "b", "c"}, {"a", "b", "c"}, {"a", "b", "c"}, {"a", "b", "c"}}},
 		{[]string{"d", "c", "b", "a"}, 4, 1, [][]string{{"a"}, {"b"}, {"c"}, {"d"}}},
+		{[]string{"d", "c", "b", "a"}, 3, 2, [][]string{{"a", "b"}, {"c", "d"}, {"a", "b"}}},
+		// The defaults (8 shards, rf 3) on 5 nodes: 5, 5, 5, 5, 4 replicas.
+		{[]string{"e", "d", "c", "b", "a"}, 8, 3, [][]string{
+			{"a", "b", "c"}, {"d", "e", "a"}, {"b", "c", "d"}, {"e", "a", "b"},
+			{"c", "d", "e"}, {"a", "b", "c"}, {"d", "e", "a"}, {"b", "c", "d"},
+		}},
 	} {
 		got := Place(tc.ids, tc.shards, tc.rf)
 		var voters [][]string

@@ -27,11 +27,7 @@ func valBytes(n int) []byte {
 	if n == 0 {
 		return nil
 	}
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte('a' + i%26)
-	}
-	return b
+	return bytes.Repeat([]byte("abcdefghijklmnopqrstuvwxyz"), n/26+1)[:n]
 }
 
 func valPut(k, v []byte) *rpc.Op    { return &rpc.Op{Kind: rpc.Op_KIND_PUT, Key: k, Value: v} }
@@ -232,7 +228,7 @@ func TestValidateBatchAtCaps(t *testing.T) {
 		valCheckBatchCommand(t, req)
 	})
 	t.Run("ops", func(t *testing.T) {
-		req := &rpc.BatchRequest{RoutingKey: rk, Guards: []*rpc.Guard{valExists(valBytes(maxKeySizeLimit))}}
+		req := &rpc.BatchRequest{RoutingKey: []byte("r"), Guards: []*rpc.Guard{valExists(valBytes(maxKeySizeLimit))}}
 		for i := range maxBatchOpsLimit - 1 {
 			req.Ops = append(req.Ops, valDel([]byte{byte(i), byte(i >> 8)}))
 		}
@@ -666,6 +662,10 @@ func TestConfigValidate(t *testing.T) {
 		{"zero bootstrap-expect defaults to 1", func(c *Config) { c.BootstrapExpect = 0 }, ""},
 		{"replication factor 7", func(c *Config) { c.ReplicationFactor = 7 }, ""},
 		{"election equals heartbeat", func(c *Config) { c.HeartbeatTimeout, c.ElectionTimeout = 200*time.Millisecond, 200*time.Millisecond }, ""},
+		{"raft's minimum timings", func(c *Config) {
+			c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 5*time.Millisecond, 5*time.Millisecond, 5*time.Millisecond
+			c.CommitTimeout, c.SnapshotInterval = time.Millisecond, 5*time.Millisecond
+		}, ""},
 		{"limits at the caps", func(c *Config) { c.Limits = valCaps }, ""},
 		{"local gossip", func(c *Config) { c.GossipProfile = "local" }, ""},
 		{"port 0", func(c *Config) { c.RaftAddr, c.GRPCAddr, c.GossipAddr, c.HTTPAddr = ":0", ":0", ":0", ":0" }, ""},
@@ -692,6 +692,13 @@ func TestConfigValidate(t *testing.T) {
 		{"value size over the cap", func(c *Config) { c.Limits.MaxValueSize = maxValueSizeLimit + 1 }, "values 67108864"},
 		{"batch ops over the cap", func(c *Config) { c.Limits.MaxBatchOps = maxBatchOpsLimit + 1 }, "batches 65536 ops"},
 		{"negative scan page", func(c *Config) { c.MaxScanPage = -1 }, "max scan page -1: want >= 1"},
+		// hashicorp/raft refuses timings under 5ms (commit timeout under
+		// 1ms) when a replica starts; Validate must refuse them first, or
+		// the node starts, logs "bootstrap failed" and never gets ready.
+		{"heartbeat below raft's minimum", func(c *Config) { c.HeartbeatTimeout, c.ElectionTimeout = time.Millisecond, time.Millisecond }, "invalid config"},
+		{"default lease below raft's minimum", func(c *Config) { c.HeartbeatTimeout, c.ElectionTimeout = 8*time.Millisecond, 8*time.Millisecond }, "invalid config"},
+		{"commit timeout below raft's minimum", func(c *Config) { c.CommitTimeout = 500 * time.Microsecond }, "invalid config"},
+		{"negative snapshot interval", func(c *Config) { c.SnapshotInterval = -time.Second }, "invalid config"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := base()

@@ -303,21 +303,30 @@ func TestServeAndKV(t *testing.T) {
 	dataDir := filepath.Join(t.TempDir(), "data")
 	var serveOut, serveErr lockedBuffer
 	serveCtx, stop := context.WithCancel(context.Background())
-	defer stop()
-	done := make(chan error, 1)
+	exited := make(chan struct{})
+	var serveRunErr error // set before exited is closed
 	go func() {
-		done <- run(serveCtx, []string{"serve",
+		defer close(exited)
+		serveRunErr = run(serveCtx, []string{"serve",
 			"--id", "t1", "--data-dir", dataDir,
 			"--grpc-addr", grpcAddr, "--raft-addr", raftAddr, "--http-addr", httpAddr, "--gossip-addr", gossipAddr,
 			"--shards", "2", "--gossip-profile", "local",
 			"--heartbeat-timeout", "200ms", "--election-timeout", "200ms", "--log-level", "warn",
 		}, &serveOut, &serveErr)
 	}()
-	defer func() {
+	// Whatever happens, the node is stopped and joined before the data
+	// dir is removed (cleanups run last in, first out).
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			t.Error("serve did not return within 30s of its context ending")
+		}
 		if t.Failed() {
 			t.Logf("serve stdout:\n%s\nserve stderr:\n%s", serveOut.String(), serveErr.String())
 		}
-	}()
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	kv := func(args ...string) (string, error) {
@@ -327,8 +336,8 @@ func TestServeAndKV(t *testing.T) {
 
 	pollUntil(t, 30*time.Second, "first put", func() error {
 		select {
-		case err := <-done:
-			t.Fatalf("serve returned early: %v", err)
+		case <-exited:
+			t.Fatalf("serve returned early: %v", serveRunErr)
 		default:
 		}
 		out, err := kv("put", "k", "v")
@@ -385,9 +394,9 @@ func TestServeAndKV(t *testing.T) {
 
 	stop()
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve after cancel: %v, want a clean shutdown", err)
+	case <-exited:
+		if serveRunErr != nil {
+			t.Fatalf("serve after cancel: %v, want a clean shutdown", serveRunErr)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("serve did not return within 30s of its context ending")

@@ -1,0 +1,165 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
+
+	"github.com/swarmkv/swarmkv/rpc"
+)
+
+// statusErr builds a gRPC status error with details, as the server does,
+// and passes it through its wire form (the proto) like a real call.
+func statusErr(t *testing.T, c codes.Code, msg string, details ...proto.Message) error {
+	t.Helper()
+	st := status.New(c, msg)
+	for _, d := range details {
+		var err error
+		if st, err = st.WithDetails(protoadapt.MessageV1Of(d)); err != nil {
+			t.Fatalf("WithDetails: %v", err)
+		}
+	}
+	return status.ErrorProto(st.Proto())
+}
+
+func TestClassify(t *testing.T) {
+	sentinels := map[string]error{
+		"ErrNotFound":        ErrNotFound,
+		"ErrInvalidArgument": ErrInvalidArgument,
+		"ErrUnavailable":     ErrUnavailable,
+		"ErrOutcomeUnknown":  ErrOutcomeUnknown,
+		"ErrClosed":          ErrClosed,
+	}
+	notLeader := &rpc.NotLeader{Shard: 3, LeaderId: "n2", LeaderAddr: "127.0.0.1:27100"}
+	retry := &rpc.RetryInfo{Shard: 3, RetryAfterMs: 50}
+	plain := errors.New("dial tcp: connection refused")
+	for _, tc := range []struct {
+		name     string
+		err      func(t *testing.T) error
+		sentinel string // the one sentinel the result wraps; "" = none
+		same     bool   // the result is the input error itself
+		ctxErr   error  // the result also wraps this context error
+		class    errClass
+		msg      string         // in the result's message
+		hint     *rpc.NotLeader // the hint returned, and the NotLeaderError's fields
+	}{
+		{name: "invalid argument", sentinel: "ErrInvalidArgument", class: classFatal, msg: "key is empty",
+			err: func(t *testing.T) error { return statusErr(t, codes.InvalidArgument, "invalid argument: key is empty") }},
+		{name: "not found", sentinel: "ErrNotFound", class: classFatal, msg: "no such key",
+			err: func(t *testing.T) error { return statusErr(t, codes.NotFound, "no such key") }},
+		{name: "not leader with hint", class: classNotLeader, hint: notLeader,
+			msg: "swarmkv: shard 3: not leader, leader is n2 at 127.0.0.1:27100",
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.FailedPrecondition, "not the leader of shard", notLeader)
+			}},
+		{name: "not leader, leader unknown", class: classNotLeader, hint: &rpc.NotLeader{Shard: 7},
+			msg: "swarmkv: shard 7: not leader, leader unknown",
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.FailedPrecondition, "not the leader of shard", &rpc.NotLeader{Shard: 7})
+			}},
+		{name: "not leader after another detail", class: classNotLeader, hint: notLeader,
+			msg: "leader is n2",
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.FailedPrecondition, "not the leader of shard", retry, notLeader)
+			}},
+		{name: "failed precondition without details", same: true, class: classFatal, msg: "code = FailedPrecondition",
+			err: func(t *testing.T) error { return statusErr(t, codes.FailedPrecondition, "not the leader of shard") }},
+		{name: "failed precondition with another detail", same: true, class: classFatal,
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.FailedPrecondition, "not the leader of shard", retry)
+			}},
+		{name: "unavailable with retry info", sentinel: "ErrUnavailable", class: classRetry, msg: "leader not ready",
+			err: func(t *testing.T) error { return statusErr(t, codes.Unavailable, "leader not ready", retry) }},
+		{name: "unavailable with retry info after another detail", sentinel: "ErrUnavailable", class: classRetry,
+			err: func(t *testing.T) error { return statusErr(t, codes.Unavailable, "no leader", notLeader, retry) }},
+		{name: "unavailable from the transport", sentinel: "ErrUnavailable", class: classAmbiguous, msg: "connection reset",
+			err: func(t *testing.T) error { return statusErr(t, codes.Unavailable, "connection reset") }},
+		{name: "unavailable with a not-leader detail", sentinel: "ErrUnavailable", class: classAmbiguous,
+			err: func(t *testing.T) error { return statusErr(t, codes.Unavailable, "closing", notLeader) }},
+		{name: "aborted", sentinel: "ErrOutcomeUnknown", class: classAmbiguous, msg: "leadership lost",
+			err: func(t *testing.T) error { return statusErr(t, codes.Aborted, "leadership lost") }},
+		{name: "deadline exceeded", sentinel: "ErrOutcomeUnknown", class: classAmbiguous, msg: "deadline", ctxErr: context.DeadlineExceeded,
+			err: func(t *testing.T) error { return status.FromContextError(context.DeadlineExceeded).Err() }},
+		{name: "canceled", class: classFatal, ctxErr: context.Canceled,
+			err: func(t *testing.T) error { return status.FromContextError(context.Canceled).Err() }},
+		{name: "internal", same: true, class: classFatal,
+			err: func(t *testing.T) error { return statusErr(t, codes.Internal, "pebble: disk full") }},
+		{name: "resource exhausted", same: true, class: classFatal,
+			err: func(t *testing.T) error { return statusErr(t, codes.ResourceExhausted, "message too large") }},
+		{name: "unimplemented", same: true, class: classFatal,
+			err: func(t *testing.T) error { return statusErr(t, codes.Unimplemented, "unknown method") }},
+		{name: "unknown code", same: true, class: classFatal,
+			err: func(t *testing.T) error { return statusErr(t, codes.Code(99), "from the future") }},
+		{name: "not a status", same: true, class: classFatal,
+			err: func(*testing.T) error { return plain }},
+		{name: "wrapped status", sentinel: "ErrInvalidArgument", class: classFatal, msg: "attempt 2",
+			err: func(t *testing.T) error {
+				return fmt.Errorf("attempt 2: %w", statusErr(t, codes.InvalidArgument, "key is empty"))
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.err(t)
+			got, class, hint := classify(in)
+			if got == nil {
+				t.Fatalf("classify(%v) returned a nil error", in)
+			}
+			if class != tc.class {
+				t.Errorf("class %d, want %d", class, tc.class)
+			}
+			if tc.ctxErr != nil && !errors.Is(got, tc.ctxErr) {
+				t.Errorf("errors.Is(%v, %v) = false", got, tc.ctxErr)
+			}
+			if tc.same && got != in {
+				t.Errorf("returned %v, want the input error %v", got, in)
+			}
+			for name, s := range sentinels {
+				if is := errors.Is(got, s); is != (name == tc.sentinel) {
+					t.Errorf("errors.Is(%v, %s) = %t", got, name, is)
+				}
+			}
+			if !strings.Contains(got.Error(), tc.msg) {
+				t.Errorf("message %q does not contain %q", got, tc.msg)
+			}
+			var nle *NotLeaderError
+			isNL := errors.As(got, &nle)
+			if tc.hint == nil {
+				if isNL || hint != nil {
+					t.Fatalf("got a NotLeaderError %v and hint %v, want neither", nle, hint)
+				}
+				return
+			}
+			if !isNL {
+				t.Fatalf("%v is not a *NotLeaderError", got)
+			}
+			want := NotLeaderError{Shard: tc.hint.GetShard(), LeaderID: tc.hint.GetLeaderId(), LeaderAddr: tc.hint.GetLeaderAddr()}
+			if *nle != want {
+				t.Errorf("NotLeaderError %+v, want %+v", *nle, want)
+			}
+			if !proto.Equal(hint, tc.hint) {
+				t.Errorf("hint %v, want %v", hint, tc.hint)
+			}
+		})
+	}
+}
+
+func TestNotLeaderErrorMessage(t *testing.T) {
+	for _, tc := range []struct {
+		err  NotLeaderError
+		want string
+	}{
+		{NotLeaderError{Shard: 0}, "swarmkv: shard 0: not leader, leader unknown"},
+		{NotLeaderError{Shard: 4, LeaderAddr: "a:1"}, "swarmkv: shard 4: not leader, leader unknown"},
+		{NotLeaderError{Shard: 4, LeaderID: "n3", LeaderAddr: "10.0.0.3:7100"}, "swarmkv: shard 4: not leader, leader is n3 at 10.0.0.3:7100"},
+	} {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("%+v.Error() = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}

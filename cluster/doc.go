@@ -1,0 +1,21 @@
+// Package cluster runs a swarmkv node: gossip discovery (memberlist),
+// bootstrap and replica placement, one hashicorp/raft instance per local
+// shard replica (all sharing one TCP port through Mux), the gRPC API (KV and
+// Cluster services) and the HTTP health endpoints.
+//
+// Usage (cmd/swarmnode is the real composition root):
+//
+//	node, err := cluster.New(cluster.Config{
+//		ID:              "n1",
+//		DataDir:         "/var/lib/swarmkv",
+//		Join:            []string{"10.0.0.2:7103", "10.0.0.3:7103"},
+//		BootstrapExpect: 3,
+//		Shards:          8,
+//	})
+//	if err != nil { ... }
+//	defer node.Close()
+//	// node.Ready() is nil once every local shard has a leader.
+//
+// Threads: see docs/architecture.md ("Threads"). Every goroutine a Node
+// starts is joined by Close.
+package cluster

@@ -13,10 +13,11 @@ import (
 
 // Errors returned by the client; classify with errors.Is and errors.As.
 var (
-	// ErrNotFound: the key (or record) does not exist.
+	// ErrNotFound: the key (or record) does not exist (gRPC NotFound).
 	ErrNotFound = errors.New("swarmkv: not found")
-	// ErrInvalidArgument: the server rejected the request as malformed or
-	// over a limit; nothing was changed. The wrapped message says why.
+	// ErrInvalidArgument: the request is malformed or over a limit (found
+	// by the server, gRPC InvalidArgument, or by a typed store before
+	// sending); nothing was changed. The wrapped message says why.
 	ErrInvalidArgument = errors.New("swarmkv: invalid argument")
 	// ErrUnavailable: no replica of the shard could serve the request
 	// before the context ended (no quorum, no leader, nodes down).
@@ -44,6 +45,30 @@ func (e *NotLeaderError) Error() string {
 	return fmt.Sprintf("swarmkv: shard %d: not leader, leader is %s at %s", e.Shard, e.LeaderID, e.LeaderAddr)
 }
 
+// InsufficientCreditsError is returned by Billing.ProcessUsage (and a
+// negative Billing.UpdateBalance) when the account's balance cannot cover
+// the charge; nothing was changed. It is seed 001's InsufficientCredits.
+type InsufficientCreditsError struct {
+	Balance  int64 // the account's balance when the charge was refused, in cents
+	Required int64 // what the charge needed, in cents
+}
+
+func (e *InsufficientCreditsError) Error() string {
+	return fmt.Sprintf("swarmkv: insufficient credits: balance %d, required %d", e.Balance, e.Required)
+}
+
+// DuplicateEventError is returned by Billing.ProcessUsage when the usage
+// event was already processed: the event has been charged exactly once, by
+// an earlier call or by an earlier attempt of this call whose answer was
+// lost. It is seed 001's DuplicateEvent.
+type DuplicateEventError struct {
+	EventID string
+}
+
+func (e *DuplicateEventError) Error() string {
+	return fmt.Sprintf("swarmkv: usage event %q already processed", e.EventID)
+}
+
 // errClass says what the retry loop does with an error.
 type errClass int
 
@@ -69,6 +94,16 @@ func classify(err error) (error, errClass, *rpc.NotLeader) {
 		for _, d := range st.Details() {
 			if nl, ok := d.(*rpc.NotLeader); ok {
 				return &NotLeaderError{Shard: nl.GetShard(), LeaderID: nl.GetLeaderId(), LeaderAddr: nl.GetLeaderAddr()}, classNotLeader, nl
+			}
+			if ic, ok := d.(*rpc.InsufficientCredits); ok {
+				return &InsufficientCreditsError{Balance: ic.GetBalance(), Required: ic.GetRequired()}, classFatal, nil
+			}
+		}
+		return err, classFatal, nil
+	case codes.AlreadyExists:
+		for _, d := range st.Details() {
+			if de, ok := d.(*rpc.DuplicateEvent); ok {
+				return &DuplicateEventError{EventID: de.GetEventId()}, classFatal, nil
 			}
 		}
 		return err, classFatal, nil

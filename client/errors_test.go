@@ -49,6 +49,8 @@ func TestClassify(t *testing.T) {
 		class    errClass
 		msg      string         // in the result's message
 		hint     *rpc.NotLeader // the hint returned, and the NotLeaderError's fields
+		credits  *InsufficientCreditsError
+		dup      *DuplicateEventError
 	}{
 		{name: "invalid argument", sentinel: "ErrInvalidArgument", class: classFatal, msg: "key is empty",
 			err: func(t *testing.T) error { return statusErr(t, codes.InvalidArgument, "invalid argument: key is empty") }},
@@ -74,6 +76,46 @@ func TestClassify(t *testing.T) {
 		{name: "failed precondition with another detail", same: true, class: classFatal,
 			err: func(t *testing.T) error {
 				return statusErr(t, codes.FailedPrecondition, "not the leader of shard", retry)
+			}},
+		{name: "insufficient credits", class: classFatal, credits: &InsufficientCreditsError{Balance: 40, Required: 250},
+			msg: "swarmkv: insufficient credits: balance 40, required 250",
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.FailedPrecondition, "fsm: insufficient credits", &rpc.InsufficientCredits{Balance: 40, Required: 250})
+			}},
+		{name: "insufficient credits after another detail", class: classFatal, credits: &InsufficientCreditsError{Balance: 0, Required: 1},
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.FailedPrecondition, "fsm: insufficient credits", retry, &rpc.InsufficientCredits{Balance: 0, Required: 1})
+			}},
+		{name: "insufficient credits with a zero detail", class: classFatal, credits: &InsufficientCreditsError{},
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.FailedPrecondition, "fsm: insufficient credits", &rpc.InsufficientCredits{})
+			}},
+		{name: "duplicate event", class: classFatal, dup: &DuplicateEventError{EventID: "evt-7"},
+			msg: `swarmkv: usage event "evt-7" already processed`,
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.AlreadyExists, "fsm: duplicate event", &rpc.DuplicateEvent{EventId: "evt-7"})
+			}},
+		{name: "duplicate event after another detail", class: classFatal, dup: &DuplicateEventError{EventID: "e"},
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.AlreadyExists, "fsm: duplicate event", notLeader, &rpc.DuplicateEvent{EventId: "e"})
+			}},
+		{name: "already exists without details", same: true, class: classFatal, msg: "code = AlreadyExists",
+			err: func(t *testing.T) error { return statusErr(t, codes.AlreadyExists, "exists") }},
+		{name: "already exists with an insufficient-credits detail", same: true, class: classFatal,
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.AlreadyExists, "exists", &rpc.InsufficientCredits{Balance: 1, Required: 2})
+			}},
+		{name: "invalid argument with a duplicate-event detail", sentinel: "ErrInvalidArgument", class: classFatal,
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.InvalidArgument, "event_id is empty", &rpc.DuplicateEvent{EventId: "x"})
+			}},
+		{name: "not found with an insufficient-credits detail", sentinel: "ErrNotFound", class: classFatal,
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.NotFound, "no account", &rpc.InsufficientCredits{Balance: 1, Required: 2})
+			}},
+		{name: "wrapped insufficient credits", class: classFatal, credits: &InsufficientCreditsError{Balance: 5, Required: 6},
+			err: func(t *testing.T) error {
+				return fmt.Errorf("attempt 1: %w", statusErr(t, codes.FailedPrecondition, "insufficient", &rpc.InsufficientCredits{Balance: 5, Required: 6}))
 			}},
 		{name: "unavailable with retry info", sentinel: "ErrUnavailable", class: classRetry, msg: "leader not ready",
 			err: func(t *testing.T) error { return statusErr(t, codes.Unavailable, "leader not ready", retry) }},
@@ -127,6 +169,18 @@ func TestClassify(t *testing.T) {
 			if !strings.Contains(got.Error(), tc.msg) {
 				t.Errorf("message %q does not contain %q", got, tc.msg)
 			}
+			var ice *InsufficientCreditsError
+			if isIC := errors.As(got, &ice); isIC != (tc.credits != nil) {
+				t.Errorf("errors.As(%v, *InsufficientCreditsError) = %t", got, isIC)
+			} else if isIC && *ice != *tc.credits {
+				t.Errorf("InsufficientCreditsError %+v, want %+v", *ice, *tc.credits)
+			}
+			var dee *DuplicateEventError
+			if isDup := errors.As(got, &dee); isDup != (tc.dup != nil) {
+				t.Errorf("errors.As(%v, *DuplicateEventError) = %t", got, isDup)
+			} else if isDup && *dee != *tc.dup {
+				t.Errorf("DuplicateEventError %+v, want %+v", *dee, *tc.dup)
+			}
 			var nle *NotLeaderError
 			isNL := errors.As(got, &nle)
 			if tc.hint == nil {
@@ -160,6 +214,22 @@ func TestNotLeaderErrorMessage(t *testing.T) {
 	} {
 		if got := tc.err.Error(); got != tc.want {
 			t.Errorf("%+v.Error() = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestDomainErrorMessages(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&InsufficientCreditsError{}, "swarmkv: insufficient credits: balance 0, required 0"},
+		{&InsufficientCreditsError{Balance: -3, Required: 9}, "swarmkv: insufficient credits: balance -3, required 9"},
+		{&DuplicateEventError{}, `swarmkv: usage event "" already processed`},
+		{&DuplicateEventError{EventID: "a\"b"}, `swarmkv: usage event "a\"b" already processed`},
+	} {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("%#v.Error() = %q, want %q", tc.err, got, tc.want)
 		}
 	}
 }

@@ -135,6 +135,8 @@ func New(cfg Config) (_ *Node, err error) {
 	srv := &server{node: n}
 	rpc.RegisterKVServer(n.grpcSrv, srv)
 	rpc.RegisterClusterServer(n.grpcSrv, srv)
+	rpc.RegisterRegistryServer(n.grpcSrv, &registryServer{server: srv})
+	rpc.RegisterBillingServer(n.grpcSrv, &billingServer{server: srv})
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()

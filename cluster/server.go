@@ -25,6 +25,9 @@ type server struct {
 // statusErr maps an error of this package (or of a replica of shard id) to
 // a gRPC status with typed details.
 func (s *server) statusErr(id shard.ID, err error) error {
+	if st, ok := domainStatus(err); ok {
+		return st
+	}
 	switch {
 	case err == nil:
 		return nil
@@ -33,8 +36,7 @@ func (s *server) statusErr(id shard.ID, err error) error {
 	case errors.Is(err, ErrNotLeader):
 		return s.notLeader(id)
 	case errors.Is(err, ErrLeaderNotReady), errors.Is(err, errNotBootstrapped), errors.Is(err, ErrClosed):
-		st, _ := status.New(codes.Unavailable, err.Error()).WithDetails(protoadapt.MessageV1Of(&rpc.RetryInfo{Shard: uint32(id), RetryAfterMs: 50}))
-		return st.Err()
+		return withDetail(codes.Unavailable, err.Error(), &rpc.RetryInfo{Shard: uint32(id), RetryAfterMs: 50})
 	case errors.Is(err, ErrOutcomeUnknown):
 		return status.Error(codes.Aborted, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
@@ -54,9 +56,14 @@ func (s *server) notLeader(id shard.ID) error {
 			d.LeaderAddr = a.GRPCAddr
 		}
 	}
-	st, err := status.New(codes.FailedPrecondition, "not the leader of shard").WithDetails(protoadapt.MessageV1Of(d))
+	return withDetail(codes.FailedPrecondition, "not the leader of shard", d)
+}
+
+// withDetail builds a status error carrying a typed detail.
+func withDetail(c codes.Code, msg string, d protoadapt.MessageV2) error {
+	st, err := status.New(c, msg).WithDetails(protoadapt.MessageV1Of(d))
 	if err != nil {
-		return status.Error(codes.FailedPrecondition, "not the leader of shard")
+		return status.Error(c, msg)
 	}
 	return st.Err()
 }

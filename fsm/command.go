@@ -4,14 +4,21 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/fxamacker/cbor/v2"
+
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/records"
 )
 
-// Sentinel errors. Every error the package returns wraps one of them (or is
-// a Pebble / I/O error while committing, which is fatal for the replica).
+// Sentinel errors. Every error the package returns wraps one of them, is
+// one of the typed errors *InsufficientCreditsError and *DuplicateEventError,
+// or is a Pebble / I/O error while committing, which is fatal for the
+// replica.
 var (
-	// ErrNotFound is returned by Get when the key is absent.
+	// ErrNotFound is returned by Get when the key is absent, and is the
+	// Result.Err of a registry or billing command whose record is missing.
 	ErrNotFound = errors.New("fsm: not found")
 	// ErrClosed is returned by every method called after Close, and by
 	// WaitApplied when the FSM is closed while waiting.
@@ -20,8 +27,14 @@ var (
 	// when a log entry's bytes are not a well-formed command.
 	ErrMalformedCommand = errors.New("fsm: malformed command")
 	// ErrInvalidCommand is wrapped by Command.Validate (and put in a Result)
-	// when a well-formed command breaks a rule or a limit.
+	// when a well-formed command breaks a rule or a limit, and by the
+	// Result.Err of a command that conflicts with the stored state (an agent
+	// id owned by another user, an int64 overflow of a balance).
 	ErrInvalidCommand = errors.New("fsm: invalid command")
+	// ErrCorruptRecord is wrapped by the Result.Err of a registry or billing
+	// command that read a stored record which does not decode or validate
+	// (only a raw OpBatch write into those tables can cause it).
+	ErrCorruptRecord = errors.New("fsm: corrupt stored record")
 	// ErrWrongShard is returned by Open when the data dir was created for
 	// another shard.
 	ErrWrongShard = errors.New("fsm: data dir belongs to another shard")
@@ -34,8 +47,8 @@ var (
 	ErrRestoring = errors.New("fsm: restore in progress or incomplete")
 )
 
-// Op selects what a Command does. New compound operations get a new Op and a
-// case in Command.Validate and in the FSM's apply switch.
+// Op selects what a Command does. New compound operations get a new Op, an
+// entry in opSpecs (name and fields) and a case in the FSM's apply switch.
 type Op uint8
 
 const (
@@ -48,6 +61,75 @@ const (
 	// FSM); linearizable reads wait for it.
 	OpNoop Op = 2
 )
+
+// Registry operations (seed 000). Each is applied atomically: every check
+// runs before any write, and a rejected command writes nothing. The fields
+// each op carries are listed after it; Validate requires exactly those.
+const (
+	// OpPutAgent (Agent) upserts agents[user|agent], moves the
+	// agents_by_status entry if the status changed, and sets
+	// agent_owners[agent] = user. An agent id that agent_owners assigns to
+	// another user is rejected (ErrInvalidCommand).
+	OpPutAgent Op = 10
+	// OpDeleteAgent (UserID, AgentID) deletes the agent record, its
+	// agents_by_status entry and its agent_owners entry; ErrNotFound if
+	// absent. The agent's sessions stay, as in the seed.
+	OpDeleteAgent Op = 11
+	// OpUpdateAgentStatus (UserID, AgentID, Status, Time) sets status and
+	// updated_at = Time and moves the index entry; ErrNotFound if absent.
+	OpUpdateAgentStatus Op = 12
+	// OpPutSession (Session) upserts sessions[session] and
+	// sessions_by_agent[agent|session], deleting the index entry of the
+	// agent an existing session with this id had before.
+	OpPutSession Op = 13
+	// OpUpdateSessionStatus (SessionID, Status, Time) sets status, and
+	// closed_at = Time when the status is not active and closed_at is
+	// unset; ErrNotFound if absent.
+	OpUpdateSessionStatus Op = 14
+	// OpPutUser (User) upserts users[user].
+	OpPutUser Op = 15
+)
+
+// Billing operations (seed 001). Amounts are cents. Each is applied
+// atomically, like the registry operations; OpUpdateBalance,
+// OpProcessUsage and OpAddCredits set Result.Balance to the new balance.
+const (
+	// OpPutAccount (Account) upserts accounts[user].
+	OpPutAccount Op = 20
+	// OpDeleteAccount (AccountID) deletes the account; ErrNotFound if
+	// absent. Its transactions stay.
+	OpDeleteAccount Op = 21
+	// OpUpdateBalance (AccountID, Amount, Time, Tx) adds the signed delta
+	// Amount to the balance and records Tx, an adjustment of that amount.
+	// Errors: ErrNotFound, *InsufficientCreditsError if the balance would
+	// go negative, ErrInvalidCommand on int64 overflow.
+	OpUpdateBalance Op = 22
+	// OpPutTransaction (Tx) upserts transactions[id] and its
+	// transactions_by_user entry.
+	OpPutTransaction Op = 23
+	// OpPutUsageEvent (Event) upserts usage_events[event_id].
+	OpPutUsageEvent Op = 24
+	// OpProcessUsage (Event, Tx, Time) charges Tx.AmountCents for a usage
+	// event, once: *DuplicateEventError if the event was processed,
+	// ErrNotFound without an account, *InsufficientCreditsError if the
+	// balance is short, ErrInvalidCommand on overflow; else it debits the
+	// account and stores Tx and the event.
+	OpProcessUsage Op = 25
+	// OpAddCredits (AccountID, Amount, Tx, Time) credits Amount and records
+	// Tx. It is idempotent in Tx.TransactionID: if that transaction exists
+	// (for this account), it succeeds without changing anything and returns
+	// the stored BalanceAfterCents, so a client may retry it with the same
+	// transaction id.
+	OpAddCredits Op = 26
+)
+
+// String returns the op's snake_case name ("put_agent"), or "op(N)".
+func (o Op) String() string {
+	if sp, ok := opSpecs[o]; ok {
+		return sp.name
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
 
 // GuardKind is the condition a Guard checks.
 type GuardKind uint8
@@ -87,20 +169,48 @@ type Batch struct {
 	Mutations []Mutation `cbor:"m,omitempty"`
 }
 
-// Command is the payload of one Raft log entry of type raft.LogCommand.
+// Command is the payload of one Raft log entry of type raft.LogCommand. Op
+// says which of the optional fields it carries (see the Op constants);
+// Validate requires exactly those.
 type Command struct {
 	Op    Op     `cbor:"op"`
 	Batch *Batch `cbor:"batch,omitempty"`
+
+	Agent   *records.AgentRecord       `cbor:"agent,omitempty"`
+	Session *records.SessionRecord     `cbor:"session,omitempty"`
+	User    *records.UserRecord        `cbor:"user,omitempty"`
+	Account *records.Account           `cbor:"account,omitempty"`
+	Tx      *records.CreditTransaction `cbor:"tx,omitempty"`
+	Event   *records.UsageEvent        `cbor:"event,omitempty"`
+
+	UserID    *keys.UserID    `cbor:"user_id,omitempty"`
+	AgentID   *keys.AgentID   `cbor:"agent_id,omitempty"`
+	SessionID *keys.SessionID `cbor:"session_id,omitempty"`
+	AccountID *keys.AccountID `cbor:"account_id,omitempty"`
+	Status    *uint8          `cbor:"status,omitempty"` // AgentState or SessionStatus
+	Amount    *int64          `cbor:"amount,omitempty"` // cents
+	// Time is the proposer's clock, Unix ms, fixed before the command
+	// enters the log (the state machine never reads a clock). 0 = absent;
+	// ops that take it require Time > 0.
+	Time int64 `cbor:"time,omitempty"`
 }
 
 // Result is what one applied log entry returns through raft's
 // ApplyFuture.Response(), as a *Result.
 type Result struct {
 	Index       uint64 // the log index
-	Succeeded   bool   // all guards held and mutations were written
+	Succeeded   bool   // all guards held and mutations were written (for registry and billing ops: Err == nil)
 	FailedGuard int    // index of the first failing guard when !Succeeded, else -1
 	Deleted     int    // number of MutDelete whose key existed when it ran
-	Err         error  // a deterministic rejection (malformed/invalid command), or a fatal storage error: nothing written
+	// Balance is the account balance in cents after a successful
+	// OpUpdateBalance, OpProcessUsage or OpAddCredits (for an idempotent
+	// OpAddCredits retry: the stored transaction's BalanceAfterCents).
+	Balance int64
+	// Err is a deterministic rejection (malformed or invalid command,
+	// ErrNotFound, *InsufficientCreditsError, *DuplicateEventError,
+	// ErrCorruptRecord), or a fatal storage error. Either way the command
+	// wrote nothing.
+	Err error
 }
 
 // commandVersion is the first byte of an encoded command.
@@ -153,10 +263,16 @@ func EncodeCommand(c *Command) ([]byte, error) {
 
 // approxSize is the payload size of c, to size the encoding buffer.
 func (c *Command) approxSize() int {
-	if c.Batch == nil {
-		return 0
-	}
 	n := 0
+	for _, present := range [...]bool{c.Agent != nil, c.Session != nil, c.User != nil,
+		c.Account != nil, c.Tx != nil, c.Event != nil} {
+		if present {
+			n += 256
+		}
+	}
+	if c.Batch == nil {
+		return n
+	}
 	for i := range c.Batch.Guards {
 		n += 16 + len(c.Batch.Guards[i].Key) + len(c.Batch.Guards[i].Value)
 	}
@@ -168,10 +284,14 @@ func (c *Command) approxSize() int {
 
 // DecodeCommand parses log entry bytes made by EncodeCommand. It is strict:
 // an unknown version byte, trailing bytes, unknown or duplicate map keys,
-// tags, indefinite lengths, out-of-range integers and oversized arrays are
-// errors wrapping ErrMalformedCommand. Empty byte strings and arrays decode
-// as nil, so that DecodeCommand(EncodeCommand(c)) is stable. It does not
-// validate the command: see Command.Validate.
+// tags, indefinite lengths, out-of-range integers, invalid UTF-8 and
+// oversized arrays are errors wrapping ErrMalformedCommand, and so is any
+// encoding other than the one EncodeCommand writes for the decoded command
+// (Core Deterministic CBOR). That last check also rejects ids of the wrong
+// width, which CBOR would otherwise zero-fill or truncate into the
+// fixed-size id arrays, and explicit zero or null values of omitted fields.
+// Empty byte strings decode as nil, so that DecodeCommand(EncodeCommand(c))
+// is stable. It does not validate the command: see Command.Validate.
 func DecodeCommand(b []byte) (*Command, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("%w: empty", ErrMalformedCommand)
@@ -183,9 +303,27 @@ func DecodeCommand(b []byte) (*Command, error) {
 	if err := decMode.Unmarshal(b[1:], c); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformedCommand, err)
 	}
+	// Compare before normalize: an empty key encodes as an empty byte
+	// string and a nil one as null, and both are EncodeCommand's output.
+	buf := canonBufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	err := encMode.MarshalToBuffer(c, buf)
+	canonical := err == nil && bytes.Equal(buf.Bytes(), b[1:])
+	if buf.Cap() <= maxPooledBuf {
+		canonBufs.Put(buf)
+	}
+	if !canonical {
+		return nil, fmt.Errorf("%w: not in canonical form (wrong id width or not EncodeCommand's deterministic encoding)", ErrMalformedCommand)
+	}
 	c.normalize()
 	return c, nil
 }
+
+// canonBufs holds DecodeCommand's re-encoding buffers; buffers grown past
+// maxPooledBuf (by a large batch) are left to the garbage collector.
+var canonBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledBuf = 64 << 10
 
 // normalize turns empty slices into nil (the encoder omits both alike).
 func (c *Command) normalize() {
@@ -216,24 +354,38 @@ func nilIfEmpty(b []byte) []byte {
 }
 
 // Validate checks c against the rules and the limits l (zero fields of l
-// take their defaults). The error wraps ErrInvalidCommand and says which
-// guard or mutation broke which rule.
+// take their defaults): the op is known, c carries exactly the fields the op
+// takes, every record passes its own Validate, and the op's own rules hold.
+// The error wraps ErrInvalidCommand (and, for a bad record,
+// records.ErrInvalid) and says which field broke which rule.
 func (c *Command) Validate(l Limits) error {
-	l = l.WithDefaults()
-	switch c.Op {
-	case OpBatch:
-		if c.Batch == nil {
-			return fmt.Errorf("%w: op batch: missing batch", ErrInvalidCommand)
-		}
-		return c.Batch.validate(l)
-	case OpNoop:
-		if c.Batch != nil {
-			return fmt.Errorf("%w: op noop: carries a batch", ErrInvalidCommand)
-		}
-		return nil
-	default:
+	sp, ok := opSpecs[c.Op]
+	if !ok {
 		return fmt.Errorf("%w: unknown op %d", ErrInvalidCommand, c.Op)
 	}
+	have := c.fields()
+	if missing := sp.fields &^ have; missing != 0 {
+		return fmt.Errorf("%w: op %s: missing %s", ErrInvalidCommand, c.Op, missing.first())
+	}
+	if extra := have &^ sp.fields; extra != 0 {
+		return fmt.Errorf("%w: op %s: carries %s", ErrInvalidCommand, c.Op, extra.first())
+	}
+	if c.Time < 0 {
+		return fmt.Errorf("%w: op %s: time %d is negative", ErrInvalidCommand, c.Op, c.Time)
+	}
+	switch c.Op {
+	case OpBatch:
+		return c.Batch.validate(l.WithDefaults())
+	case OpNoop:
+		return nil
+	}
+	if err := c.validateRecords(); err != nil {
+		return fmt.Errorf("%w: op %s: %w", ErrInvalidCommand, c.Op, err)
+	}
+	if err := c.validateOp(); err != nil {
+		return fmt.Errorf("%w: op %s: %s", ErrInvalidCommand, c.Op, err)
+	}
+	return nil
 }
 
 func (b *Batch) validate(l Limits) error {

@@ -3,11 +3,14 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/fxamacker/cbor/v2"
+
+	"github.com/swarmkv/swarmkv/records"
 )
 
 func TestValidate(t *testing.T) {
@@ -32,7 +35,7 @@ func TestValidate(t *testing.T) {
 		{"unknown op", &Command{Op: 7, Batch: &Batch{}}, Limits{}, "unknown op 7"},
 		{"zero op", &Command{}, Limits{}, "unknown op 0"},
 		{"missing batch", &Command{Op: OpBatch}, Limits{}, "op batch: missing batch"},
-		{"noop with batch", &Command{Op: OpNoop, Batch: &Batch{}}, Limits{}, "op noop: carries a batch"},
+		{"noop with batch", &Command{Op: OpNoop, Batch: &Batch{}}, Limits{}, "op noop: carries batch"},
 		{"empty key", batchCmd(nil, put("", "v")), Limits{}, "mutation 0: empty key"},
 		{"guard empty key", batchCmd([]Guard{{Kind: GuardExists}}), Limits{}, "guard 0: empty key"},
 		{"key too long", batchCmd(nil, put("\x20a", ""), Mutation{Kind: MutPut, Key: big(4097)}), Limits{}, "mutation 1: key is 4097 bytes, limit 4096"},
@@ -47,6 +50,8 @@ func TestValidate(t *testing.T) {
 		{"value for exists", batchCmd([]Guard{{Kind: GuardExists, Key: []byte("\x20k"), Value: []byte("v")}}), Limits{}, "guard 0: value given for an exists/absent guard"},
 		{"value for absent", batchCmd([]Guard{{Kind: GuardAbsent, Key: []byte("\x20k"), Value: []byte("v")}}), Limits{}, "guard 0: value given for an exists/absent guard"},
 		{"value for delete", batchCmd(nil, Mutation{Kind: MutDelete, Key: []byte("\x20k"), Value: []byte("v")}), Limits{}, "mutation 0: value given for a delete"},
+		{"batch with a record", &Command{Op: OpBatch, Batch: &Batch{}, User: &records.UserRecord{}}, Limits{}, "op batch: carries user"},
+		{"noop with time", &Command{Op: OpNoop, Time: 5}, Limits{}, "op noop: carries time"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cmd.Validate(tc.limits)
@@ -61,6 +66,141 @@ func TestValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// validCommands returns one valid command of every registry and billing op.
+func validCommands() []*Command {
+	u, a, s, ac := uid(1), aid(2), sid(3), acct(4)
+	return []*Command{
+		putAgentCmd(agentRec(1, 2, records.AgentRunning)),
+		{Op: OpDeleteAgent, UserID: &u, AgentID: &a},
+		{Op: OpUpdateAgentStatus, UserID: &u, AgentID: &a, Status: ptr(uint8(records.AgentFailed)), Time: 1},
+		putSessionCmd(sessionRec(3, 2, records.SessionClosed, ptr(int64(40)))),
+		{Op: OpUpdateSessionStatus, SessionID: &s, Status: ptr(uint8(records.SessionExpired)), Time: 1},
+		{Op: OpPutUser, User: &records.UserRecord{UserID: u, Email: "x@y"}},
+		putAccountCmd(account(4, 10, 10, 0)),
+		{Op: OpDeleteAccount, AccountID: &ac},
+		updateBalanceCmd(4, 5, -7, 1),
+		{Op: OpPutTransaction, Tx: creditTx(4, 6, 9)},
+		{Op: OpPutUsageEvent, Event: usageEvent(4, 7)},
+		processUsageCmd(4, 8, 9, 3, 1),
+		addCreditsCmd(4, 10, 11, 1),
+	}
+}
+
+// TestValidateRecordOps: every op takes exactly its fields, its records
+// must validate, and its own rules hold.
+func TestValidateRecordOps(t *testing.T) {
+	for _, c := range validCommands() {
+		if err := c.Validate(Limits{}); err != nil {
+			t.Errorf("%s: %v", c.Op, err)
+		}
+		// Dropping any one field, or adding any other, is invalid.
+		for bit := field(1); bit <= fTime; bit <<= 1 {
+			d := *c
+			setField(&d, bit, c.fields()&bit == 0)
+			err := d.Validate(Limits{})
+			want := "op " + c.Op.String() + ": missing " + bit.first()
+			if c.fields()&bit == 0 {
+				want = "op " + c.Op.String() + ": carries " + bit.first()
+			}
+			if !errors.Is(err, ErrInvalidCommand) || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s with field %s toggled: %v, want %q", c.Op, bit.first(), err, want)
+			}
+		}
+	}
+	vc := validCommands()
+	edit := func(i int, f func(c *Command)) *Command {
+		c := *vc[i]
+		if c.Tx != nil {
+			c.Tx = ptr(*c.Tx)
+		}
+		f(&c)
+		return &c
+	}
+	for _, tc := range []struct {
+		name string
+		cmd  *Command
+		want string
+	}{
+		{"agent record", edit(0, func(c *Command) { c.Agent = &records.AgentRecord{} }), "op put_agent: agent: records: invalid record: name is empty"},
+		{"agent status", edit(2, func(c *Command) { c.Status = ptr(uint8(6)) }), "status: agent_state(6) is not a valid agent state"},
+		{"negative time", edit(2, func(c *Command) { c.Time = -1 }), "op update_agent_status: time -1 is negative"},
+		{"session record", edit(3, func(c *Command) { c.Session = &records.SessionRecord{Status: 7} }), "session: records: invalid record"},
+		{"session status", edit(4, func(c *Command) { c.Status = ptr(uint8(4)) }), "session_status(4) is not a valid session status"},
+		{"user record", edit(5, func(c *Command) { c.User = &records.UserRecord{CreatedAt: -1} }), "user: records: invalid record"},
+		{"account record", edit(6, func(c *Command) { c.Account = account(1, -1, 0, 0) }), "account: records: invalid record"},
+		{"zero delta", edit(8, func(c *Command) { c.Amount = ptr(int64(0)) }), "amount 0: want a non-zero delta"},
+		{"min delta", edit(8, func(c *Command) { c.Amount, c.Tx.AmountCents = ptr(int64(math.MinInt64)), math.MaxInt64 }), "want a non-zero delta"},
+		{"adjustment type", edit(8, func(c *Command) { c.Tx.TransactionType, c.Tx.AmountCents = records.TxGrant, 7 }), "tx: type grant, want adjustment"},
+		{"adjustment amount", edit(8, func(c *Command) { c.Tx.AmountCents = 7 }), "tx: amount_cents 7 differs from amount -7"},
+		{"adjustment user", edit(8, func(c *Command) { c.Tx.UserID = acct(9) }), "tx: user_id differs from account_id"},
+		{"tx record", edit(9, func(c *Command) { c.Tx.AmountCents = 0 }), "tx: records: invalid record"},
+		{"event record", edit(10, func(c *Command) { c.Event = &records.UsageEvent{} }), "event: records: invalid record: event_id is empty"},
+		{"usage type", edit(11, func(c *Command) { c.Tx.TransactionType = records.TxPurchase }), "tx: type purchase, want usage"},
+		{"usage amount", edit(11, func(c *Command) { c.Tx.AmountCents = -3 }), "must be positive for usage"},
+		{"usage user", edit(11, func(c *Command) { c.Tx.UserID = acct(9) }), "tx: user_id differs from the event's user_id"},
+		{"usage event id", edit(11, func(c *Command) { c.Tx.EventID = "other" }), "tx: event_id differs from the event's event_id"},
+		{"credit amount", edit(12, func(c *Command) { c.Amount = ptr(int64(-11)) }), "amount -11: want a positive amount"},
+		{"credit type", edit(12, func(c *Command) { c.Tx.TransactionType = records.TxUsage }), "tx: type usage is not a credit"},
+		{"credit adjustment", edit(12, func(c *Command) { c.Tx.TransactionType = records.TxAdjustment }), "tx: type adjustment is not a credit"},
+		{"credit tx amount", edit(12, func(c *Command) { c.Tx.AmountCents = 12 }), "tx: amount_cents 12 differs from amount 11"},
+		{"credit user", edit(12, func(c *Command) { c.Tx.UserID = acct(9) }), "tx: user_id differs from account_id"},
+	} {
+		err := tc.cmd.Validate(Limits{})
+		if !errors.Is(err, ErrInvalidCommand) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrInvalidCommand containing %q", tc.name, err, tc.want)
+		}
+	}
+	if err := edit(0, func(c *Command) { c.Agent = &records.AgentRecord{} }).Validate(Limits{}); !errors.Is(err, records.ErrInvalid) {
+		t.Errorf("a bad record's error does not wrap records.ErrInvalid: %v", err)
+	}
+	for op, want := range map[Op]string{OpBatch: "batch", OpAddCredits: "add_credits", OpPutUser: "put_user", 0: "op(0)", 99: "op(99)"} {
+		if op.String() != want {
+			t.Errorf("Op(%d).String() = %q, want %q", uint8(op), op.String(), want)
+		}
+	}
+}
+
+// setField sets (on) or clears the field bit of c to some value.
+func setField(c *Command, bit field, on bool) {
+	switch bit {
+	case fBatch:
+		c.Batch = cond(on, &Batch{}, nil)
+	case fAgent:
+		c.Agent = cond(on, agentRec(0, 0, 0), nil)
+	case fSession:
+		c.Session = cond(on, sessionRec(0, 0, 0, nil), nil)
+	case fUser:
+		c.User = cond(on, &records.UserRecord{}, nil)
+	case fAccount:
+		c.Account = cond(on, account(0, 0, 0, 0), nil)
+	case fTx:
+		c.Tx = cond(on, creditTx(0, 0, 1), nil)
+	case fEvent:
+		c.Event = cond(on, usageEvent(0, 0), nil)
+	case fUserID:
+		c.UserID = cond(on, ptr(uid(0)), nil)
+	case fAgentID:
+		c.AgentID = cond(on, ptr(aid(0)), nil)
+	case fSessionID:
+		c.SessionID = cond(on, ptr(sid(0)), nil)
+	case fAccountID:
+		c.AccountID = cond(on, ptr(acct(0)), nil)
+	case fStatus:
+		c.Status = cond(on, ptr(uint8(0)), nil)
+	case fAmount:
+		c.Amount = cond(on, ptr(int64(1)), nil)
+	case fTime:
+		c.Time = cond(on, int64(1), 0)
+	}
+}
+
+func cond[T any](on bool, a, b T) T {
+	if on {
+		return a
+	}
+	return b
 }
 
 // TestRejectedCommandsChangeNothing applies rejected commands to an FSM
@@ -129,6 +269,16 @@ func TestDecodeCommandStrict(t *testing.T) {
 		{"key not bytes", enc(map[string]any{"op": 1, "batch": map[string]any{"m": []any{map[string]any{"key": 5}}}})},
 		{"oversized array", enc(map[string]any{"op": 1, "batch": map[string]any{"g": manyGuards}})},
 		{"not a map", enc([]int{1, 2})},
+		{"short id", shortIDCommand(false)},
+		{"short nested id", shortIDCommand(true)},
+		{"long id", canon(map[string]any{"op": 11, "user_id": make([]byte, 33), "agent_id": make([]byte, 32)})},
+		{"id as array", canon(map[string]any{"op": 21, "account_id": make([]int, 16)})},
+		{"explicit zero time", canon(map[string]any{"op": 2, "time": 0})},
+		{"null record", canon(map[string]any{"op": 15, "user": nil})},
+		{"non-canonical order", []byte{commandVersion, 0xa2, 0x64, 't', 'i', 'm', 'e', 0x01, 0x62, 'o', 'p', 0x02}},
+		{"non-minimal int", []byte{commandVersion, 0xa1, 0x62, 'o', 'p', 0x18, 0x02}},
+		{"invalid utf-8", canon(map[string]any{"op": 24, "event": map[string]any{"event_id": "\xff"}})},
+		{"status overflow", canon(map[string]any{"op": 12, "status": 256})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if c, err := DecodeCommand(tc.data); !errors.Is(err, ErrMalformedCommand) {
@@ -160,8 +310,17 @@ func TestEncodeRoundTrip(t *testing.T) {
 	}
 }
 
+// canon is the version byte and the deterministic encoding of v.
+func canon(v any) []byte {
+	b, err := encMode.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return append([]byte{commandVersion}, b...)
+}
+
 func seedCommands() []*Command {
-	return []*Command{
+	return append(validCommands(), []*Command{
 		{Op: OpBatch, Batch: &Batch{}},
 		batchCmd(nil, put("\x20k", "v")),
 		batchCmd([]Guard{{Kind: GuardAbsent, Key: []byte("\x20k")}}, put("\x20k", "v"), del("\x20j")),
@@ -170,7 +329,8 @@ func seedCommands() []*Command {
 			{Kind: GuardExists, Key: []byte("\x21k")},
 		}, del("\x20k")),
 		{Op: 9},
-	}
+		{Op: OpPutAgent, Agent: &records.AgentRecord{}, Time: 5},
+	}...)
 }
 
 // FuzzDecodeCommand: decoding never panics; whatever decodes re-encodes to
@@ -181,6 +341,8 @@ func FuzzDecodeCommand(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte{commandVersion, 0xa0})
+	f.Add(shortIDCommand(false))
+	f.Add(shortIDCommand(true))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := DecodeCommand(data)
 		if err != nil {
@@ -216,6 +378,13 @@ func FuzzApply(f *testing.F) {
 	}
 	f.Add([]byte{})
 	f.Add([]byte{commandVersion, 0xff})
+	f.Add(shortIDCommand(true))
+	for _, c := range []*Command{
+		putAccountCmd(account(4, 0, 0, 0)), addCreditsCmd(4, 1, 100, 2), processUsageCmd(4, 1, 2, 40, 3),
+		putAgentCmd(agentRec(2, 2, records.AgentRunning)), putSessionCmd(sessionRec(1, 2, 0, nil)),
+	} {
+		f.Add(mustEncode(f, c))
+	}
 	fsm := mustOpen(f, testConfig(1, f.TempDir()), nil)
 	m := newModel()
 	var index uint64
@@ -241,6 +410,8 @@ func FuzzApply(f *testing.F) {
 		}
 	}
 	step(f, mustEncode(f, batchCmd(nil, put("\x20k", "v"), put("\x20j", ""))))
+	step(f, mustEncode(f, putAccountCmd(account(4, 500, 500, 0))))
+	step(f, mustEncode(f, putAgentCmd(agentRec(1, 2, records.AgentPending))))
 	f.Fuzz(func(t *testing.T, data []byte) { step(t, data) })
 }
 

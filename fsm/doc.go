@@ -22,14 +22,68 @@
 //	case !res.Succeeded: // guard res.FailedGuard did not hold, nothing written
 //	}
 //
+//	// charge a usage event, once, against the user's credits:
+//	data, err = fsm.EncodeCommand(&fsm.Command{Op: fsm.OpProcessUsage,
+//		Event: ev, Tx: charge, Time: nowMs}) // Time: the proposer's clock
+//	res = r.Apply(data, timeout).Response().(*fsm.Result)
+//	var short *fsm.InsufficientCreditsError
+//	switch {
+//	case errors.As(res.Err, &short): // short.Balance < short.Required
+//	case res.Err != nil:             // DuplicateEventError, ErrNotFound, ...
+//	default:                         // res.Balance is the new balance
+//	}
+//
 //	// linearizable read on the leader, after VerifyLeader:
 //	if err := f.WaitApplied(ctx, readIndex); err != nil { ... }
 //	v, err := f.Get(k)
+//	page, err := f.ScanReverse(prefix, keys.PrefixEnd(prefix), 20, 0) // newest first
+//
+// # Commands
+//
+// A command is one op (the Op constants) with exactly the fields that op
+// takes. OpBatch is a guarded write of opaque keys (in practice the generic
+// kv table); OpNoop marks a new leader's term. The registry ops (10-15) and
+// billing ops (20-26) implement the seed stores' operations, compound ones
+// included, inside the state machine, on the tables of package keys:
+//
+//	op                         reads                               writes
+//	put_agent              10  agent_owners, agents                agents, agents_by_status, agent_owners
+//	delete_agent           11  agents, agent_owners                the same (deletes)
+//	update_agent_status    12  agents                              agents, agents_by_status
+//	put_session            13  sessions                            sessions, sessions_by_agent
+//	update_session_status  14  sessions                            sessions
+//	put_user               15  -                                   users
+//	put_account            20  -                                   accounts
+//	delete_account         21  accounts                            accounts (delete)
+//	update_balance         22  accounts, transactions              accounts, transactions, transactions_by_user
+//	put_transaction        23  transactions                        transactions, transactions_by_user
+//	put_usage_event        24  -                                   usage_events
+//	process_usage          25  usage_events, accounts, transactions accounts, transactions, transactions_by_user, usage_events
+//	add_credits            26  transactions, accounts              accounts, transactions, transactions_by_user
+//
+// Each command is atomic: it makes every check against the state (as left
+// by earlier entries, including earlier entries of the same run) before it
+// writes anything, and a rejected command writes nothing. Rejections are
+// deterministic Result.Err values, the same on every replica: ErrNotFound,
+// *InsufficientCreditsError, *DuplicateEventError, ErrInvalidCommand (an
+// agent id owned by another user, an int64 overflow), ErrCorruptRecord.
+// The state machine keeps these invariants, which the tests check after
+// long random sequences: every agent has exactly one agents_by_status entry
+// (its status) and an agent_owners entry, and every index entry has its
+// record; likewise sessions_by_agent and transactions_by_user; an account's
+// balance moves only by the amounts of the commands that succeeded.
+//
+// The state machine reads no clock and draws no randomness: timestamps come
+// in Command.Time, fixed by the proposer before the command enters the log.
+// OpAddCredits is idempotent in its transaction id, so a client may retry
+// it; OpProcessUsage is idempotent in its event id (a retry gets
+// *DuplicateEventError and is charged once).
 //
 // # Keys
 //
-// Keys are opaque bytes, except that the table with prefix byte 0x00 (the
-// meta table) holds the replica's own state and no command may write it:
+// To OpBatch keys are opaque bytes, except that the table with prefix byte
+// 0x00 (the meta table) holds the replica's own state and no command may
+// write it:
 //
 //	0x00 "shard"     uint32 big-endian shard id, written on first Open
 //	0x00 "applied"   uint64 big-endian index of the last applied log entry

@@ -350,7 +350,11 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 //
 // It returns one value per entry: a *Result for a LogCommand entry, nil for
 // other entry types and for entries already applied. A malformed or invalid
-// command gets a Result with Err and writes nothing. A storage error is
+// command, and a registry or billing command rejected by the state (not
+// found, insufficient credits, duplicate event, ...), gets a Result with
+// Err and writes nothing; the rest of the run continues. Every command
+// reads through the run's batch, so it sees the writes of earlier entries
+// of the run. A storage error is
 // fatal: every not-yet-committed command of the run gets it as Err, it is
 // logged, the applied index does not advance, and later applies are refused
 // until a Restore succeeds (restart the replica).
@@ -462,9 +466,8 @@ func (f *FSM) applyCommand(b *pebble.Batch, l *raft.Log) (*Result, error) {
 	case OpNoop:
 		res.Succeeded = true
 		return res, nil
-	default: // unreachable: Validate knows every op
-		res.Err = fmt.Errorf("%w: unknown op %d", ErrInvalidCommand, cmd.Op)
-		return res, nil
+	default: // a registry or billing op (Validate knows every op)
+		return res, applyRecordOp(b, cmd, res)
 	}
 }
 

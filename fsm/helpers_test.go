@@ -101,8 +101,17 @@ func (m *model) apply(l *raft.Log) interface{} {
 		res.Err = err
 		return res
 	}
-	if c.Op == OpNoop {
+	switch c.Op {
+	case OpNoop:
 		res.Succeeded = true
+		return res
+	case OpBatch:
+	default:
+		res.Balance, res.Err = m.applyRecordOp(c)
+		if res.Err != nil {
+			res.Balance = 0
+		}
+		res.Succeeded = res.Err == nil
 		return res
 	}
 	for i, g := range c.Batch.Guards {
@@ -173,15 +182,16 @@ func diffResult(a, b interface{}) string {
 		eb = rb.Err.Error()
 	}
 	if ra.Index != rb.Index || ra.Succeeded != rb.Succeeded || ra.FailedGuard != rb.FailedGuard ||
-		ra.Deleted != rb.Deleted || ea != eb {
+		ra.Deleted != rb.Deleted || ra.Balance != rb.Balance || ea != eb {
 		return fmt.Sprintf("%+v vs %+v", *ra, *rb)
 	}
 	return ""
 }
 
 // genLog returns a seeded random log of n entries, indexes 1..n: mostly
-// guarded batches over a small key space (so guards fail sometimes), plus
-// malformed bytes, invalid commands and non-command entries.
+// guarded batches over a small key space (so guards fail sometimes) and
+// registry and billing commands over small id spaces (so they collide),
+// plus malformed bytes, invalid commands and non-command entries.
 func genLog(rng *rand.Rand, n int) []*raft.Log {
 	keys := make([][]byte, 0, 32)
 	for i := range 28 {
@@ -213,6 +223,8 @@ func genLog(rng *rand.Rand, n int) []*raft.Log {
 			l.Data, _ = EncodeCommand(genInvalid(rng))
 		case r < 17:
 			l.Data, _ = EncodeCommand(&Command{Op: OpNoop})
+		case r < 55:
+			l.Data, _ = EncodeCommand(genRecordCmd(rng))
 		default:
 			b := &Batch{}
 			for range rng.IntN(3) {
@@ -238,7 +250,12 @@ func genLog(rng *rand.Rand, n int) []*raft.Log {
 
 func genMalformed(rng *rand.Rand) []byte {
 	valid, _ := EncodeCommand(batchCmd(nil, put("\x20k", "v")))
-	switch rng.IntN(5) {
+	if rng.IntN(3) == 0 {
+		valid, _ = EncodeCommand(genRecordCmd(rng))
+	}
+	switch rng.IntN(6) {
+	case 5: // a fixed-size id one byte short
+		return shortIDCommand(rng.IntN(2) == 0)
 	case 0: // random bytes
 		b := make([]byte, rng.IntN(40))
 		for i := range b {
@@ -256,6 +273,24 @@ func genMalformed(rng *rand.Rand) []byte {
 		b[rng.IntN(len(b))] ^= byte(1 + rng.UintN(255))
 		return b
 	}
+}
+
+// shortIDCommand is a delete command whose user id (or, nested, whose
+// agent record's agent id) is a 31-byte string: well-formed CBOR, in
+// canonical order, that a plain decoder would zero-fill into the array.
+func shortIDCommand(nested bool) []byte {
+	m := map[string]any{"op": uint8(OpDeleteAgent), "user_id": make([]byte, 31), "agent_id": make([]byte, 32)}
+	if nested {
+		m = map[string]any{"op": uint8(OpPutAgent), "agent": map[string]any{
+			"agent_id": make([]byte, 31), "user_id": make([]byte, 32), "name": "n", "status": 0,
+			"spec":       map[string]any{"cpu_millicores": 0, "memory_mb": 0, "runtime_version": ""},
+			"created_at": 0, "updated_at": 0}}
+	}
+	b, err := encMode.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return append([]byte{commandVersion}, b...)
 }
 
 func genInvalid(rng *rand.Rand) *Command {

@@ -19,6 +19,7 @@
 //	sessions               0x03    session_id(16)                             Session (CBOR)
 //	sessions_by_agent      0x04    agent_id(32) session_id(16)                empty (index)
 //	users                  0x05    user_id(32)                                User (CBOR)
+//	agent_owners           0x06    agent_id(32)                               owner user_id(32)
 //	accounts               0x10    user_id(16, UUID)                          Account (CBOR)
 //	transactions           0x11    transaction_id(16, ULID)                   Transaction (CBOR)
 //	transactions_by_user   0x12    user_id(16) transaction_id(16)             empty (index)
@@ -26,7 +27,7 @@
 //	kv                     0x20    len(routing_key) u16 BE, routing_key, key  user value
 //
 // Total key lengths: agents 65, agents_by_status 66, sessions 17,
-// sessions_by_agent 49, users 33, accounts 17, transactions 17,
+// sessions_by_agent 49, users 33, agent_owners 33, accounts 17, transactions 17,
 // transactions_by_user 33, usage_events 2..257, kv 3+len(routing_key)+len(key).
 //
 // The seed layouts are what make the scans they rely on work:
@@ -34,6 +35,8 @@
 //   - All agents of one user share the prefix AgentPrefix(u) and therefore
 //     form one contiguous range (the seed's list_agents_by_user).
 //   - All sessions of one agent share SessionByAgentPrefix(a).
+//   - agent_owners (swarmkv's own table) answers "whose agent is this?" with
+//     one point read, so a lookup by agent id alone never scans agents.
 //   - Transaction ids are ULIDs whose first 48 bits are a big-endian
 //     millisecond timestamp, so inside TransactionByUserPrefix(u) bytewise
 //     order is time order: newest last, and a reverse scan lists newest first.

@@ -87,6 +87,14 @@ func FuzzDecodeUser(f *testing.F) {
 	})
 }
 
+func FuzzDecodeAgentOwner(f *testing.F) {
+	addSeeds(f, TableAgentOwners, AgentOwner(AgentID(seq(0xa0, 32))))
+	f.Fuzz(func(t *testing.T, k []byte) {
+		a, err := DecodeAgentOwner(k)
+		checkDecode(t, k, err, func() []byte { return AgentOwner(a) })
+	})
+}
+
 func FuzzDecodeAccount(f *testing.F) {
 	addSeeds(f, TableAccounts, Account(AccountID(seq(0x60, 16))))
 	f.Fuzz(func(t *testing.T, k []byte) {

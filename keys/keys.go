@@ -61,6 +61,17 @@ const (
 	//	0      1              33
 	TableUsers byte = 0x05
 
+	// TableAgentOwners maps an agent id to the user that owns it, so that
+	// a lookup by agent id alone is one point read instead of a scan of
+	// the agents table. The value is the owner's user_id (32 bytes).
+	// swarmkv's addition; the seed has no such column family.
+	//
+	//	+------+---------------+
+	//	| 0x06 | agent_id (32) |
+	//	+------+---------------+
+	//	0      1               33
+	TableAgentOwners byte = 0x06
+
 	// TableAccounts holds billing accounts (seed CF "accounts"), keyed by
 	// the billing user id, a 16-byte UUID.
 	//
@@ -142,6 +153,7 @@ const (
 	sessionKeyLen           = 1 + 16
 	sessionByAgentKeyLen    = 1 + 32 + 16
 	userKeyLen              = 1 + 32
+	agentOwnerKeyLen        = 1 + 32
 	accountKeyLen           = 1 + 16
 	transactionKeyLen       = 1 + 16
 	transactionByUserKeyLen = 1 + 16 + 16
@@ -179,6 +191,8 @@ func TableName(t byte) string {
 		return "sessions_by_agent"
 	case TableUsers:
 		return "users"
+	case TableAgentOwners:
+		return "agent_owners"
 	case TableAccounts:
 		return "accounts"
 	case TableTransactions:
@@ -281,6 +295,14 @@ func User(u UserID) []byte {
 	k := make([]byte, 0, userKeyLen)
 	k = append(k, TableUsers)
 	return append(k, u[:]...)
+}
+
+// AgentOwner returns the agent_owners key 0x06 | agent_id. Its value is
+// the owner's 32-byte user id.
+func AgentOwner(a AgentID) []byte {
+	k := make([]byte, 0, agentOwnerKeyLen)
+	k = append(k, TableAgentOwners)
+	return append(k, a[:]...)
 }
 
 // Account returns the accounts key 0x10 | user_id.
@@ -458,6 +480,17 @@ func DecodeUser(k []byte) (UserID, error) {
 	}
 	copy(u[:], k[1:33])
 	return u, nil
+}
+
+// DecodeAgentOwner returns the agent id of an agent_owners key produced by
+// AgentOwner.
+func DecodeAgentOwner(k []byte) (AgentID, error) {
+	var a AgentID
+	if err := checkFixed(k, TableAgentOwners, agentOwnerKeyLen); err != nil {
+		return a, err
+	}
+	copy(a[:], k[1:33])
+	return a, nil
 }
 
 // DecodeAccount returns the id of an accounts key produced by Account.

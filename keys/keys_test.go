@@ -95,6 +95,9 @@ func TestLayouts(t *testing.T) {
 		{"session by agent/seed", SessionByAgent(a, s), cat([]byte{0x04}, seedSBA[:])},
 		{"session by agent prefix", SessionByAgentPrefix(a), cat([]byte{0x04}, a[:])},
 		{"user/seed", User(u), cat([]byte{0x05}, u[:])},
+		{"agent owner", AgentOwner(a), cat([]byte{0x06}, a[:])},
+		{"agent owner/hex", AgentOwner(a), mustHex(t, "06"+
+			"a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf")},
 		{"account/seed", Account(ac), cat([]byte{0x10}, ac[:])},
 		{"account/hex", Account(ac), mustHex(t, "10 606162636465666768696a6b6c6d6e6f")},
 		{"transaction/seed", Transaction(tx), cat([]byte{0x11}, tx[:])},
@@ -129,14 +132,15 @@ func TestTableNames(t *testing.T) {
 		TableSessions:           "sessions",
 		TableSessionsByAgent:    "sessions_by_agent",
 		TableUsers:              "users",
+		TableAgentOwners:        "agent_owners",
 		TableAccounts:           "accounts",
 		TableTransactions:       "transactions",
 		TableTransactionsByUser: "transactions_by_user",
 		TableUsageEvents:        "usage_events",
 		TableKV:                 "kv",
 	}
-	if len(want) != 11 {
-		t.Fatalf("table bytes collide: %d distinct, want 11", len(want))
+	if len(want) != 12 {
+		t.Fatalf("table bytes collide: %d distinct, want 12", len(want))
 	}
 	for tb, name := range want {
 		if got := TableName(tb); got != name {
@@ -195,7 +199,7 @@ func TestTablesAreDisjointRanges(t *testing.T) {
 		for _, k := range [][]byte{
 			Meta(string(randBytes(rng, rng.IntN(8)))),
 			Agent(u, a), AgentByStatus(byte(rng.IntN(256)), u, a), Session(s),
-			SessionByAgent(a, s), User(u), Account(ac), Transaction(tx),
+			SessionByAgent(a, s), User(u), AgentOwner(a), Account(ac), Transaction(tx),
 			TransactionByUser(ac, tx), ev,
 			KV(randBytes(rng, rng.IntN(8)), randBytes(rng, rng.IntN(8))),
 		} {
@@ -235,6 +239,9 @@ func TestRoundTrip(t *testing.T) {
 		}
 		if got, err := DecodeUser(User(u)); err != nil || got != u {
 			t.Fatalf("DecodeUser: %x %v", got, err)
+		}
+		if got, err := DecodeAgentOwner(AgentOwner(a)); err != nil || got != a {
+			t.Fatalf("DecodeAgentOwner: %x %v", got, err)
 		}
 		if got, err := DecodeAccount(Account(ac)); err != nil || got != ac {
 			t.Fatalf("DecodeAccount: %x %v", got, err)
@@ -286,6 +293,7 @@ var decoders = map[byte]func([]byte) error{
 	TableSessions:           func(k []byte) error { _, err := DecodeSession(k); return err },
 	TableSessionsByAgent:    func(k []byte) error { _, _, err := DecodeSessionByAgent(k); return err },
 	TableUsers:              func(k []byte) error { _, err := DecodeUser(k); return err },
+	TableAgentOwners:        func(k []byte) error { _, err := DecodeAgentOwner(k); return err },
 	TableAccounts:           func(k []byte) error { _, err := DecodeAccount(k); return err },
 	TableTransactions:       func(k []byte) error { _, err := DecodeTransaction(k); return err },
 	TableTransactionsByUser: func(k []byte) error { _, _, err := DecodeTransactionByUser(k); return err },
@@ -313,6 +321,9 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 		{"session short", TableSessions, []byte{TableSessions}},
 		{"session by agent prefix only", TableSessionsByAgent, SessionByAgentPrefix(a)},
 		{"user short", TableUsers, User(u)[:32]},
+		{"agent owner short", TableAgentOwners, AgentOwner(a)[:32]},
+		{"agent owner long", TableAgentOwners, append(AgentOwner(a), 0)},
+		{"agent owner is a user", TableAgentOwners, User(u)},
 		{"account is a transaction", TableAccounts, Transaction(TransactionID{})},
 		{"transaction is an account", TableTransactions, Account(AccountID{})},
 		{"transaction by user prefix only", TableTransactionsByUser, TransactionByUserPrefix(AccountID{})},
@@ -348,6 +359,7 @@ func TestDecodeRejectsOtherTables(t *testing.T) {
 		TableSessions:           Session(SessionID{}),
 		TableSessionsByAgent:    SessionByAgent(AgentID{}, SessionID{}),
 		TableUsers:              User(UserID{}),
+		TableAgentOwners:        AgentOwner(AgentID{}),
 		TableAccounts:           Account(AccountID{}),
 		TableTransactions:       Transaction(TransactionID{}),
 		TableTransactionsByUser: TransactionByUser(AccountID{}, TransactionID{}),

@@ -6,6 +6,9 @@
 //   - KV (kv.proto): Get, Put, Delete, Scan and guarded Batch, scoped by a
 //     routing key.
 //   - Cluster (cluster.proto): the shard map with replicas and leader hints.
+//   - Registry (registry.proto) and Billing (billing.proto): the typed
+//     stores of seeds 000 and 001; convert.go maps their messages to and
+//     from package records.
 //
 // Errors travel as gRPC status codes; errors.proto defines the typed details
 // (NotLeader, RetryInfo) attached to them. Package client turns them back

@@ -141,6 +141,106 @@ func (x *RetryInfo) GetRetryAfterMs() uint32 {
 	return 0
 }
 
+// Sent with codes.FailedPrecondition when an account's balance cannot cover
+// a charge (seed 001's InsufficientCredits).
+type InsufficientCredits struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Balance       int64                  `protobuf:"varint,1,opt,name=balance,proto3" json:"balance,omitempty"`
+	Required      int64                  `protobuf:"varint,2,opt,name=required,proto3" json:"required,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InsufficientCredits) Reset() {
+	*x = InsufficientCredits{}
+	mi := &file_errors_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InsufficientCredits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InsufficientCredits) ProtoMessage() {}
+
+func (x *InsufficientCredits) ProtoReflect() protoreflect.Message {
+	mi := &file_errors_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InsufficientCredits.ProtoReflect.Descriptor instead.
+func (*InsufficientCredits) Descriptor() ([]byte, []int) {
+	return file_errors_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *InsufficientCredits) GetBalance() int64 {
+	if x != nil {
+		return x.Balance
+	}
+	return 0
+}
+
+func (x *InsufficientCredits) GetRequired() int64 {
+	if x != nil {
+		return x.Required
+	}
+	return 0
+}
+
+// Sent with codes.AlreadyExists when a usage event was already processed
+// (seed 001's DuplicateEvent).
+type DuplicateEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EventId       string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DuplicateEvent) Reset() {
+	*x = DuplicateEvent{}
+	mi := &file_errors_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DuplicateEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DuplicateEvent) ProtoMessage() {}
+
+func (x *DuplicateEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_errors_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DuplicateEvent.ProtoReflect.Descriptor instead.
+func (*DuplicateEvent) Descriptor() ([]byte, []int) {
+	return file_errors_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DuplicateEvent) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
 var File_errors_proto protoreflect.FileDescriptor
 
 const file_errors_proto_rawDesc = "" +
@@ -154,7 +254,12 @@ const file_errors_proto_rawDesc = "" +
 	"leaderAddr\"G\n" +
 	"\tRetryInfo\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12$\n" +
-	"\x0eretry_after_ms\x18\x02 \x01(\rR\fretryAfterMsB$Z\"github.com/swarmkv/swarmkv/rpc;rpcb\x06proto3"
+	"\x0eretry_after_ms\x18\x02 \x01(\rR\fretryAfterMs\"K\n" +
+	"\x13InsufficientCredits\x12\x18\n" +
+	"\abalance\x18\x01 \x01(\x03R\abalance\x12\x1a\n" +
+	"\brequired\x18\x02 \x01(\x03R\brequired\"+\n" +
+	"\x0eDuplicateEvent\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventIdB$Z\"github.com/swarmkv/swarmkv/rpc;rpcb\x06proto3"
 
 var (
 	file_errors_proto_rawDescOnce sync.Once
@@ -168,10 +273,12 @@ func file_errors_proto_rawDescGZIP() []byte {
 	return file_errors_proto_rawDescData
 }
 
-var file_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_errors_proto_goTypes = []any{
-	(*NotLeader)(nil), // 0: swarmkv.v1.NotLeader
-	(*RetryInfo)(nil), // 1: swarmkv.v1.RetryInfo
+	(*NotLeader)(nil),           // 0: swarmkv.v1.NotLeader
+	(*RetryInfo)(nil),           // 1: swarmkv.v1.RetryInfo
+	(*InsufficientCredits)(nil), // 2: swarmkv.v1.InsufficientCredits
+	(*DuplicateEvent)(nil),      // 3: swarmkv.v1.DuplicateEvent
 }
 var file_errors_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -192,7 +299,7 @@ func file_errors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_errors_proto_rawDesc), len(file_errors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -3,6 +3,7 @@
 //	swarmnode                      one-node cluster with embedded defaults
 //	swarmnode serve [flags]        a node (see `swarmnode serve -h`)
 //	swarmnode kv put|get|del|scan  debug client
+//	swarmnode registry|billing ... inspect the typed stores
 //	swarmnode version
 //
 // It is the composition root: it parses flags (each also settable as
@@ -56,6 +57,8 @@ Usage:
                                   defaults (data under ./data, 127.0.0.1 ports)
   swarmnode serve [flags]         start a node (swarmnode serve -h for flags)
   swarmnode kv put|get|del|scan   debug client (swarmnode kv -h)
+  swarmnode registry ...          inspect agents, sessions, users (swarmnode registry -h)
+  swarmnode billing ...           inspect accounts, transactions, usage events
   swarmnode version               print the version
 
 Every serve flag can also be set as an environment variable SWARM_<FLAG>,
@@ -71,6 +74,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args[1:], stdout, stderr)
 	case "kv":
 		return kv(ctx, args[1:], stdout, stderr)
+	case "registry":
+		return registry(ctx, args[1:], stdout, stderr)
+	case "billing":
+		return billing(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "swarmnode", version)
 		return nil

@@ -1,0 +1,590 @@
+package client
+
+// Typed stores. Registry (seed 000, agent registry) and Billing (seed 001,
+// billing ledger) mirror the seeds' Store traits on top of CallShard and
+// FanOut:
+//
+//	reg := c.Registry()
+//	err := reg.PutAgent(ctx, &records.AgentRecord{AgentID: aid, UserID: uid, Name: "scout", ...})
+//	a, err := reg.GetAgentOf(ctx, uid, aid) // routed: one shard
+//	a, err = reg.GetAgent(ctx, aid)         // by id alone: every shard, in parallel
+//	if errors.Is(err, client.ErrNotFound) { ... }
+//
+// Addressing: a method that takes the user id (the ...Of forms, and every
+// method whose record carries its user) routes to that user's shard. The
+// seed's forms without a user id fan out over every shard in parallel; the
+// server answers them from per-shard indexes, never by scanning records.
+//
+// Results: records come back converted with package rpc's checking
+// conversions; a malformed record in a response is an error wrapping the
+// conversion error (records.ErrInvalid or rpc.ErrBadID). Records and
+// arguments are checked before sending, so bad input fails with
+// ErrInvalidArgument without a round trip (the server checks again).
+//
+// Reads are linearizable unless Stale() is passed. A fan-out read is a set
+// of per-shard reads, each linearizable on its shard, not one snapshot of
+// the whole cluster.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/records"
+	"github.com/swarmkv/swarmkv/rpc"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// shardPageLimit is the page size ListAgentsByStatus and ListAllAgents ask
+// each shard for.
+const shardPageLimit = 1000
+
+var (
+	idempotent = CallOptions{Idempotent: true}
+	// writeOnce is for writes that must not run twice: not retried when
+	// their outcome is unknown (ErrOutcomeUnknown).
+	writeOnce = CallOptions{}
+)
+
+func invalidArg(err error) error { return fmt.Errorf("%w: %w", ErrInvalidArgument, err) }
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+}
+
+// badResponse wraps a conversion error of a server's answer.
+func badResponse(what string, err error) error {
+	return fmt.Errorf("swarmkv: malformed %s in response: %w", what, err)
+}
+
+// callOn runs one RPC of a service (newClient builds its stub) on shard id
+// through CallShard.
+func callOn[S any](ctx context.Context, c *Client, id shard.ID, opts CallOptions,
+	newClient func(grpc.ClientConnInterface) S, call func(context.Context, S) error) error {
+	return c.CallShard(ctx, id, opts, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		return call(ctx, newClient(cc))
+	})
+}
+
+// fanLookup asks every shard in parallel for something named by an id that
+// carries no routing key. get answers for one shard: the value, or an error
+// wrapping ErrNotFound when that shard does not hold it. fanLookup returns
+// the values found, in shard order. With none found it returns the other
+// shards' errors joined, or, when every shard answered NotFound, an error
+// wrapping ErrNotFound. Once a value is found, other shards' failures do
+// not matter: the id lives in one shard.
+func fanLookup[T any](ctx context.Context, c *Client, what string, get func(context.Context, shard.ID) (T, error)) ([]T, error) {
+	var mu sync.Mutex
+	found := map[shard.ID]T{}
+	err := c.FanOut(ctx, func(ctx context.Context, id shard.ID) error {
+		v, err := get(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		found[id] = v
+		return nil
+	})
+	if len(found) > 0 {
+		ids := make([]shard.ID, 0, len(found))
+		for id := range found {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		out := make([]T, len(ids))
+		for i, id := range ids {
+			out[i] = found[id]
+		}
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("%w: no shard holds %s", ErrNotFound, what)
+}
+
+// fanCollect asks every shard in parallel for its part of a listing and
+// concatenates the parts. Every shard must answer: a listing missing a
+// shard would be silently incomplete, so any shard's error fails it.
+func fanCollect[T any](ctx context.Context, c *Client, list func(context.Context, shard.ID) ([]T, error)) ([]T, error) {
+	var mu sync.Mutex
+	var all []T
+	err := c.FanOut(ctx, func(ctx context.Context, id shard.ID) error {
+		part, err := list(ctx, id)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		all = append(all, part...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return all, nil
+}
+
+// Registry is the agent registry of seed 000: agents with their status
+// index, sessions with their by-agent index, and cached users. Agents,
+// sessions and users live in the shard of their user (the 32-byte
+// UserID). Safe for concurrent use.
+type Registry struct{ c *Client }
+
+// Registry returns the agent registry store of the cluster.
+func (c *Client) Registry() *Registry { return &Registry{c: c} }
+
+func (r *Registry) routed(ctx context.Context, user keys.UserID, opts CallOptions, call func(context.Context, rpc.RegistryClient) error) error {
+	return callOn(ctx, r.c, r.c.ShardOf(user[:]), opts, rpc.NewRegistryClient, call)
+}
+
+func (r *Registry) onShard(ctx context.Context, id shard.ID, opts CallOptions, call func(context.Context, rpc.RegistryClient) error) error {
+	return callOn(ctx, r.c, id, opts, rpc.NewRegistryClient, call)
+}
+
+func userTarget(user keys.UserID) *rpc.Target { return &rpc.Target{UserId: user[:]} }
+
+func shardTarget(id shard.ID) *rpc.Target { return &rpc.Target{Shard: uint32(id), HasShard: true} }
+
+func agentFrom(p *rpc.Agent) (*records.AgentRecord, error) {
+	a, err := rpc.AgentFromProto(p)
+	if err != nil {
+		return nil, badResponse("agent", err)
+	}
+	return a, nil
+}
+
+func agentsFrom(ps []*rpc.Agent) ([]*records.AgentRecord, error) {
+	out := make([]*records.AgentRecord, 0, len(ps))
+	for _, p := range ps {
+		a, err := agentFrom(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+func sessionFrom(p *rpc.Session) (*records.SessionRecord, error) {
+	s, err := rpc.SessionFromProto(p)
+	if err != nil {
+		return nil, badResponse("session", err)
+	}
+	return s, nil
+}
+
+func sessionsFrom(ps []*rpc.Session) ([]*records.SessionRecord, error) {
+	out := make([]*records.SessionRecord, 0, len(ps))
+	for _, p := range ps {
+		s, err := sessionFrom(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// sortAgents orders agents as the seed's agents column family does:
+// by user id, then agent id.
+func sortAgents(as []*records.AgentRecord) {
+	slices.SortFunc(as, func(a, b *records.AgentRecord) int {
+		if c := bytes.Compare(a.UserID[:], b.UserID[:]); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.AgentID[:], b.AgentID[:])
+	})
+}
+
+// sortSessions orders sessions as the seed's sessions_by_agent index
+// does: by session id (then user id, for ids that collide across shards).
+func sortSessions(ss []*records.SessionRecord) {
+	slices.SortFunc(ss, func(a, b *records.SessionRecord) int {
+		if c := bytes.Compare(a.SessionID[:], b.SessionID[:]); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.UserID[:], b.UserID[:])
+	})
+}
+
+// PutAgent creates or replaces an agent; its status index entry moves with
+// it in the same state machine command. Retried when the outcome is
+// unknown (an upsert applied twice is applied once).
+func (r *Registry) PutAgent(ctx context.Context, a *records.AgentRecord) error {
+	if a == nil {
+		return invalidf("agent is nil")
+	}
+	if err := a.Validate(); err != nil {
+		return invalidArg(err)
+	}
+	return r.routed(ctx, a.UserID, idempotent, func(ctx context.Context, rc rpc.RegistryClient) error {
+		_, err := rc.PutAgent(ctx, &rpc.PutAgentRequest{Agent: rpc.AgentToProto(a)})
+		return err
+	})
+}
+
+// GetAgentOf returns agent agentID of user, or ErrNotFound.
+func (r *Registry) GetAgentOf(ctx context.Context, user keys.UserID, agentID keys.AgentID, opts ...ReadOption) (*records.AgentRecord, error) {
+	cons, co := consistency(opts)
+	var resp *rpc.GetAgentResponse
+	err := r.routed(ctx, user, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
+		resp, err = rc.GetAgent(ctx, &rpc.AgentRef{Target: userTarget(user), AgentId: agentID[:], Consistency: cons})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return agentFrom(resp.GetAgent())
+}
+
+// GetAgent returns agent agentID whoever owns it (seed get_agent): it asks
+// every shard, each answering from its agent-owner index. ErrNotFound if no
+// shard holds it. Should several users' shards hold the same agent id, the
+// agent of the smallest user id is returned (the seed's scan order).
+func (r *Registry) GetAgent(ctx context.Context, agentID keys.AgentID, opts ...ReadOption) (*records.AgentRecord, error) {
+	cons, co := consistency(opts)
+	found, err := fanLookup(ctx, r.c, fmt.Sprintf("agent %x", agentID[:]), func(ctx context.Context, id shard.ID) (*records.AgentRecord, error) {
+		var resp *rpc.GetAgentResponse
+		err := r.onShard(ctx, id, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
+			resp, err = rc.GetAgent(ctx, &rpc.AgentRef{Target: shardTarget(id), AgentId: agentID[:], Consistency: cons})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		return agentFrom(resp.GetAgent())
+	})
+	if err != nil {
+		return nil, err
+	}
+	sortAgents(found)
+	return found[0], nil
+}
+
+// DeleteAgentOf deletes agent agentID of user with its index entries, or
+// returns ErrNotFound. It is retried when the outcome is unknown: if the
+// first attempt applied but its answer was lost, the retry answers
+// ErrNotFound although this call deleted the agent.
+func (r *Registry) DeleteAgentOf(ctx context.Context, user keys.UserID, agentID keys.AgentID) error {
+	return r.routed(ctx, user, idempotent, func(ctx context.Context, rc rpc.RegistryClient) error {
+		_, err := rc.DeleteAgent(ctx, &rpc.AgentRef{Target: userTarget(user), AgentId: agentID[:]})
+		return err
+	})
+}
+
+// DeleteAgent deletes agent agentID whoever owns it (seed delete_agent): it
+// finds the owner with GetAgent, then deletes in the owner's shard.
+// ErrNotFound if no shard holds it; like DeleteAgentOf, a retried delete
+// whose first attempt applied answers ErrNotFound.
+func (r *Registry) DeleteAgent(ctx context.Context, agentID keys.AgentID) error {
+	a, err := r.GetAgent(ctx, agentID)
+	if err != nil {
+		return err
+	}
+	return r.DeleteAgentOf(ctx, a.UserID, agentID)
+}
+
+// ListAgentsByUser returns every agent of user, ordered by agent id.
+func (r *Registry) ListAgentsByUser(ctx context.Context, user keys.UserID, opts ...ReadOption) ([]*records.AgentRecord, error) {
+	cons, co := consistency(opts)
+	var resp *rpc.AgentList
+	err := r.routed(ctx, user, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
+		resp, err = rc.ListAgentsByUser(ctx, &rpc.UserRef{UserId: user[:], Consistency: cons})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return agentsFrom(resp.GetAgents())
+}
+
+// CountAgentsByUser returns how many agents user has; the server counts
+// index keys without sending (or decoding) the records.
+func (r *Registry) CountAgentsByUser(ctx context.Context, user keys.UserID, opts ...ReadOption) (uint32, error) {
+	cons, co := consistency(opts)
+	var resp *rpc.CountResponse
+	err := r.routed(ctx, user, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
+		resp, err = rc.CountAgentsByUser(ctx, &rpc.UserRef{UserId: user[:], Consistency: cons})
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return resp.GetCount(), nil
+}
+
+// UpdateAgentStatusOf sets the status of agent agentID of user (moving its
+// status index entry and stamping updated_at) and returns the updated
+// agent, or ErrNotFound. Retried when the outcome is unknown: setting a
+// status twice is harmless.
+func (r *Registry) UpdateAgentStatusOf(ctx context.Context, user keys.UserID, agentID keys.AgentID, s records.AgentState) (*records.AgentRecord, error) {
+	if !s.Valid() {
+		return nil, invalidf("agent status %s", s)
+	}
+	var resp *rpc.UpdateAgentStatusResponse
+	err := r.routed(ctx, user, idempotent, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
+		resp, err = rc.UpdateAgentStatus(ctx, &rpc.UpdateAgentStatusRequest{UserId: user[:], AgentId: agentID[:], Status: uint32(s)})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return agentFrom(resp.GetAgent())
+}
+
+// UpdateAgentStatus sets the status of agent agentID whoever owns it (seed
+// update_agent_status): it finds the owner with GetAgent, then updates in
+// the owner's shard. ErrNotFound if no shard holds it.
+func (r *Registry) UpdateAgentStatus(ctx context.Context, agentID keys.AgentID, s records.AgentState) error {
+	if !s.Valid() {
+		return invalidf("agent status %s", s)
+	}
+	a, err := r.GetAgent(ctx, agentID)
+	if err != nil {
+		return err
+	}
+	_, err = r.UpdateAgentStatusOf(ctx, a.UserID, agentID, s)
+	return err
+}
+
+// ListAgentsByStatus returns every agent in status s, from every shard's
+// status index, ordered by user id then agent id (the seed's index order).
+// Each shard is read in pages of shardPageLimit; the pages are separate
+// reads, so an agent that changes status during the listing may be missed
+// or seen with its new status.
+func (r *Registry) ListAgentsByStatus(ctx context.Context, s records.AgentState, opts ...ReadOption) ([]*records.AgentRecord, error) {
+	if !s.Valid() {
+		return nil, invalidf("agent status %s", s)
+	}
+	return r.listShardAgents(ctx, true, s, opts)
+}
+
+// ListAllAgents returns every agent of every user (seed list_all_agents),
+// ordered by user id then agent id, paged per shard like
+// ListAgentsByStatus.
+func (r *Registry) ListAllAgents(ctx context.Context, opts ...ReadOption) ([]*records.AgentRecord, error) {
+	return r.listShardAgents(ctx, false, 0, opts)
+}
+
+func (r *Registry) listShardAgents(ctx context.Context, byStatus bool, s records.AgentState, opts []ReadOption) ([]*records.AgentRecord, error) {
+	cons, co := consistency(opts)
+	all, err := fanCollect(ctx, r.c, func(ctx context.Context, id shard.ID) ([]*records.AgentRecord, error) {
+		var out []*records.AgentRecord
+		var cursor []byte
+		for {
+			var resp *rpc.AgentList
+			err := r.onShard(ctx, id, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
+				resp, err = rc.ListShardAgents(ctx, &rpc.ShardAgentsRequest{Shard: uint32(id), ByStatus: byStatus,
+					Status: uint32(s), Cursor: cursor, Limit: shardPageLimit, Consistency: cons})
+				return err
+			})
+			if err != nil {
+				return nil, err
+			}
+			page, err := agentsFrom(resp.GetAgents())
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, page...)
+			next := resp.GetNextCursor()
+			if len(next) == 0 {
+				return out, nil
+			}
+			if len(page) == 0 || bytes.Equal(next, cursor) {
+				return nil, fmt.Errorf("swarmkv: shard %d: agent listing cursor does not advance", id)
+			}
+			cursor = next
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	sortAgents(all)
+	return all, nil
+}
+
+// PutSession creates or replaces a session with its by-agent index entry.
+// Retried when the outcome is unknown.
+func (r *Registry) PutSession(ctx context.Context, s *records.SessionRecord) error {
+	if s == nil {
+		return invalidf("session is nil")
+	}
+	if err := s.Validate(); err != nil {
+		return invalidArg(err)
+	}
+	return r.routed(ctx, s.UserID, idempotent, func(ctx context.Context, rc rpc.RegistryClient) error {
+		_, err := rc.PutSession(ctx, &rpc.PutSessionRequest{Session: rpc.SessionToProto(s)})
+		return err
+	})
+}
+
+// GetSessionOf returns session id of user, or ErrNotFound (also when the
+// user's shard holds a session with that id of another user).
+func (r *Registry) GetSessionOf(ctx context.Context, user keys.UserID, id keys.SessionID, opts ...ReadOption) (*records.SessionRecord, error) {
+	cons, co := consistency(opts)
+	var resp *rpc.GetSessionResponse
+	err := r.routed(ctx, user, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
+		resp, err = rc.GetSession(ctx, &rpc.SessionRef{Target: userTarget(user), SessionId: id[:], Consistency: cons})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s, err := sessionFrom(resp.GetSession())
+	if err != nil {
+		return nil, err
+	}
+	if s.UserID != user {
+		return nil, fmt.Errorf("%w: session %x belongs to another user", ErrNotFound, id[:])
+	}
+	return s, nil
+}
+
+// GetSession returns session id whoever owns it (seed get_session), asking
+// every shard. ErrNotFound if no shard holds it. Should several shards hold
+// the id, the session of the smallest user id is returned.
+func (r *Registry) GetSession(ctx context.Context, id keys.SessionID, opts ...ReadOption) (*records.SessionRecord, error) {
+	cons, co := consistency(opts)
+	found, err := fanLookup(ctx, r.c, fmt.Sprintf("session %x", id[:]), func(ctx context.Context, sid shard.ID) (*records.SessionRecord, error) {
+		var resp *rpc.GetSessionResponse
+		err := r.onShard(ctx, sid, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
+			resp, err = rc.GetSession(ctx, &rpc.SessionRef{Target: shardTarget(sid), SessionId: id[:], Consistency: cons})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		return sessionFrom(resp.GetSession())
+	})
+	if err != nil {
+		return nil, err
+	}
+	sortSessions(found)
+	return found[0], nil
+}
+
+// UpdateSessionStatusOf sets the status of session id in user's shard and
+// returns the updated session, or ErrNotFound. Retried when the outcome is
+// unknown: setting a status twice is harmless.
+func (r *Registry) UpdateSessionStatusOf(ctx context.Context, user keys.UserID, id keys.SessionID, s records.SessionStatus) (*records.SessionRecord, error) {
+	if !s.Valid() {
+		return nil, invalidf("session status %s", s)
+	}
+	var resp *rpc.UpdateSessionStatusResponse
+	err := r.routed(ctx, user, idempotent, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
+		resp, err = rc.UpdateSessionStatus(ctx, &rpc.UpdateSessionStatusRequest{Target: userTarget(user), SessionId: id[:], Status: uint32(s)})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return sessionFrom(resp.GetSession())
+}
+
+// UpdateSessionStatus sets the status of session id whoever owns it (seed
+// update_session_status): every shard is asked to update it, and the one
+// holding it does (the others answer NotFound). ErrNotFound if no shard
+// holds it. Once a shard has updated it, other shards' failures are
+// ignored.
+func (r *Registry) UpdateSessionStatus(ctx context.Context, id keys.SessionID, s records.SessionStatus) error {
+	if !s.Valid() {
+		return invalidf("session status %s", s)
+	}
+	_, err := fanLookup(ctx, r.c, fmt.Sprintf("session %x", id[:]), func(ctx context.Context, sid shard.ID) (*rpc.Session, error) {
+		var resp *rpc.UpdateSessionStatusResponse
+		err := r.onShard(ctx, sid, idempotent, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
+			resp, err = rc.UpdateSessionStatus(ctx, &rpc.UpdateSessionStatusRequest{Target: shardTarget(sid), SessionId: id[:], Status: uint32(s)})
+			return err
+		})
+		return resp.GetSession(), err
+	})
+	return err
+}
+
+// ListSessionsByAgentOf returns the sessions of agent agentID that belong
+// to user (from user's shard), ordered by session id.
+func (r *Registry) ListSessionsByAgentOf(ctx context.Context, user keys.UserID, agentID keys.AgentID, opts ...ReadOption) ([]*records.SessionRecord, error) {
+	cons, co := consistency(opts)
+	var resp *rpc.SessionList
+	err := r.routed(ctx, user, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
+		resp, err = rc.ListSessionsByAgent(ctx, &rpc.AgentRef{Target: userTarget(user), AgentId: agentID[:], Consistency: cons})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	ss, err := sessionsFrom(resp.GetSessions())
+	if err != nil {
+		return nil, err
+	}
+	// The shard's index is by agent id alone: drop other users' sessions
+	// of the same agent id that share the shard.
+	return slices.DeleteFunc(ss, func(s *records.SessionRecord) bool { return s.UserID != user }), nil
+}
+
+// ListSessionsByAgent returns the sessions of agent agentID from every
+// shard's by-agent index (seed list_sessions_by_agent), ordered by session
+// id.
+func (r *Registry) ListSessionsByAgent(ctx context.Context, agentID keys.AgentID, opts ...ReadOption) ([]*records.SessionRecord, error) {
+	cons, co := consistency(opts)
+	all, err := fanCollect(ctx, r.c, func(ctx context.Context, id shard.ID) ([]*records.SessionRecord, error) {
+		var resp *rpc.SessionList
+		err := r.onShard(ctx, id, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
+			resp, err = rc.ListSessionsByAgent(ctx, &rpc.AgentRef{Target: shardTarget(id), AgentId: agentID[:], Consistency: cons})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		return sessionsFrom(resp.GetSessions())
+	})
+	if err != nil {
+		return nil, err
+	}
+	sortSessions(all)
+	return all, nil
+}
+
+// PutUser creates or replaces a cached user. Retried when the outcome is
+// unknown.
+func (r *Registry) PutUser(ctx context.Context, u *records.UserRecord) error {
+	if u == nil {
+		return invalidf("user is nil")
+	}
+	if err := u.Validate(); err != nil {
+		return invalidArg(err)
+	}
+	return r.routed(ctx, u.UserID, idempotent, func(ctx context.Context, rc rpc.RegistryClient) error {
+		_, err := rc.PutUser(ctx, &rpc.PutUserRequest{User: rpc.UserToProto(u)})
+		return err
+	})
+}
+
+// GetUser returns the cached user, or ErrNotFound.
+func (r *Registry) GetUser(ctx context.Context, user keys.UserID, opts ...ReadOption) (*records.UserRecord, error) {
+	cons, co := consistency(opts)
+	var resp *rpc.GetUserResponse
+	err := r.routed(ctx, user, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
+		resp, err = rc.GetUser(ctx, &rpc.UserRef{UserId: user[:], Consistency: cons})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	u, err := rpc.UserFromProto(resp.GetUser())
+	if err != nil {
+		return nil, badResponse("user", err)
+	}
+	return u, nil
+}

@@ -1,0 +1,286 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/records"
+	"github.com/swarmkv/swarmkv/rpc"
+)
+
+// billingServer implements the Billing gRPC service (seed 001) on a Node.
+// ProcessUsage, AddCredits and UpdateBalance run inside the state machine:
+// no read-modify-write happens here.
+type billingServer struct {
+	rpc.UnimplementedBillingServer
+	*server
+}
+
+const accountIDLen = len(keys.AccountID{})
+
+func (s *billingServer) accountRead(ctx context.Context, userID []byte, c rpc.Consistency) (keys.AccountID, *replica, error) {
+	user, err := rpc.AccountIDFromBytes(userID)
+	if err != nil {
+		return user, nil, s.statusErr(0, badInput(err))
+	}
+	id, r, err := s.route(user[:])
+	if err != nil {
+		return user, nil, err
+	}
+	return user, r, s.readAt(ctx, id, r, c)
+}
+
+func (s *billingServer) PutAccount(ctx context.Context, req *rpc.PutAccountRequest) (*rpc.PutAccountResponse, error) {
+	a, err := rpc.AccountFromProto(req.GetAccount())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	if _, err := s.proposeRouted(ctx, a.UserID[:], &fsm.Command{Op: fsm.OpPutAccount, Account: a}); err != nil {
+		return nil, err
+	}
+	return &rpc.PutAccountResponse{}, nil
+}
+
+func (s *billingServer) GetAccount(ctx context.Context, req *rpc.AccountRef) (*rpc.GetAccountResponse, error) {
+	user, r, err := s.accountRead(ctx, req.GetUserId(), req.GetConsistency())
+	if err != nil {
+		return nil, err
+	}
+	var a records.Account
+	if err := getRecord(s.server, r, keys.Account(user), &a); err != nil {
+		return nil, err
+	}
+	return &rpc.GetAccountResponse{Account: rpc.AccountToProto(&a)}, nil
+}
+
+func (s *billingServer) DeleteAccount(ctx context.Context, req *rpc.AccountRef) (*rpc.DeleteAccountResponse, error) {
+	user, err := rpc.AccountIDFromBytes(req.GetUserId())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	if _, err := s.proposeRouted(ctx, user[:], &fsm.Command{Op: fsm.OpDeleteAccount, AccountID: &user}); err != nil {
+		return nil, err
+	}
+	return &rpc.DeleteAccountResponse{}, nil
+}
+
+// newTransactionID makes a ULID at the proposer.
+func newTransactionID(now time.Time) keys.TransactionID {
+	return keys.TransactionID(ulid.MustNew(ulid.Timestamp(now), rand.Reader))
+}
+
+func (s *billingServer) UpdateBalance(ctx context.Context, req *rpc.UpdateBalanceRequest) (*rpc.BalanceResponse, error) {
+	user, err := rpc.AccountIDFromBytes(req.GetUserId())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	now := time.Now()
+	txID := newTransactionID(now)
+	if len(req.GetTransactionId()) > 0 {
+		if txID, err = rpc.TransactionIDFromBytes(req.GetTransactionId()); err != nil {
+			return nil, s.statusErr(0, badInput(err))
+		}
+	}
+	delta := req.GetDeltaCents()
+	tx := &records.CreditTransaction{TransactionID: txID, UserID: user, AmountCents: delta,
+		TransactionType: records.TxAdjustment, Description: req.GetDescription(), CreatedAt: now.UnixMilli()}
+	res, err := s.proposeRouted(ctx, user[:], &fsm.Command{Op: fsm.OpUpdateBalance, AccountID: &user, Amount: &delta, Tx: tx, Time: now.UnixMilli()})
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.BalanceResponse{BalanceCents: res.Balance}, nil
+}
+
+func (s *billingServer) PutTransaction(ctx context.Context, req *rpc.PutTransactionRequest) (*rpc.PutTransactionResponse, error) {
+	tx, err := rpc.TransactionFromProto(req.GetTransaction())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	if _, err := s.proposeRouted(ctx, tx.UserID[:], &fsm.Command{Op: fsm.OpPutTransaction, Tx: tx}); err != nil {
+		return nil, err
+	}
+	return &rpc.PutTransactionResponse{}, nil
+}
+
+func (s *billingServer) GetTransaction(ctx context.Context, req *rpc.TransactionRef) (*rpc.GetTransactionResponse, error) {
+	txID, err := rpc.TransactionIDFromBytes(req.GetTransactionId())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	id, r, err := s.target(req.GetTarget(), accountIDLen)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.readAt(ctx, id, r, req.GetConsistency()); err != nil {
+		return nil, err
+	}
+	var tx records.CreditTransaction
+	if err := getRecord(s.server, r, keys.Transaction(txID), &tx); err != nil {
+		return nil, err
+	}
+	if !req.GetTarget().GetHasShard() && string(tx.UserID[:]) != string(req.GetTarget().GetUserId()) {
+		return nil, status.Error(codes.NotFound, "not found")
+	}
+	return &rpc.GetTransactionResponse{Transaction: rpc.TransactionToProto(&tx)}, nil
+}
+
+// ListTransactionsByUser lists newest first: offset paging as the seed
+// does (cost grows with the offset), or cursor paging with before (cost
+// independent of depth).
+func (s *billingServer) ListTransactionsByUser(ctx context.Context, req *rpc.ListTransactionsRequest) (*rpc.TransactionList, error) {
+	user, r, err := s.accountRead(ctx, req.GetUserId(), req.GetConsistency())
+	if err != nil {
+		return nil, err
+	}
+	limit := int(req.GetLimit())
+	if limit <= 0 || limit > s.node.cfg.MaxScanPage {
+		limit = s.node.cfg.MaxScanPage
+	}
+	prefix := keys.TransactionByUserPrefix(user)
+	end := keys.PrefixEnd(prefix)
+	skip := int(req.GetOffset())
+	if b := req.GetBefore(); len(b) > 0 {
+		before, err := rpc.TransactionIDFromBytes(b)
+		if err != nil {
+			return nil, s.statusErr(r.id, badInput(err))
+		}
+		if skip > 0 {
+			return nil, s.statusErr(r.id, invalid("offset and before are exclusive"))
+		}
+		end = keys.TransactionByUser(user, before)
+	}
+	kvs, err := r.fsm.ScanReverse(prefix, end, limit+1, skip)
+	if err != nil {
+		return nil, s.statusErr(r.id, err)
+	}
+	out := &rpc.TransactionList{}
+	more := len(kvs) > limit
+	if more {
+		kvs = kvs[:limit]
+	}
+	for _, kv := range kvs {
+		_, txID, err := keys.DecodeTransactionByUser(kv.Key)
+		if err != nil {
+			return nil, s.statusErr(r.id, err)
+		}
+		var tx records.CreditTransaction
+		if err := getRecord(s.server, r, keys.Transaction(txID), &tx); err != nil {
+			return nil, s.statusErr(r.id, fmt.Errorf("transaction index entry without its transaction: %w", err))
+		}
+		out.Transactions = append(out.Transactions, rpc.TransactionToProto(&tx))
+		if more {
+			out.NextBefore = txID[:]
+		}
+	}
+	return out, nil
+}
+
+func (s *billingServer) usageEvent(ctx context.Context, req *rpc.UsageEventRef) (*records.UsageEvent, error) {
+	key, err := keys.UsageEvent(req.GetEventId())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	id, r, err := s.target(req.GetTarget(), accountIDLen)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.readAt(ctx, id, r, req.GetConsistency()); err != nil {
+		return nil, err
+	}
+	var e records.UsageEvent
+	if err := getRecord(s.server, r, key, &e); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+func (s *billingServer) HasUsageEvent(ctx context.Context, req *rpc.UsageEventRef) (*rpc.HasUsageEventResponse, error) {
+	_, err := s.usageEvent(ctx, req)
+	if status.Code(err) == codes.NotFound {
+		return &rpc.HasUsageEventResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.HasUsageEventResponse{Exists: true}, nil
+}
+
+func (s *billingServer) GetUsageEvent(ctx context.Context, req *rpc.UsageEventRef) (*rpc.GetUsageEventResponse, error) {
+	e, err := s.usageEvent(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.GetUsageEventResponse{Event: rpc.UsageEventToProto(e)}, nil
+}
+
+func (s *billingServer) PutUsageEvent(ctx context.Context, req *rpc.PutUsageEventRequest) (*rpc.PutUsageEventResponse, error) {
+	e, err := rpc.UsageEventFromProto(req.GetEvent())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	if _, err := s.proposeRouted(ctx, e.UserID[:], &fsm.Command{Op: fsm.OpPutUsageEvent, Event: e}); err != nil {
+		return nil, err
+	}
+	return &rpc.PutUsageEventResponse{}, nil
+}
+
+func (s *billingServer) ProcessUsage(ctx context.Context, req *rpc.ProcessUsageRequest) (*rpc.BalanceResponse, error) {
+	e, err := rpc.UsageEventFromProto(req.GetEvent())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	tx, err := rpc.TransactionFromProto(req.GetTransaction())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	res, err := s.proposeRouted(ctx, e.UserID[:], &fsm.Command{Op: fsm.OpProcessUsage, Event: e, Tx: tx, Time: nowMs()})
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.BalanceResponse{BalanceCents: res.Balance}, nil
+}
+
+func (s *billingServer) AddCredits(ctx context.Context, req *rpc.AddCreditsRequest) (*rpc.BalanceResponse, error) {
+	user, err := rpc.AccountIDFromBytes(req.GetUserId())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	tx, err := rpc.TransactionFromProto(req.GetTransaction())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	amount := req.GetAmountCents()
+	res, err := s.proposeRouted(ctx, user[:], &fsm.Command{Op: fsm.OpAddCredits, AccountID: &user, Amount: &amount, Tx: tx, Time: nowMs()})
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.BalanceResponse{BalanceCents: res.Balance}, nil
+}
+
+// domainStatus maps the state machine's domain errors to gRPC statuses with
+// typed details; ok is false for other errors.
+func domainStatus(err error) (error, bool) {
+	var ic *fsm.InsufficientCreditsError
+	var de *fsm.DuplicateEventError
+	switch {
+	case errors.Is(err, fsm.ErrNotFound):
+		return status.Error(codes.NotFound, "not found"), true
+	case errors.As(err, &ic):
+		return withDetail(codes.FailedPrecondition, err.Error(), &rpc.InsufficientCredits{Balance: ic.Balance, Required: ic.Required}), true
+	case errors.As(err, &de):
+		return withDetail(codes.AlreadyExists, err.Error(), &rpc.DuplicateEvent{EventId: de.EventID}), true
+	case errors.Is(err, records.ErrInvalid), errors.Is(err, rpc.ErrBadID), errors.Is(err, keys.ErrMalformed),
+		errors.Is(err, keys.ErrInvalidEventID):
+		return status.Error(codes.InvalidArgument, err.Error()), true
+	}
+	return nil, false
+}

@@ -1,0 +1,437 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/records"
+	"github.com/swarmkv/swarmkv/rpc"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// registryServer implements the Registry gRPC service (seed 000) on a Node.
+// Writes are state machine commands (indexes move in the same batch as
+// their records); reads come from the local replica after the read barrier.
+type registryServer struct {
+	rpc.UnimplementedRegistryServer
+	*server
+}
+
+// nowMs is the proposer's clock: timestamps are fixed here, before a
+// command enters the log, never in the state machine.
+func nowMs() int64 { return time.Now().UnixMilli() }
+
+// shardReplica returns the local replica of shard id for a request that
+// addresses a shard directly (fan-out).
+func (s *server) shardReplica(id uint32) (shard.ID, *replica, error) {
+	s.node.mu.RLock()
+	smap := s.node.mu.smap
+	s.node.mu.RUnlock()
+	if smap == nil {
+		return 0, nil, s.statusErr(0, errNotBootstrapped)
+	}
+	if int(id) >= smap.NumShards {
+		return 0, nil, s.statusErr(0, invalid("shard %d: the cluster has %d shards", id, smap.NumShards))
+	}
+	r := s.node.localReplica(shard.ID(id))
+	if r == nil {
+		return shard.ID(id), nil, s.notLeader(shard.ID(id))
+	}
+	return shard.ID(id), r, nil
+}
+
+// target resolves a Target: a shard, or the shard of a user id of
+// idLen bytes.
+func (s *server) target(t *rpc.Target, idLen int) (shard.ID, *replica, error) {
+	if t.GetHasShard() {
+		if len(t.GetUserId()) > 0 {
+			return 0, nil, s.statusErr(0, invalid("target names both a shard and a user id"))
+		}
+		return s.shardReplica(t.GetShard())
+	}
+	if len(t.GetUserId()) != idLen {
+		return 0, nil, s.statusErr(0, invalid("user_id is %d bytes, want %d", len(t.GetUserId()), idLen))
+	}
+	return s.route(t.GetUserId())
+}
+
+// routedRead routes by routing key and passes the read barrier.
+func (s *server) readAt(ctx context.Context, id shard.ID, r *replica, c rpc.Consistency) error {
+	if err := validateConsistency(c); err != nil {
+		return s.statusErr(id, err)
+	}
+	if c == rpc.Consistency_CONSISTENCY_LINEARIZABLE {
+		if err := r.readBarrier(ctx); err != nil {
+			return s.statusErr(id, err)
+		}
+	}
+	return nil
+}
+
+// proposeTo validates cmd at the edge (so bad input costs no Raft round)
+// and proposes it to replica r of shard id.
+func (s *server) proposeTo(ctx context.Context, id shard.ID, r *replica, cmd *fsm.Command) (*fsm.Result, error) {
+	if err := cmd.Validate(applyLimits); err != nil {
+		return nil, s.statusErr(id, err)
+	}
+	data, err := fsm.EncodeCommand(cmd)
+	if err != nil {
+		return nil, s.statusErr(id, err)
+	}
+	res, err := r.apply(ctx, data)
+	if err != nil {
+		return nil, s.statusErr(id, err)
+	}
+	if res.Err != nil {
+		return nil, s.statusErr(id, res.Err)
+	}
+	return res, nil
+}
+
+// proposeRouted routes by routing key, then proposes.
+func (s *server) proposeRouted(ctx context.Context, rk []byte, cmd *fsm.Command) (*fsm.Result, error) {
+	id, r, err := s.route(rk)
+	if err != nil {
+		return nil, err
+	}
+	return s.proposeTo(ctx, id, r, cmd)
+}
+
+// getRecord reads key from r and decodes it into rec; codes.NotFound when
+// absent.
+func getRecord[R records.Record](s *server, r *replica, key []byte, rec R) error {
+	b, err := r.fsm.Get(key)
+	if errors.Is(err, fsm.ErrNotFound) {
+		return status.Error(codes.NotFound, "not found")
+	}
+	if err != nil {
+		return s.statusErr(r.id, err)
+	}
+	if err := records.Decode(b, rec); err != nil {
+		return s.statusErr(r.id, fmt.Errorf("stored record %x: %w", key, err))
+	}
+	return nil
+}
+
+func badInput(err error) error { return fmt.Errorf("%w: %v", ErrInvalidArgument, err) }
+
+func (s *registryServer) PutAgent(ctx context.Context, req *rpc.PutAgentRequest) (*rpc.PutAgentResponse, error) {
+	a, err := rpc.AgentFromProto(req.GetAgent())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	if _, err := s.proposeRouted(ctx, a.UserID[:], &fsm.Command{Op: fsm.OpPutAgent, Agent: a}); err != nil {
+		return nil, err
+	}
+	return &rpc.PutAgentResponse{}, nil
+}
+
+// agentOwner resolves the user of an agent: from the request when routed,
+// else from the shard's agent_owners index.
+func (s *server) agentOwner(r *replica, t *rpc.Target, agent keys.AgentID) (keys.UserID, error) {
+	if !t.GetHasShard() {
+		return rpc.UserIDFromBytes(t.GetUserId())
+	}
+	b, err := r.fsm.Get(keys.AgentOwner(agent))
+	if errors.Is(err, fsm.ErrNotFound) {
+		return keys.UserID{}, status.Error(codes.NotFound, "agent not found")
+	}
+	if err != nil {
+		return keys.UserID{}, s.statusErr(r.id, err)
+	}
+	return rpc.UserIDFromBytes(b)
+}
+
+func (s *registryServer) GetAgent(ctx context.Context, req *rpc.AgentRef) (*rpc.GetAgentResponse, error) {
+	agent, err := rpc.AgentIDFromBytes(req.GetAgentId())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	id, r, err := s.target(req.GetTarget(), len(keys.UserID{}))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.readAt(ctx, id, r, req.GetConsistency()); err != nil {
+		return nil, err
+	}
+	user, err := s.agentOwner(r, req.GetTarget(), agent)
+	if err != nil {
+		return nil, err
+	}
+	var a records.AgentRecord
+	if err := getRecord(s.server, r, keys.Agent(user, agent), &a); err != nil {
+		return nil, err
+	}
+	return &rpc.GetAgentResponse{Agent: rpc.AgentToProto(&a)}, nil
+}
+
+func (s *registryServer) DeleteAgent(ctx context.Context, req *rpc.AgentRef) (*rpc.DeleteAgentResponse, error) {
+	agent, err := rpc.AgentIDFromBytes(req.GetAgentId())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	id, r, err := s.target(req.GetTarget(), len(keys.UserID{}))
+	if err != nil {
+		return nil, err
+	}
+	if req.GetTarget().GetHasShard() {
+		if err := s.readAt(ctx, id, r, rpc.Consistency_CONSISTENCY_LINEARIZABLE); err != nil {
+			return nil, err
+		}
+	}
+	user, err := s.agentOwner(r, req.GetTarget(), agent)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.proposeTo(ctx, id, r, &fsm.Command{Op: fsm.OpDeleteAgent, UserID: &user, AgentID: &agent}); err != nil {
+		return nil, err
+	}
+	return &rpc.DeleteAgentResponse{}, nil
+}
+
+func (s *registryServer) userRead(ctx context.Context, req *rpc.UserRef) (keys.UserID, *replica, error) {
+	user, err := rpc.UserIDFromBytes(req.GetUserId())
+	if err != nil {
+		return user, nil, s.statusErr(0, badInput(err))
+	}
+	id, r, err := s.route(user[:])
+	if err != nil {
+		return user, nil, err
+	}
+	return user, r, s.readAt(ctx, id, r, req.GetConsistency())
+}
+
+func (s *registryServer) ListAgentsByUser(ctx context.Context, req *rpc.UserRef) (*rpc.AgentList, error) {
+	user, r, err := s.userRead(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	prefix := keys.AgentPrefix(user)
+	kvs, err := r.fsm.Scan(prefix, keys.PrefixEnd(prefix), 0)
+	if err != nil {
+		return nil, s.statusErr(r.id, err)
+	}
+	out := &rpc.AgentList{}
+	for _, kv := range kvs {
+		var a records.AgentRecord
+		if err := records.Decode(kv.Value, &a); err != nil {
+			return nil, s.statusErr(r.id, err)
+		}
+		out.Agents = append(out.Agents, rpc.AgentToProto(&a))
+	}
+	return out, nil
+}
+
+func (s *registryServer) CountAgentsByUser(ctx context.Context, req *rpc.UserRef) (*rpc.CountResponse, error) {
+	user, r, err := s.userRead(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	prefix := keys.AgentPrefix(user)
+	n, err := r.fsm.Count(prefix, keys.PrefixEnd(prefix))
+	if err != nil {
+		return nil, s.statusErr(r.id, err)
+	}
+	return &rpc.CountResponse{Count: uint32(n)}, nil
+}
+
+func (s *registryServer) UpdateAgentStatus(ctx context.Context, req *rpc.UpdateAgentStatusRequest) (*rpc.UpdateAgentStatusResponse, error) {
+	user, err := rpc.UserIDFromBytes(req.GetUserId())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	agent, err := rpc.AgentIDFromBytes(req.GetAgentId())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	st := records.AgentState(req.GetStatus())
+	if req.GetStatus() > 255 || !st.Valid() {
+		return nil, s.statusErr(0, invalid("agent status %d", req.GetStatus()))
+	}
+	u8 := uint8(st)
+	id, r, err := s.route(user[:])
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.proposeTo(ctx, id, r, &fsm.Command{Op: fsm.OpUpdateAgentStatus, UserID: &user, AgentID: &agent, Status: &u8, Time: nowMs()}); err != nil {
+		return nil, err
+	}
+	var a records.AgentRecord
+	if err := getRecord(s.server, r, keys.Agent(user, agent), &a); err != nil {
+		return nil, err
+	}
+	return &rpc.UpdateAgentStatusResponse{Agent: rpc.AgentToProto(&a)}, nil
+}
+
+func (s *registryServer) ListShardAgents(ctx context.Context, req *rpc.ShardAgentsRequest) (*rpc.AgentList, error) {
+	id, r, err := s.shardReplica(req.GetShard())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.readAt(ctx, id, r, req.GetConsistency()); err != nil {
+		return nil, err
+	}
+	limit := int(req.GetLimit())
+	if limit <= 0 || limit > s.node.cfg.MaxScanPage {
+		limit = s.node.cfg.MaxScanPage
+	}
+	var prefix []byte
+	if req.GetByStatus() {
+		if req.GetStatus() > 255 || !records.AgentState(req.GetStatus()).Valid() {
+			return nil, s.statusErr(id, invalid("agent status %d", req.GetStatus()))
+		}
+		prefix = keys.AgentByStatusPrefix(byte(req.GetStatus()))
+	} else {
+		prefix = keys.TablePrefix(keys.TableAgents)
+	}
+	start := prefix
+	if c := req.GetCursor(); len(c) > 0 {
+		if len(c) > 128 || string(c[:min(len(c), len(prefix))]) != string(prefix) {
+			return nil, s.statusErr(id, invalid("cursor does not belong to this listing"))
+		}
+		start = append(append([]byte(nil), c...), 0)
+	}
+	kvs, err := r.fsm.Scan(start, keys.PrefixEnd(prefix), limit+1)
+	if err != nil {
+		return nil, s.statusErr(id, err)
+	}
+	out := &rpc.AgentList{}
+	if len(kvs) > limit {
+		kvs = kvs[:limit]
+		out.NextCursor = kvs[limit-1].Key
+	}
+	for _, kv := range kvs {
+		var a records.AgentRecord
+		b := kv.Value
+		if req.GetByStatus() {
+			_, user, agent, err := keys.DecodeAgentByStatus(kv.Key)
+			if err != nil {
+				return nil, s.statusErr(id, err)
+			}
+			if b, err = r.fsm.Get(keys.Agent(user, agent)); err != nil {
+				return nil, s.statusErr(id, fmt.Errorf("status index entry without its agent: %w", err))
+			}
+		}
+		if err := records.Decode(b, &a); err != nil {
+			return nil, s.statusErr(id, err)
+		}
+		out.Agents = append(out.Agents, rpc.AgentToProto(&a))
+	}
+	return out, nil
+}
+
+func (s *registryServer) PutSession(ctx context.Context, req *rpc.PutSessionRequest) (*rpc.PutSessionResponse, error) {
+	sess, err := rpc.SessionFromProto(req.GetSession())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	if _, err := s.proposeRouted(ctx, sess.UserID[:], &fsm.Command{Op: fsm.OpPutSession, Session: sess}); err != nil {
+		return nil, err
+	}
+	return &rpc.PutSessionResponse{}, nil
+}
+
+func (s *registryServer) GetSession(ctx context.Context, req *rpc.SessionRef) (*rpc.GetSessionResponse, error) {
+	sid, err := rpc.SessionIDFromBytes(req.GetSessionId())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	id, r, err := s.target(req.GetTarget(), len(keys.UserID{}))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.readAt(ctx, id, r, req.GetConsistency()); err != nil {
+		return nil, err
+	}
+	var sess records.SessionRecord
+	if err := getRecord(s.server, r, keys.Session(sid), &sess); err != nil {
+		return nil, err
+	}
+	return &rpc.GetSessionResponse{Session: rpc.SessionToProto(&sess)}, nil
+}
+
+func (s *registryServer) UpdateSessionStatus(ctx context.Context, req *rpc.UpdateSessionStatusRequest) (*rpc.UpdateSessionStatusResponse, error) {
+	sid, err := rpc.SessionIDFromBytes(req.GetSessionId())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	st := records.SessionStatus(req.GetStatus())
+	if req.GetStatus() > 255 || !st.Valid() {
+		return nil, s.statusErr(0, invalid("session status %d", req.GetStatus()))
+	}
+	u8 := uint8(st)
+	id, r, err := s.target(req.GetTarget(), len(keys.UserID{}))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.proposeTo(ctx, id, r, &fsm.Command{Op: fsm.OpUpdateSessionStatus, SessionID: &sid, Status: &u8, Time: nowMs()}); err != nil {
+		return nil, err
+	}
+	var sess records.SessionRecord
+	if err := getRecord(s.server, r, keys.Session(sid), &sess); err != nil {
+		return nil, err
+	}
+	return &rpc.UpdateSessionStatusResponse{Session: rpc.SessionToProto(&sess)}, nil
+}
+
+func (s *registryServer) ListSessionsByAgent(ctx context.Context, req *rpc.AgentRef) (*rpc.SessionList, error) {
+	agent, err := rpc.AgentIDFromBytes(req.GetAgentId())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	id, r, err := s.target(req.GetTarget(), len(keys.UserID{}))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.readAt(ctx, id, r, req.GetConsistency()); err != nil {
+		return nil, err
+	}
+	prefix := keys.SessionByAgentPrefix(agent)
+	kvs, err := r.fsm.Scan(prefix, keys.PrefixEnd(prefix), 0)
+	if err != nil {
+		return nil, s.statusErr(id, err)
+	}
+	out := &rpc.SessionList{}
+	for _, kv := range kvs {
+		_, sid, err := keys.DecodeSessionByAgent(kv.Key)
+		if err != nil {
+			return nil, s.statusErr(id, err)
+		}
+		var sess records.SessionRecord
+		if err := getRecord(s.server, r, keys.Session(sid), &sess); err != nil {
+			return nil, s.statusErr(id, fmt.Errorf("session index entry without its session: %w", err))
+		}
+		out.Sessions = append(out.Sessions, rpc.SessionToProto(&sess))
+	}
+	return out, nil
+}
+
+func (s *registryServer) PutUser(ctx context.Context, req *rpc.PutUserRequest) (*rpc.PutUserResponse, error) {
+	u, err := rpc.UserFromProto(req.GetUser())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	if _, err := s.proposeRouted(ctx, u.UserID[:], &fsm.Command{Op: fsm.OpPutUser, User: u}); err != nil {
+		return nil, err
+	}
+	return &rpc.PutUserResponse{}, nil
+}
+
+func (s *registryServer) GetUser(ctx context.Context, req *rpc.UserRef) (*rpc.GetUserResponse, error) {
+	user, r, err := s.userRead(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var u records.UserRecord
+	if err := getRecord(s.server, r, keys.User(user), &u); err != nil {
+		return nil, err
+	}
+	return &rpc.GetUserResponse{User: rpc.UserToProto(&u)}, nil
+}

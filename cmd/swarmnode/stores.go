@@ -1,0 +1,292 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/swarmkv/swarmkv/client"
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/records"
+)
+
+const registryUsage = `Usage:
+  swarmnode registry agents USER_ID          agents of a user (user id: 64 hex digits)
+  swarmnode registry agent AGENT_ID          one agent, found by its id alone
+  swarmnode registry status STATE            agents in a state (pending, provisioning,
+                                             running, stopping, stopped, failed)
+  swarmnode registry all                     every agent
+  swarmnode registry sessions AGENT_ID       sessions of an agent
+  swarmnode registry session SESSION_ID      one session (32 hex digits)
+  swarmnode registry user USER_ID            a cached user
+
+Flags:
+`
+
+const billingUsage = `Usage:
+  swarmnode billing account USER_ID            an account (UUID or 32 hex digits)
+  swarmnode billing transactions USER_ID       a user's transactions, newest first
+  swarmnode billing transaction TX_ID          one transaction (ULID or 32 hex digits)
+  swarmnode billing event EVENT_ID             one usage event
+
+Flags:
+`
+
+// storeFlags are the flags every registry/billing command takes.
+type storeFlags struct {
+	fs        *flag.FlagSet
+	endpoints *string
+	asJSON    *bool
+	stale     *bool
+	timeout   *time.Duration
+	limit     *int
+	offset    *int
+}
+
+func newStoreFlags(name, usage string, stderr io.Writer) *storeFlags {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f := &storeFlags{fs: fs,
+		endpoints: fs.String("endpoints", "127.0.0.1:7100", "comma-separated gRPC addresses of nodes"),
+		asJSON:    fs.Bool("json", false, "print JSON"),
+		stale:     fs.Bool("stale", false, "read from any replica (may lag the leader)"),
+		timeout:   fs.Duration("timeout", 30*time.Second, "give up after this long"),
+		limit:     fs.Int("limit", 50, "transactions: page size"),
+		offset:    fs.Int("offset", 0, "transactions: skip this many newest"),
+	}
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	return f
+}
+
+// parse parses args (verb first) and checks the positional count.
+func (f *storeFlags) parse(args []string, want map[string]int) (string, []string, error) {
+	if len(args) == 0 {
+		f.fs.Usage()
+		return "", nil, usageError{fmt.Errorf("%s: missing command", f.fs.Name())}
+	}
+	verb := args[0]
+	pos, err := parseInterleaved(f.fs, args[1:])
+	if err != nil {
+		return "", nil, usageError{err}
+	}
+	n, ok := want[verb]
+	if !ok {
+		f.fs.Usage()
+		return "", nil, usageError{fmt.Errorf("%s: unknown command %q", f.fs.Name(), verb)}
+	}
+	if len(pos) != n {
+		return "", nil, usageError{fmt.Errorf("%s %s: want %d argument(s), got %d", f.fs.Name(), verb, n, len(pos))}
+	}
+	return verb, pos, nil
+}
+
+func (f *storeFlags) connect(ctx context.Context) (*client.Client, error) {
+	return client.New(ctx, client.Config{Endpoints: strings.Split(*f.endpoints, ",")})
+}
+
+func (f *storeFlags) readOpts() []client.ReadOption {
+	if *f.stale {
+		return []client.ReadOption{client.Stale()}
+	}
+	return nil
+}
+
+func hexID(s string, dst []byte, what string) error {
+	b, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))
+	if err != nil || len(b) != len(dst) {
+		return usageError{fmt.Errorf("%s %q: want %d hex digits", what, s, 2*len(dst))}
+	}
+	copy(dst, b)
+	return nil
+}
+
+func registry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newStoreFlags("registry", registryUsage, stderr)
+	verb, pos, err := f.parse(args, map[string]int{"agents": 1, "agent": 1, "status": 1, "all": 0, "sessions": 1, "session": 1, "user": 1})
+	if err != nil {
+		return err
+	}
+	var user keys.UserID
+	var agent keys.AgentID
+	var session keys.SessionID
+	var state records.AgentState
+	switch verb {
+	case "agents", "user":
+		err = hexID(pos[0], user[:], "user id")
+	case "agent", "sessions":
+		err = hexID(pos[0], agent[:], "agent id")
+	case "session":
+		err = hexID(pos[0], session[:], "session id")
+	case "status":
+		if state, err = records.ParseAgentState(pos[0]); err != nil {
+			err = usageError{err}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
+	defer cancel()
+	c, err := f.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	r := c.Registry()
+	var out any
+	switch verb {
+	case "agents":
+		out, err = r.ListAgentsByUser(ctx, user)
+	case "agent":
+		var a *records.AgentRecord
+		a, err = r.GetAgent(ctx, agent)
+		out = []*records.AgentRecord{a}
+	case "status":
+		out, err = r.ListAgentsByStatus(ctx, state)
+	case "all":
+		out, err = r.ListAllAgents(ctx)
+	case "sessions":
+		out, err = r.ListSessionsByAgent(ctx, agent)
+	case "session":
+		var s *records.SessionRecord
+		s, err = r.GetSession(ctx, session)
+		out = []*records.SessionRecord{s}
+	case "user":
+		var u *records.UserRecord
+		u, err = r.GetUser(ctx, user)
+		out = []*records.UserRecord{u}
+	}
+	if err != nil {
+		return err
+	}
+	return printRecords(stdout, out, *f.asJSON)
+}
+
+func parseAccountID(s string) (keys.AccountID, error) {
+	var id keys.AccountID
+	return id, hexID(s, id[:], "user id")
+}
+
+func parseTransactionID(s string) (keys.TransactionID, error) {
+	if u, err := ulid.ParseStrict(s); err == nil {
+		return keys.TransactionID(u), nil
+	}
+	var id keys.TransactionID
+	if err := hexID(s, id[:], "transaction id"); err != nil {
+		return id, usageError{fmt.Errorf("transaction id %q: want a ULID or 32 hex digits", s)}
+	}
+	return id, nil
+}
+
+func billing(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newStoreFlags("billing", billingUsage, stderr)
+	verb, pos, err := f.parse(args, map[string]int{"account": 1, "transactions": 1, "transaction": 1, "event": 1})
+	if err != nil {
+		return err
+	}
+	var user keys.AccountID
+	var txID keys.TransactionID
+	switch verb {
+	case "account", "transactions":
+		user, err = parseAccountID(pos[0])
+	case "transaction":
+		txID, err = parseTransactionID(pos[0])
+	}
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
+	defer cancel()
+	c, err := f.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	b := c.Billing()
+	var out any
+	switch verb {
+	case "account":
+		var a *records.Account
+		a, err = b.GetAccount(ctx, user)
+		out = []*records.Account{a}
+	case "transactions":
+		out, err = b.ListTransactionsByUser(ctx, user, *f.limit, *f.offset)
+	case "transaction":
+		var t *records.CreditTransaction
+		t, err = b.GetTransaction(ctx, txID)
+		out = []*records.CreditTransaction{t}
+	case "event":
+		var e *records.UsageEvent
+		e, err = b.GetUsageEvent(ctx, pos[0])
+		out = []*records.UsageEvent{e}
+	}
+	if err != nil {
+		return err
+	}
+	return printRecords(stdout, out, *f.asJSON)
+}
+
+func ms(t int64) string { return time.UnixMilli(t).UTC().Format(time.RFC3339) }
+
+func optMs(t *int64) string {
+	if t == nil {
+		return "-"
+	}
+	return ms(*t)
+}
+
+// printRecords prints a slice of records as a table or as JSON.
+func printRecords(w io.Writer, v any, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	switch rs := v.(type) {
+	case []*records.AgentRecord:
+		fmt.Fprintln(tw, "AGENT\tUSER\tNAME\tSTATUS\tCPU(m)\tMEM(MB)\tRUNTIME\tUPDATED\tHEARTBEAT")
+		for _, a := range rs {
+			fmt.Fprintf(tw, "%x\t%x\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", a.AgentID, a.UserID, a.Name, a.Status,
+				a.Spec.CPUMillicores, a.Spec.MemoryMB, a.Spec.RuntimeVersion, ms(a.UpdatedAt), optMs(a.LastHeartbeatAt))
+		}
+	case []*records.SessionRecord:
+		fmt.Fprintln(tw, "SESSION\tAGENT\tUSER\tSTATUS\tCREATED\tCLOSED")
+		for _, s := range rs {
+			fmt.Fprintf(tw, "%x\t%x\t%x\t%s\t%s\t%s\n", s.SessionID, s.AgentID, s.UserID, s.Status, ms(s.CreatedAt), optMs(s.ClosedAt))
+		}
+	case []*records.UserRecord:
+		fmt.Fprintln(tw, "USER\tEMAIL\tCREATED\tLAST SEEN")
+		for _, u := range rs {
+			fmt.Fprintf(tw, "%x\t%s\t%s\t%s\n", u.UserID, u.Email, ms(u.CreatedAt), ms(u.LastSeenAt))
+		}
+	case []*records.Account:
+		fmt.Fprintln(tw, "USER\tBALANCE(c)\tLIFETIME CREDITS(c)\tLIFETIME USAGE(c)\tUPDATED")
+		for _, a := range rs {
+			fmt.Fprintf(tw, "%x\t%d\t%d\t%d\t%s\n", a.UserID, a.BalanceCents, a.LifetimeCreditsCents, a.LifetimeUsageCents, ms(a.UpdatedAt))
+		}
+	case []*records.CreditTransaction:
+		fmt.Fprintln(tw, "TRANSACTION\tTYPE\tAMOUNT(c)\tBALANCE AFTER(c)\tEVENT\tCREATED\tDESCRIPTION")
+		for _, t := range rs {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", ulid.ULID(t.TransactionID), t.TransactionType, t.AmountCents,
+				t.BalanceAfterCents, t.EventID, ms(t.CreatedAt), t.Description)
+		}
+	case []*records.UsageEvent:
+		fmt.Fprintln(tw, "EVENT\tUSER\tAGENT\tRESOURCE\tQUANTITY\tCOST(c)\tCREATED")
+		for _, e := range rs {
+			fmt.Fprintf(tw, "%s\t%x\t%s\t%s\t%d\t%d\t%s\n", e.EventID, e.UserID, e.AgentID, e.Resource, e.Quantity, e.CostCents, ms(e.CreatedAt))
+		}
+	default:
+		return errors.New("internal: unprintable records")
+	}
+	return tw.Flush()
+}

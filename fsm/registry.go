@@ -1,0 +1,274 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/records"
+)
+
+// change is one registry or billing command being applied: it reads
+// through the run's indexed batch (so it sees the writes of earlier entries
+// of the run) and queues its own writes, which flush adds to the batch only
+// once every check has passed. A rejection therefore writes nothing.
+type change struct {
+	b      *pebble.Batch
+	writes []write
+}
+
+type write struct {
+	key, value []byte
+	del        bool
+}
+
+// rejection is a deterministic Result.Err, returned by the op functions as
+// an error so that it unwinds like one; applyRecordOp unwraps it.
+type rejection struct{ err error }
+
+func (r *rejection) Error() string { return r.err.Error() }
+
+func reject(err error) error { return &rejection{err} }
+
+// errAgentOwned, errOverflow, corruptErr build the rejection messages, so
+// that the reference model in the tests builds the same ones.
+func errAgentOwned() error {
+	return fmt.Errorf("%w: op %s: agent id belongs to another user", ErrInvalidCommand, OpPutAgent)
+}
+
+func errOverflow(op Op, what string) error {
+	return fmt.Errorf("%w: op %s: %s overflow", ErrInvalidCommand, op, what)
+}
+
+func corruptErr(key []byte, err error) error {
+	return fmt.Errorf("%w: %s key %x: %w", ErrCorruptRecord, keys.TableName(key[0]), key, err)
+}
+
+// applyRecordOp applies a registry or billing command (validated) into b.
+// A rejection goes to res.Err; the returned error is a storage error.
+func applyRecordOp(b *pebble.Batch, c *Command, res *Result) error {
+	ch := &change{b: b}
+	var balance int64
+	var err error
+	switch c.Op {
+	case OpPutAgent:
+		err = ch.putAgent(c.Agent)
+	case OpDeleteAgent:
+		err = ch.deleteAgent(*c.UserID, *c.AgentID)
+	case OpUpdateAgentStatus:
+		err = ch.updateAgentStatus(*c.UserID, *c.AgentID, records.AgentState(*c.Status), c.Time)
+	case OpPutSession:
+		err = ch.putSession(c.Session)
+	case OpUpdateSessionStatus:
+		err = ch.updateSessionStatus(*c.SessionID, records.SessionStatus(*c.Status), c.Time)
+	case OpPutUser:
+		err = putRecord(ch, keys.User(c.User.UserID), c.User)
+	case OpPutAccount:
+		err = putRecord(ch, keys.Account(c.Account.UserID), c.Account)
+	case OpDeleteAccount:
+		err = ch.deleteAccount(*c.AccountID)
+	case OpUpdateBalance:
+		balance, err = ch.updateBalance(*c.AccountID, *c.Amount, c.Tx, c.Time)
+	case OpPutTransaction:
+		err = ch.putTransaction(c.Tx)
+	case OpPutUsageEvent:
+		err = ch.putUsageEvent(c.Event)
+	case OpProcessUsage:
+		balance, err = ch.processUsage(c.Event, c.Tx, c.Time)
+	case OpAddCredits:
+		balance, err = ch.addCredits(*c.AccountID, *c.Amount, c.Tx, c.Time)
+	default: // unreachable: Validate knows every op
+		err = reject(fmt.Errorf("%w: unknown op %d", ErrInvalidCommand, c.Op))
+	}
+	if err == nil {
+		err = ch.flush()
+	}
+	var rej *rejection
+	if errors.As(err, &rej) {
+		res.Err = rej.err
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	res.Succeeded, res.Balance = true, balance
+	return nil
+}
+
+// get returns a copy of key's value.
+func (ch *change) get(key []byte) ([]byte, bool, error) { return getView(ch.b, key, true) }
+
+func (ch *change) has(key []byte) (bool, error) {
+	_, found, err := getView(ch.b, key, false)
+	return found, err
+}
+
+func (ch *change) set(key, value []byte) {
+	ch.writes = append(ch.writes, write{key: key, value: value})
+}
+func (ch *change) del(key []byte) { ch.writes = append(ch.writes, write{key: key, del: true}) }
+
+// flush adds the queued writes to the batch, in order.
+func (ch *change) flush() error {
+	for _, w := range ch.writes {
+		var err error
+		if w.del {
+			err = ch.b.Delete(w.key, nil)
+		} else {
+			err = ch.b.Set(w.key, w.value, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// getRecord decodes key's stored record into r. A record that does not
+// decode or validate is rejected with ErrCorruptRecord: every op stores
+// valid records, so only a raw OpBatch write can produce one.
+func getRecord[R interface {
+	records.Record
+	Validate() error
+}](ch *change, key []byte, r R) (bool, error) {
+	v, found, err := ch.get(key)
+	if err != nil || !found {
+		return false, err
+	}
+	if err := decodeStored(key, v, r); err != nil {
+		return false, reject(err)
+	}
+	return true, nil
+}
+
+// decodeStored decodes and validates a stored record.
+func decodeStored[R interface {
+	records.Record
+	Validate() error
+}](key, v []byte, r R) error {
+	err := records.Decode(v, r)
+	if err == nil {
+		err = r.Validate()
+	}
+	if err != nil {
+		return corruptErr(key, err)
+	}
+	return nil
+}
+
+// putRecord queues key = encoding of r.
+func putRecord[R records.Record](ch *change, key []byte, r R) error {
+	v, err := records.Encode(r)
+	if err != nil { // plain structs of ints, strings and arrays: never
+		return fmt.Errorf("fsm: encode record: %w", err)
+	}
+	ch.set(key, v)
+	return nil
+}
+
+func (ch *change) putAgent(a *records.AgentRecord) error {
+	ownerKey := keys.AgentOwner(a.AgentID)
+	owner, found, err := ch.get(ownerKey)
+	if err != nil {
+		return err
+	}
+	if found && !bytes.Equal(owner, a.UserID[:]) {
+		return reject(errAgentOwned())
+	}
+	key := keys.Agent(a.UserID, a.AgentID)
+	var old records.AgentRecord
+	exists, err := getRecord(ch, key, &old)
+	if err != nil {
+		return err
+	}
+	if exists && old.Status != a.Status {
+		ch.del(keys.AgentByStatus(byte(old.Status), a.UserID, a.AgentID))
+	}
+	if err := putRecord(ch, key, a); err != nil {
+		return err
+	}
+	ch.set(keys.AgentByStatus(byte(a.Status), a.UserID, a.AgentID), nil)
+	ch.set(ownerKey, a.UserID[:])
+	return nil
+}
+
+func (ch *change) deleteAgent(u keys.UserID, a keys.AgentID) error {
+	key := keys.Agent(u, a)
+	var old records.AgentRecord
+	exists, err := getRecord(ch, key, &old)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return reject(ErrNotFound)
+	}
+	ownerKey := keys.AgentOwner(a)
+	owner, found, err := ch.get(ownerKey)
+	if err != nil {
+		return err
+	}
+	ch.del(key)
+	ch.del(keys.AgentByStatus(byte(old.Status), u, a))
+	if found && bytes.Equal(owner, u[:]) {
+		ch.del(ownerKey)
+	}
+	return nil
+}
+
+func (ch *change) updateAgentStatus(u keys.UserID, a keys.AgentID, st records.AgentState, now int64) error {
+	key := keys.Agent(u, a)
+	var rec records.AgentRecord
+	exists, err := getRecord(ch, key, &rec)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return reject(ErrNotFound)
+	}
+	if rec.Status != st {
+		ch.del(keys.AgentByStatus(byte(rec.Status), u, a))
+	}
+	rec.Status, rec.UpdatedAt = st, now
+	if err := putRecord(ch, key, &rec); err != nil {
+		return err
+	}
+	ch.set(keys.AgentByStatus(byte(st), u, a), nil)
+	return nil
+}
+
+func (ch *change) putSession(s *records.SessionRecord) error {
+	key := keys.Session(s.SessionID)
+	var old records.SessionRecord
+	exists, err := getRecord(ch, key, &old)
+	if err != nil {
+		return err
+	}
+	if exists && old.AgentID != s.AgentID {
+		ch.del(keys.SessionByAgent(old.AgentID, s.SessionID))
+	}
+	if err := putRecord(ch, key, s); err != nil {
+		return err
+	}
+	ch.set(keys.SessionByAgent(s.AgentID, s.SessionID), nil)
+	return nil
+}
+
+func (ch *change) updateSessionStatus(id keys.SessionID, st records.SessionStatus, now int64) error {
+	key := keys.Session(id)
+	var rec records.SessionRecord
+	exists, err := getRecord(ch, key, &rec)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return reject(ErrNotFound)
+	}
+	rec.Status = st
+	if st != records.SessionActive && rec.ClosedAt == nil {
+		rec.ClosedAt = &now
+	}
+	return putRecord(ch, key, &rec)
+}

@@ -1,0 +1,150 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+
+	"github.com/swarmkv/swarmkv/records"
+)
+
+// field is a set of Command's optional fields, one bit each.
+type field uint16
+
+const (
+	fBatch field = 1 << iota
+	fAgent
+	fSession
+	fUser
+	fAccount
+	fTx
+	fEvent
+	fUserID
+	fAgentID
+	fSessionID
+	fAccountID
+	fStatus
+	fAmount
+	fTime
+)
+
+// fieldNames are the CBOR names of the fields, in bit order.
+var fieldNames = [...]string{"batch", "agent", "session", "user", "account", "tx", "event",
+	"user_id", "agent_id", "session_id", "account_id", "status", "amount", "time"}
+
+// first names the lowest field in the set.
+func (f field) first() string { return fieldNames[bits.TrailingZeros16(uint16(f))] }
+
+// opSpec is an op's name and the fields it takes, all required.
+type opSpec struct {
+	name   string
+	fields field
+}
+
+var opSpecs = map[Op]opSpec{
+	OpBatch:               {"batch", fBatch},
+	OpNoop:                {"noop", 0},
+	OpPutAgent:            {"put_agent", fAgent},
+	OpDeleteAgent:         {"delete_agent", fUserID | fAgentID},
+	OpUpdateAgentStatus:   {"update_agent_status", fUserID | fAgentID | fStatus | fTime},
+	OpPutSession:          {"put_session", fSession},
+	OpUpdateSessionStatus: {"update_session_status", fSessionID | fStatus | fTime},
+	OpPutUser:             {"put_user", fUser},
+	OpPutAccount:          {"put_account", fAccount},
+	OpDeleteAccount:       {"delete_account", fAccountID},
+	OpUpdateBalance:       {"update_balance", fAccountID | fAmount | fTime | fTx},
+	OpPutTransaction:      {"put_transaction", fTx},
+	OpPutUsageEvent:       {"put_usage_event", fEvent},
+	OpProcessUsage:        {"process_usage", fEvent | fTx | fTime},
+	OpAddCredits:          {"add_credits", fAccountID | fAmount | fTx | fTime},
+}
+
+// fields returns the set of fields c carries.
+func (c *Command) fields() field {
+	var f field
+	for _, p := range [...]struct {
+		present bool
+		bit     field
+	}{
+		{c.Batch != nil, fBatch}, {c.Agent != nil, fAgent}, {c.Session != nil, fSession},
+		{c.User != nil, fUser}, {c.Account != nil, fAccount}, {c.Tx != nil, fTx},
+		{c.Event != nil, fEvent}, {c.UserID != nil, fUserID}, {c.AgentID != nil, fAgentID},
+		{c.SessionID != nil, fSessionID}, {c.AccountID != nil, fAccountID},
+		{c.Status != nil, fStatus}, {c.Amount != nil, fAmount}, {c.Time != 0, fTime},
+	} {
+		if p.present {
+			f |= p.bit
+		}
+	}
+	return f
+}
+
+// validateRecords runs Validate on every record c carries.
+func (c *Command) validateRecords() error {
+	for _, r := range [...]struct {
+		name string
+		rec  interface{ Validate() error }
+		nil  bool
+	}{
+		{"agent", c.Agent, c.Agent == nil}, {"session", c.Session, c.Session == nil},
+		{"user", c.User, c.User == nil}, {"account", c.Account, c.Account == nil},
+		{"tx", c.Tx, c.Tx == nil}, {"event", c.Event, c.Event == nil},
+	} {
+		if r.nil {
+			continue
+		}
+		if err := r.rec.Validate(); err != nil {
+			return fmt.Errorf("%s: %w", r.name, err)
+		}
+	}
+	return nil
+}
+
+// validateOp checks the rules that tie an op's fields together. It runs
+// after the field set and the records were checked.
+func (c *Command) validateOp() error {
+	switch c.Op {
+	case OpUpdateAgentStatus:
+		if st := records.AgentState(*c.Status); !st.Valid() {
+			return fmt.Errorf("status: %s is not a valid agent state", st)
+		}
+	case OpUpdateSessionStatus:
+		if st := records.SessionStatus(*c.Status); !st.Valid() {
+			return fmt.Errorf("status: %s is not a valid session status", st)
+		}
+	case OpUpdateBalance:
+		switch amt := *c.Amount; {
+		case amt == 0 || amt == math.MinInt64:
+			return fmt.Errorf("amount %d: want a non-zero delta above math.MinInt64", amt)
+		case c.Tx.TransactionType != records.TxAdjustment:
+			return fmt.Errorf("tx: type %s, want adjustment", c.Tx.TransactionType)
+		case c.Tx.AmountCents != amt:
+			return fmt.Errorf("tx: amount_cents %d differs from amount %d", c.Tx.AmountCents, amt)
+		case c.Tx.UserID != *c.AccountID:
+			return errors.New("tx: user_id differs from account_id")
+		}
+	case OpProcessUsage:
+		switch {
+		case c.Tx.TransactionType != records.TxUsage:
+			return fmt.Errorf("tx: type %s, want usage", c.Tx.TransactionType)
+		case c.Tx.UserID != c.Event.UserID:
+			return errors.New("tx: user_id differs from the event's user_id")
+		case c.Tx.EventID != "" && c.Tx.EventID != c.Event.EventID:
+			return errors.New("tx: event_id differs from the event's event_id")
+		}
+		// Tx.Validate already requires AmountCents > 0 for a usage charge.
+	case OpAddCredits:
+		switch amt := *c.Amount; {
+		case amt <= 0:
+			return fmt.Errorf("amount %d: want a positive amount", amt)
+		case !c.Tx.TransactionType.Credit():
+			return fmt.Errorf("tx: type %s is not a credit", c.Tx.TransactionType)
+		case c.Tx.AmountCents != amt:
+			return fmt.Errorf("tx: amount_cents %d differs from amount %d", c.Tx.AmountCents, amt)
+		case c.Tx.UserID != *c.AccountID:
+			return errors.New("tx: user_id differs from account_id")
+		}
+	}
+	return nil
+}

@@ -2,8 +2,15 @@
 // any node, routes every request by its routing key (blake3 slot -> shard ->
 // leader), caches leaders, follows NotLeader hints, refreshes the map when
 // it is stale, and retries what is safe to retry within the caller's
-// context. It imports only the generated API (rpc) and the slot math
-// (shard): a program using it never pulls in Raft, memberlist or Pebble.
+// context. Besides gRPC it imports only swarmkv's pure packages: the
+// generated API (rpc), the slot math (shard), the key layouts (keys) and the
+// record types (records): a program using it never pulls in Raft,
+// memberlist or Pebble.
+//
+// Typed stores: c.Registry() (seed 000: agents, sessions, users) and
+// c.Billing() (seed 001: accounts, transactions, usage events) mirror the
+// seeds' Store traits, context first, with typed errors (ErrNotFound,
+// *InsufficientCreditsError, *DuplicateEventError, ErrInvalidArgument).
 //
 // Usage:
 //

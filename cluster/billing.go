@@ -127,7 +127,7 @@ func (s *billingServer) GetTransaction(ctx context.Context, req *rpc.Transaction
 	if err := getRecord(s.server, r, keys.Transaction(txID), &tx); err != nil {
 		return nil, err
 	}
-	if !req.GetTarget().GetHasShard() && string(tx.UserID[:]) != string(req.GetTarget().GetUserId()) {
+	if !ownedBy(req.GetTarget(), tx.UserID[:]) {
 		return nil, status.Error(codes.NotFound, "not found")
 	}
 	return &rpc.GetTransactionResponse{Transaction: rpc.TransactionToProto(&tx)}, nil
@@ -199,6 +199,9 @@ func (s *billingServer) usageEvent(ctx context.Context, req *rpc.UsageEventRef) 
 	var e records.UsageEvent
 	if err := getRecord(s.server, r, key, &e); err != nil {
 		return nil, err
+	}
+	if !ownedBy(req.GetTarget(), e.UserID[:]) {
+		return nil, status.Error(codes.NotFound, "not found")
 	}
 	return &e, nil
 }

@@ -120,6 +120,14 @@ func getRecord[R records.Record](s *server, r *replica, key []byte, rec R) error
 	return nil
 }
 
+// ownedBy reports whether a record of user may be answered to a request
+// addressed by t: any record for a shard-addressed (fan-out) request, only
+// the user's own records for a routed one (other users' records can live in
+// the same shard).
+func ownedBy(t *rpc.Target, user []byte) bool {
+	return t.GetHasShard() || string(t.GetUserId()) == string(user)
+}
+
 func badInput(err error) error { return fmt.Errorf("%w: %v", ErrInvalidArgument, err) }
 
 func (s *registryServer) PutAgent(ctx context.Context, req *rpc.PutAgentRequest) (*rpc.PutAgentResponse, error) {
@@ -354,6 +362,9 @@ func (s *registryServer) GetSession(ctx context.Context, req *rpc.SessionRef) (*
 	if err := getRecord(s.server, r, keys.Session(sid), &sess); err != nil {
 		return nil, err
 	}
+	if !ownedBy(req.GetTarget(), sess.UserID[:]) {
+		return nil, status.Error(codes.NotFound, "not found")
+	}
 	return &rpc.GetSessionResponse{Session: rpc.SessionToProto(&sess)}, nil
 }
 
@@ -371,7 +382,17 @@ func (s *registryServer) UpdateSessionStatus(ctx context.Context, req *rpc.Updat
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.proposeTo(ctx, id, r, &fsm.Command{Op: fsm.OpUpdateSessionStatus, SessionID: &sid, Status: &u8, Time: nowMs()}); err != nil {
+	cmd := &fsm.Command{Op: fsm.OpUpdateSessionStatus, SessionID: &sid, Status: &u8, Time: nowMs()}
+	if !req.GetTarget().GetHasShard() {
+		// Routed by user: the session must be that user's (checked in
+		// the state machine, atomically with the update).
+		owner, err := rpc.UserIDFromBytes(req.GetTarget().GetUserId())
+		if err != nil {
+			return nil, s.statusErr(id, badInput(err))
+		}
+		cmd.UserID = &owner
+	}
+	if _, err := s.proposeTo(ctx, id, r, cmd); err != nil {
 		return nil, err
 	}
 	var sess records.SessionRecord
@@ -407,6 +428,9 @@ func (s *registryServer) ListSessionsByAgent(ctx context.Context, req *rpc.Agent
 		var sess records.SessionRecord
 		if err := getRecord(s.server, r, keys.Session(sid), &sess); err != nil {
 			return nil, s.statusErr(id, fmt.Errorf("session index entry without its session: %w", err))
+		}
+		if !ownedBy(req.GetTarget(), sess.UserID[:]) {
+			continue
 		}
 		out.Sessions = append(out.Sessions, rpc.SessionToProto(&sess))
 	}

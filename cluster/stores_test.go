@@ -1203,9 +1203,12 @@ func TestStoresBillingLeaderChange(t *testing.T) {
 	if bal, err := b.AddCredits(ctx, u, 1000, credit); err != nil || bal != 1000 {
 		t.Errorf("AddCredits again after the leader change = %d, %v; want 1000", bal, err)
 	}
-	if l := tc.leaderOf(sh); l < 0 || l == victim {
-		t.Errorf("leader of shard %d after the change: node %d", sh, l)
-	}
+	waitFor(t, 20*time.Second, "a new leader", func() error {
+		if l := tc.leaderOf(sh); l < 0 || l == victim {
+			return fmt.Errorf("leader of shard %d: node %d", sh, l)
+		}
+		return nil
+	})
 	if a := f.get(t, u); a.BalanceCents != 850 || a.LifetimeUsageCents != 150 || a.LifetimeCreditsCents != 1000 {
 		t.Errorf("account %+v, want balance 850, usage 150, credits 1000", a)
 	}

@@ -23,8 +23,8 @@ import (
 	"github.com/swarmkv/swarmkv/client"
 )
 
-// binary builds swarmnode once per test run.
-func binary(t *testing.T) string {
+// buildBinary builds swarmnode once per test run.
+func buildBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "swarmnode")
 	cmd := exec.Command("go", "build", "-o", bin, "../cmd/swarmnode")
@@ -62,7 +62,7 @@ type cluster struct {
 }
 
 func newCluster(t *testing.T, n, shards int) *cluster {
-	c := &cluster{t: t, bin: binary(t)}
+	c := &cluster{t: t, bin: buildBinary(t)}
 	base := t.TempDir()
 	for i := range n {
 		p := &proc{id: fmt.Sprintf("n%d", i+1), dir: filepath.Join(base, fmt.Sprintf("n%d", i+1)),

@@ -82,7 +82,8 @@ const (
 	// sessions_by_agent[agent|session], deleting the index entry of the
 	// agent an existing session with this id had before.
 	OpPutSession Op = 13
-	// OpUpdateSessionStatus (SessionID, Status, Time) sets status, and
+	// OpUpdateSessionStatus (SessionID, Status, Time; optional UserID: the
+	// session must belong to that user, else NotFound) sets status, and
 	// closed_at = Time when the status is not active and closed_at is
 	// unset; ErrNotFound if absent.
 	OpUpdateSessionStatus Op = 14
@@ -367,7 +368,7 @@ func (c *Command) Validate(l Limits) error {
 	if missing := sp.fields &^ have; missing != 0 {
 		return fmt.Errorf("%w: op %s: missing %s", ErrInvalidCommand, c.Op, missing.first())
 	}
-	if extra := have &^ sp.fields; extra != 0 {
+	if extra := have &^ (sp.fields | sp.optional); extra != 0 {
 		return fmt.Errorf("%w: op %s: carries %s", ErrInvalidCommand, c.Op, extra.first())
 	}
 	if c.Time < 0 {

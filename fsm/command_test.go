@@ -95,9 +95,17 @@ func TestValidateRecordOps(t *testing.T) {
 		if err := c.Validate(Limits{}); err != nil {
 			t.Errorf("%s: %v", c.Op, err)
 		}
-		// Dropping any one field, or adding any other, is invalid.
+		// Dropping any required field, or adding one the op neither
+		// requires nor allows, is invalid; adding an optional one is fine.
 		for bit := field(1); bit <= fTime; bit <<= 1 {
 			d := *c
+			if opSpecs[c.Op].optional&bit != 0 {
+				setField(&d, bit, true)
+				if err := d.Validate(Limits{}); err != nil {
+					t.Errorf("%s with optional field %s: %v", c.Op, bit.first(), err)
+				}
+				continue
+			}
 			setField(&d, bit, c.fields()&bit == 0)
 			err := d.Validate(Limits{})
 			want := "op " + c.Op.String() + ": missing " + bit.first()

@@ -109,6 +109,9 @@ func (m *model) applyRecordOp(c *Command) (int64, error) {
 		if err != nil || !found {
 			return 0, orNotFound(err)
 		}
+		if c.UserID != nil && rec.UserID != *c.UserID {
+			return 0, orNotFound(nil)
+		}
 		rec.Status = records.SessionStatus(*c.Status)
 		if rec.Status != records.SessionActive && rec.ClosedAt == nil {
 			rec.ClosedAt = ptr(c.Time)
@@ -268,6 +271,9 @@ func genRecordCmd(rng *rand.Rand) *Command {
 		c = &Command{Op: OpPutSession, Session: genSession(rng, now)}
 	case 5:
 		c = &Command{Op: OpUpdateSessionStatus, SessionID: ptr(sid(pick(4))), Status: ptr(uint8(pick(4))), Time: now}
+		if rng.IntN(2) == 0 {
+			c.UserID = ptr(uid(pick(3))) // the owner check: sometimes the right user, sometimes not
+		}
 	case 6:
 		c = &Command{Op: OpPutUser, User: &records.UserRecord{UserID: uid(pick(3)), Email: "u@x", CreatedAt: now, LastSeenAt: now}}
 	case 7:

@@ -63,7 +63,7 @@ func applyRecordOp(b *pebble.Batch, c *Command, res *Result) error {
 	case OpPutSession:
 		err = ch.putSession(c.Session)
 	case OpUpdateSessionStatus:
-		err = ch.updateSessionStatus(*c.SessionID, records.SessionStatus(*c.Status), c.Time)
+		err = ch.updateSessionStatus(*c.SessionID, c.UserID, records.SessionStatus(*c.Status), c.Time)
 	case OpPutUser:
 		err = putRecord(ch, keys.User(c.User.UserID), c.User)
 	case OpPutAccount:
@@ -256,14 +256,14 @@ func (ch *change) putSession(s *records.SessionRecord) error {
 	return nil
 }
 
-func (ch *change) updateSessionStatus(id keys.SessionID, st records.SessionStatus, now int64) error {
+func (ch *change) updateSessionStatus(id keys.SessionID, owner *keys.UserID, st records.SessionStatus, now int64) error {
 	key := keys.Session(id)
 	var rec records.SessionRecord
 	exists, err := getRecord(ch, key, &rec)
 	if err != nil {
 		return err
 	}
-	if !exists {
+	if !exists || (owner != nil && rec.UserID != *owner) {
 		return reject(ErrNotFound)
 	}
 	rec.Status = st

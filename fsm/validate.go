@@ -36,28 +36,29 @@ var fieldNames = [...]string{"batch", "agent", "session", "user", "account", "tx
 // first names the lowest field in the set.
 func (f field) first() string { return fieldNames[bits.TrailingZeros16(uint16(f))] }
 
-// opSpec is an op's name and the fields it takes, all required.
+// opSpec is an op's name, the fields it requires and those it may carry.
 type opSpec struct {
-	name   string
-	fields field
+	name     string
+	fields   field
+	optional field
 }
 
 var opSpecs = map[Op]opSpec{
-	OpBatch:               {"batch", fBatch},
-	OpNoop:                {"noop", 0},
-	OpPutAgent:            {"put_agent", fAgent},
-	OpDeleteAgent:         {"delete_agent", fUserID | fAgentID},
-	OpUpdateAgentStatus:   {"update_agent_status", fUserID | fAgentID | fStatus | fTime},
-	OpPutSession:          {"put_session", fSession},
-	OpUpdateSessionStatus: {"update_session_status", fSessionID | fStatus | fTime},
-	OpPutUser:             {"put_user", fUser},
-	OpPutAccount:          {"put_account", fAccount},
-	OpDeleteAccount:       {"delete_account", fAccountID},
-	OpUpdateBalance:       {"update_balance", fAccountID | fAmount | fTime | fTx},
-	OpPutTransaction:      {"put_transaction", fTx},
-	OpPutUsageEvent:       {"put_usage_event", fEvent},
-	OpProcessUsage:        {"process_usage", fEvent | fTx | fTime},
-	OpAddCredits:          {"add_credits", fAccountID | fAmount | fTx | fTime},
+	OpBatch:               {"batch", fBatch, 0},
+	OpNoop:                {"noop", 0, 0},
+	OpPutAgent:            {"put_agent", fAgent, 0},
+	OpDeleteAgent:         {"delete_agent", fUserID | fAgentID, 0},
+	OpUpdateAgentStatus:   {"update_agent_status", fUserID | fAgentID | fStatus | fTime, 0},
+	OpPutSession:          {"put_session", fSession, 0},
+	OpUpdateSessionStatus: {"update_session_status", fSessionID | fStatus | fTime, fUserID},
+	OpPutUser:             {"put_user", fUser, 0},
+	OpPutAccount:          {"put_account", fAccount, 0},
+	OpDeleteAccount:       {"delete_account", fAccountID, 0},
+	OpUpdateBalance:       {"update_balance", fAccountID | fAmount | fTime | fTx, 0},
+	OpPutTransaction:      {"put_transaction", fTx, 0},
+	OpPutUsageEvent:       {"put_usage_event", fEvent, 0},
+	OpProcessUsage:        {"process_usage", fEvent | fTx | fTime, 0},
+	OpAddCredits:          {"add_credits", fAccountID | fAmount | fTx | fTime, 0},
 }
 
 // fields returns the set of fields c carries.

@@ -2,6 +2,7 @@ package keys
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 )
@@ -559,4 +560,52 @@ func DecodeKV(k []byte) (routingKey, key []byte, err error) {
 		return nil, nil, malformed(TableKV, "routing key length %d exceeds the %d bytes left", n, len(k)-kvHeaderLen)
 	}
 	return k[kvHeaderLen:end:end], k[end:len(k):len(k)], nil
+}
+
+// Text forms: ids print and parse as lowercase hex (JSON output of the CLI
+// and logs). The binary layouts above are unaffected.
+
+func marshalHex(b []byte) ([]byte, error) { return []byte(hex.EncodeToString(b)), nil }
+
+func unmarshalHex(dst, text []byte, what string) error {
+	if hex.DecodedLen(len(text)) != len(dst) {
+		return fmt.Errorf("%w: %s %q: want %d hex digits", ErrMalformed, what, text, 2*len(dst))
+	}
+	_, err := hex.Decode(dst, text)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrMalformed, what, err)
+	}
+	return nil
+}
+
+// MarshalText returns the id as hex.
+func (id UserID) MarshalText() ([]byte, error) { return marshalHex(id[:]) }
+
+// UnmarshalText parses hex.
+func (id *UserID) UnmarshalText(t []byte) error { return unmarshalHex(id[:], t, "user id") }
+
+// MarshalText returns the id as hex.
+func (id AgentID) MarshalText() ([]byte, error) { return marshalHex(id[:]) }
+
+// UnmarshalText parses hex.
+func (id *AgentID) UnmarshalText(t []byte) error { return unmarshalHex(id[:], t, "agent id") }
+
+// MarshalText returns the id as hex.
+func (id SessionID) MarshalText() ([]byte, error) { return marshalHex(id[:]) }
+
+// UnmarshalText parses hex.
+func (id *SessionID) UnmarshalText(t []byte) error { return unmarshalHex(id[:], t, "session id") }
+
+// MarshalText returns the id as hex.
+func (id AccountID) MarshalText() ([]byte, error) { return marshalHex(id[:]) }
+
+// UnmarshalText parses hex.
+func (id *AccountID) UnmarshalText(t []byte) error { return unmarshalHex(id[:], t, "account id") }
+
+// MarshalText returns the id as hex.
+func (id TransactionID) MarshalText() ([]byte, error) { return marshalHex(id[:]) }
+
+// UnmarshalText parses hex.
+func (id *TransactionID) UnmarshalText(t []byte) error {
+	return unmarshalHex(id[:], t, "transaction id")
 }

@@ -639,3 +639,22 @@ func randAgent(rng *rand.Rand) AgentID             { return AgentID(randBytes(rn
 func randSession(rng *rand.Rand) SessionID         { return SessionID(randBytes(rng, 16)) }
 func randAccount(rng *rand.Rand) AccountID         { return AccountID(randBytes(rng, 16)) }
 func randTransaction(rng *rand.Rand) TransactionID { return TransactionID(randBytes(rng, 16)) }
+
+func TestIDTextRoundTrip(t *testing.T) {
+	var u UserID
+	u[0], u[31] = 0xab, 0x01
+	b, err := u.MarshalText()
+	if err != nil || len(b) != 64 || string(b[:2]) != "ab" {
+		t.Fatalf("MarshalText = %q, %v", b, err)
+	}
+	var back UserID
+	if err := back.UnmarshalText(b); err != nil || back != u {
+		t.Fatalf("UnmarshalText = %x, %v", back, err)
+	}
+	var tx TransactionID
+	for _, bad := range []string{"", "ab", string(b), "zz" + string(b[2:32])} {
+		if err := tx.UnmarshalText([]byte(bad)); !errors.Is(err, ErrMalformed) {
+			t.Errorf("UnmarshalText(%q) = %v, want ErrMalformed", bad, err)
+		}
+	}
+}

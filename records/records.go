@@ -116,40 +116,40 @@ func ParseSessionStatus(name string) (SessionStatus, error) {
 
 // AgentSpecRecord is the seed's agent resource spec.
 type AgentSpecRecord struct {
-	CPUMillicores  uint32 `cbor:"cpu_millicores"`
-	MemoryMB       uint32 `cbor:"memory_mb"`
-	RuntimeVersion string `cbor:"runtime_version"`
+	CPUMillicores  uint32 `cbor:"cpu_millicores" json:"cpu_millicores"`
+	MemoryMB       uint32 `cbor:"memory_mb" json:"memory_mb"`
+	RuntimeVersion string `cbor:"runtime_version" json:"runtime_version"`
 }
 
 // AgentRecord is stored in `agents` under user_id | agent_id.
 type AgentRecord struct {
-	AgentID         keys.AgentID    `cbor:"agent_id"`
-	UserID          keys.UserID     `cbor:"user_id"`
-	Name            string          `cbor:"name"`
-	Status          AgentState      `cbor:"status"`
-	Spec            AgentSpecRecord `cbor:"spec"`
-	CreatedAt       int64           `cbor:"created_at"`
-	UpdatedAt       int64           `cbor:"updated_at"`
-	LastHeartbeatAt *int64          `cbor:"last_heartbeat_at,omitempty"`
+	AgentID         keys.AgentID    `cbor:"agent_id" json:"agent_id"`
+	UserID          keys.UserID     `cbor:"user_id" json:"user_id"`
+	Name            string          `cbor:"name" json:"name"`
+	Status          AgentState      `cbor:"status" json:"status"`
+	Spec            AgentSpecRecord `cbor:"spec" json:"spec"`
+	CreatedAt       int64           `cbor:"created_at" json:"created_at"`
+	UpdatedAt       int64           `cbor:"updated_at" json:"updated_at"`
+	LastHeartbeatAt *int64          `cbor:"last_heartbeat_at,omitempty" json:"last_heartbeat_at,omitempty"`
 }
 
 // SessionRecord is stored in `sessions` under session_id, in the shard of
 // its user.
 type SessionRecord struct {
-	SessionID keys.SessionID `cbor:"session_id"`
-	AgentID   keys.AgentID   `cbor:"agent_id"`
-	UserID    keys.UserID    `cbor:"user_id"`
-	Status    SessionStatus  `cbor:"status"`
-	CreatedAt int64          `cbor:"created_at"`
-	ClosedAt  *int64         `cbor:"closed_at,omitempty"`
+	SessionID keys.SessionID `cbor:"session_id" json:"session_id"`
+	AgentID   keys.AgentID   `cbor:"agent_id" json:"agent_id"`
+	UserID    keys.UserID    `cbor:"user_id" json:"user_id"`
+	Status    SessionStatus  `cbor:"status" json:"status"`
+	CreatedAt int64          `cbor:"created_at" json:"created_at"`
+	ClosedAt  *int64         `cbor:"closed_at,omitempty" json:"closed_at,omitempty"`
 }
 
 // UserRecord is the cached user info stored in `users` under user_id.
 type UserRecord struct {
-	UserID     keys.UserID `cbor:"user_id"`
-	Email      string      `cbor:"email"`
-	CreatedAt  int64       `cbor:"created_at"`
-	LastSeenAt int64       `cbor:"last_seen_at"`
+	UserID     keys.UserID `cbor:"user_id" json:"user_id"`
+	Email      string      `cbor:"email" json:"email"`
+	CreatedAt  int64       `cbor:"created_at" json:"created_at"`
+	LastSeenAt int64       `cbor:"last_seen_at" json:"last_seen_at"`
 }
 
 // Account is a billing account, stored in `accounts` under user_id (16-byte
@@ -158,12 +158,12 @@ type UserRecord struct {
 // UpdateBalance), LifetimeUsageCents every charge (ProcessUsage, negative
 // UpdateBalance).
 type Account struct {
-	UserID               keys.AccountID `cbor:"user_id"`
-	BalanceCents         int64          `cbor:"balance_cents"`
-	LifetimeCreditsCents int64          `cbor:"lifetime_credits_cents"`
-	LifetimeUsageCents   int64          `cbor:"lifetime_usage_cents"`
-	CreatedAt            int64          `cbor:"created_at"`
-	UpdatedAt            int64          `cbor:"updated_at"`
+	UserID               keys.AccountID `cbor:"user_id" json:"user_id"`
+	BalanceCents         int64          `cbor:"balance_cents" json:"balance_cents"`
+	LifetimeCreditsCents int64          `cbor:"lifetime_credits_cents" json:"lifetime_credits_cents"`
+	LifetimeUsageCents   int64          `cbor:"lifetime_usage_cents" json:"lifetime_usage_cents"`
+	CreatedAt            int64          `cbor:"created_at" json:"created_at"`
+	UpdatedAt            int64          `cbor:"updated_at" json:"updated_at"`
 }
 
 // TransactionType says what a CreditTransaction did to the balance.
@@ -199,31 +199,31 @@ func (t TransactionType) String() string {
 // indexed in `transactions_by_user` under user_id | transaction_id (ULIDs
 // sort by time, so a user's range is in time order).
 type CreditTransaction struct {
-	TransactionID keys.TransactionID `cbor:"transaction_id"`
-	UserID        keys.AccountID     `cbor:"user_id"`
+	TransactionID keys.TransactionID `cbor:"transaction_id" json:"transaction_id"`
+	UserID        keys.AccountID     `cbor:"user_id" json:"user_id"`
 	// AmountCents is > 0 for every type but TxAdjustment, where it is the
 	// signed delta.
-	AmountCents     int64           `cbor:"amount_cents"`
-	TransactionType TransactionType `cbor:"transaction_type"`
+	AmountCents     int64           `cbor:"amount_cents" json:"amount_cents"`
+	TransactionType TransactionType `cbor:"transaction_type" json:"transaction_type"`
 	// BalanceAfterCents is the balance after this transaction; the state
 	// machine sets it for ProcessUsage, AddCredits and UpdateBalance.
-	BalanceAfterCents int64  `cbor:"balance_after_cents"`
-	Description       string `cbor:"description"`
+	BalanceAfterCents int64  `cbor:"balance_after_cents" json:"balance_after_cents"`
+	Description       string `cbor:"description" json:"description"`
 	// EventID links a usage charge to its usage event.
-	EventID   string `cbor:"event_id,omitempty"`
-	CreatedAt int64  `cbor:"created_at"`
+	EventID   string `cbor:"event_id,omitempty" json:"event_id,omitempty"`
+	CreatedAt int64  `cbor:"created_at" json:"created_at"`
 }
 
 // UsageEvent is stored in `usage_events` under event_id, in the shard of
 // its user; its presence makes ProcessUsage idempotent.
 type UsageEvent struct {
-	EventID   string         `cbor:"event_id"`
-	UserID    keys.AccountID `cbor:"user_id"`
-	AgentID   string         `cbor:"agent_id,omitempty"`
-	Resource  string         `cbor:"resource"` // what was used, e.g. "llm_tokens"
-	Quantity  int64          `cbor:"quantity"`
-	CostCents int64          `cbor:"cost_cents"`
-	CreatedAt int64          `cbor:"created_at"`
+	EventID   string         `cbor:"event_id" json:"event_id"`
+	UserID    keys.AccountID `cbor:"user_id" json:"user_id"`
+	AgentID   string         `cbor:"agent_id,omitempty" json:"agent_id,omitempty"`
+	Resource  string         `cbor:"resource" json:"resource"` // what was used, e.g. "llm_tokens"
+	Quantity  int64          `cbor:"quantity" json:"quantity"`
+	CostCents int64          `cbor:"cost_cents" json:"cost_cents"`
+	CreatedAt int64          `cbor:"created_at" json:"created_at"`
 }
 
 var (

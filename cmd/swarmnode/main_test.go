@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,7 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oklog/ulid/v2"
+
 	"github.com/swarmkv/swarmkv/client"
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/records"
 )
 
 // lockedBuffer is a bytes.Buffer safe for a writer goroutine and a reader.
@@ -382,6 +387,8 @@ func TestServeAndKV(t *testing.T) {
 		t.Fatalf("kv scan --user bob = %v, %q; want nothing", err, out)
 	}
 
+	checkStoreCLI(ctx, t, grpcAddr)
+
 	resp, err := http.Get("http://" + httpAddr + "/readyz")
 	if err != nil {
 		t.Fatalf("readyz: %v", err)
@@ -408,5 +415,70 @@ func TestServeAndKV(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", grpcAddr, time.Second); err == nil {
 		c.Close()
 		t.Errorf("gRPC address %s still accepts connections after shutdown", grpcAddr)
+	}
+}
+
+// checkStoreCLI writes registry and billing records through the client and
+// reads them back through `swarmnode registry` and `swarmnode billing`.
+func checkStoreCLI(ctx context.Context, t *testing.T, grpcAddr string) {
+	t.Helper()
+	c, err := client.New(ctx, client.Config{Endpoints: []string{grpcAddr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var user keys.UserID
+	var agent keys.AgentID
+	var acct keys.AccountID
+	user[0], agent[0], acct[0] = 0xaa, 0xbb, 0xcc
+	now := time.Now().UnixMilli()
+	if err := c.Registry().PutAgent(ctx, &records.AgentRecord{AgentID: agent, UserID: user, Name: "scout",
+		Status: records.AgentRunning, CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Billing().PutAccount(ctx, &records.Account{UserID: acct, CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	tx := &records.CreditTransaction{TransactionID: client.NewTransactionID(time.Now()), UserID: acct,
+		AmountCents: 500, TransactionType: records.TxPurchase, CreatedAt: now, Description: "first"}
+	if _, err := c.Billing().AddCredits(ctx, acct, 500, tx); err != nil {
+		t.Fatal(err)
+	}
+	cli := func(args ...string) string {
+		t.Helper()
+		out, _, err := runCmd(ctx, append(args, "--endpoints", grpcAddr)...)
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		return out
+	}
+	hexUser, hexAgent, hexAcct := hex.EncodeToString(user[:]), hex.EncodeToString(agent[:]), hex.EncodeToString(acct[:])
+	for _, tc := range []struct {
+		args []string
+		want []string // substrings of the output
+	}{
+		{[]string{"registry", "agents", hexUser}, []string{"AGENT", hexAgent, "scout", "running"}},
+		{[]string{"registry", "agent", hexAgent}, []string{hexUser, "scout"}},
+		{[]string{"registry", "status", "running"}, []string{hexAgent}},
+		{[]string{"registry", "all", "--json"}, []string{`"agent_id": "` + hexAgent + `"`, `"name": "scout"`}},
+		{[]string{"billing", "account", hexAcct}, []string{"BALANCE", "500"}},
+		{[]string{"billing", "transactions", hexAcct}, []string{"purchase", "500", "first"}},
+		{[]string{"billing", "transaction", ulid.ULID(tx.TransactionID).String()}, []string{"purchase", "first"}},
+		{[]string{"billing", "account", hexAcct, "--json"}, []string{`"balance_cents": 500`}},
+	} {
+		out := cli(tc.args...)
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%q printed %q, want it to contain %q", tc.args, out, w)
+			}
+		}
+	}
+	if _, _, err := runCmd(ctx, "registry", "agent", "00", "--endpoints", grpcAddr); exitCode(err) != 2 {
+		t.Errorf("registry agent with a short id: %v, want a usage error", err)
+	}
+	var missing keys.AgentID
+	missing[0] = 0x01
+	if _, _, err := runCmd(ctx, "registry", "agent", hex.EncodeToString(missing[:]), "--endpoints", grpcAddr); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("registry agent of an unknown id: %v, want ErrNotFound", err)
 	}
 }

@@ -116,11 +116,8 @@ func (s *billingServer) GetTransaction(ctx context.Context, req *rpc.Transaction
 	if err != nil {
 		return nil, s.statusErr(0, badInput(err))
 	}
-	id, r, err := s.target(req.GetTarget(), accountIDLen)
+	r, err := s.readTarget(ctx, req.GetTarget(), accountIDLen, req.GetConsistency())
 	if err != nil {
-		return nil, err
-	}
-	if err := s.readAt(ctx, id, r, req.GetConsistency()); err != nil {
 		return nil, err
 	}
 	var tx records.CreditTransaction
@@ -189,11 +186,8 @@ func (s *billingServer) usageEvent(ctx context.Context, req *rpc.UsageEventRef) 
 	if err != nil {
 		return nil, s.statusErr(0, badInput(err))
 	}
-	id, r, err := s.target(req.GetTarget(), accountIDLen)
+	r, err := s.readTarget(ctx, req.GetTarget(), accountIDLen, req.GetConsistency())
 	if err != nil {
-		return nil, err
-	}
-	if err := s.readAt(ctx, id, r, req.GetConsistency()); err != nil {
 		return nil, err
 	}
 	var e records.UsageEvent

@@ -62,7 +62,17 @@ func (s *server) target(t *rpc.Target, idLen int) (shard.ID, *replica, error) {
 	return s.route(t.GetUserId())
 }
 
-// routedRead routes by routing key and passes the read barrier.
+// readTarget resolves t and passes the read barrier.
+func (s *server) readTarget(ctx context.Context, t *rpc.Target, idLen int, c rpc.Consistency) (*replica, error) {
+	id, r, err := s.target(t, idLen)
+	if err != nil {
+		return nil, err
+	}
+	return r, s.readAt(ctx, id, r, c)
+}
+
+// readAt passes the read barrier of replica r of shard id when c asks for
+// a linearizable read.
 func (s *server) readAt(ctx context.Context, id shard.ID, r *replica, c rpc.Consistency) error {
 	if err := validateConsistency(c); err != nil {
 		return s.statusErr(id, err)
@@ -162,11 +172,8 @@ func (s *registryServer) GetAgent(ctx context.Context, req *rpc.AgentRef) (*rpc.
 	if err != nil {
 		return nil, s.statusErr(0, badInput(err))
 	}
-	id, r, err := s.target(req.GetTarget(), len(keys.UserID{}))
+	r, err := s.readTarget(ctx, req.GetTarget(), len(keys.UserID{}), req.GetConsistency())
 	if err != nil {
-		return nil, err
-	}
-	if err := s.readAt(ctx, id, r, req.GetConsistency()); err != nil {
 		return nil, err
 	}
 	user, err := s.agentOwner(r, req.GetTarget(), agent)
@@ -351,11 +358,8 @@ func (s *registryServer) GetSession(ctx context.Context, req *rpc.SessionRef) (*
 	if err != nil {
 		return nil, s.statusErr(0, badInput(err))
 	}
-	id, r, err := s.target(req.GetTarget(), len(keys.UserID{}))
+	r, err := s.readTarget(ctx, req.GetTarget(), len(keys.UserID{}), req.GetConsistency())
 	if err != nil {
-		return nil, err
-	}
-	if err := s.readAt(ctx, id, r, req.GetConsistency()); err != nil {
 		return nil, err
 	}
 	var sess records.SessionRecord
@@ -407,27 +411,24 @@ func (s *registryServer) ListSessionsByAgent(ctx context.Context, req *rpc.Agent
 	if err != nil {
 		return nil, s.statusErr(0, badInput(err))
 	}
-	id, r, err := s.target(req.GetTarget(), len(keys.UserID{}))
+	r, err := s.readTarget(ctx, req.GetTarget(), len(keys.UserID{}), req.GetConsistency())
 	if err != nil {
-		return nil, err
-	}
-	if err := s.readAt(ctx, id, r, req.GetConsistency()); err != nil {
 		return nil, err
 	}
 	prefix := keys.SessionByAgentPrefix(agent)
 	kvs, err := r.fsm.Scan(prefix, keys.PrefixEnd(prefix), 0)
 	if err != nil {
-		return nil, s.statusErr(id, err)
+		return nil, s.statusErr(r.id, err)
 	}
 	out := &rpc.SessionList{}
 	for _, kv := range kvs {
 		_, sid, err := keys.DecodeSessionByAgent(kv.Key)
 		if err != nil {
-			return nil, s.statusErr(id, err)
+			return nil, s.statusErr(r.id, err)
 		}
 		var sess records.SessionRecord
 		if err := getRecord(s.server, r, keys.Session(sid), &sess); err != nil {
-			return nil, s.statusErr(id, fmt.Errorf("session index entry without its session: %w", err))
+			return nil, s.statusErr(r.id, fmt.Errorf("session index entry without its session: %w", err))
 		}
 		if !ownedBy(req.GetTarget(), sess.UserID[:]) {
 			continue

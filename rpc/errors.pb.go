@@ -241,6 +241,60 @@ func (x *DuplicateEvent) GetEventId() string {
 	return ""
 }
 
+// Sent with codes.FailedPrecondition when a pool with bots is deleted
+// without cascade.
+type PoolNotEmpty struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PoolId        string                 `protobuf:"bytes,1,opt,name=pool_id,json=poolId,proto3" json:"pool_id,omitempty"`
+	Bots          uint32                 `protobuf:"varint,2,opt,name=bots,proto3" json:"bots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolNotEmpty) Reset() {
+	*x = PoolNotEmpty{}
+	mi := &file_errors_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolNotEmpty) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolNotEmpty) ProtoMessage() {}
+
+func (x *PoolNotEmpty) ProtoReflect() protoreflect.Message {
+	mi := &file_errors_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolNotEmpty.ProtoReflect.Descriptor instead.
+func (*PoolNotEmpty) Descriptor() ([]byte, []int) {
+	return file_errors_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PoolNotEmpty) GetPoolId() string {
+	if x != nil {
+		return x.PoolId
+	}
+	return ""
+}
+
+func (x *PoolNotEmpty) GetBots() uint32 {
+	if x != nil {
+		return x.Bots
+	}
+	return 0
+}
+
 var File_errors_proto protoreflect.FileDescriptor
 
 const file_errors_proto_rawDesc = "" +
@@ -259,7 +313,10 @@ const file_errors_proto_rawDesc = "" +
 	"\abalance\x18\x01 \x01(\x03R\abalance\x12\x1a\n" +
 	"\brequired\x18\x02 \x01(\x03R\brequired\"+\n" +
 	"\x0eDuplicateEvent\x12\x19\n" +
-	"\bevent_id\x18\x01 \x01(\tR\aeventIdB$Z\"github.com/swarmkv/swarmkv/rpc;rpcb\x06proto3"
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\";\n" +
+	"\fPoolNotEmpty\x12\x17\n" +
+	"\apool_id\x18\x01 \x01(\tR\x06poolId\x12\x12\n" +
+	"\x04bots\x18\x02 \x01(\rR\x04botsB$Z\"github.com/swarmkv/swarmkv/rpc;rpcb\x06proto3"
 
 var (
 	file_errors_proto_rawDescOnce sync.Once
@@ -273,12 +330,13 @@ func file_errors_proto_rawDescGZIP() []byte {
 	return file_errors_proto_rawDescData
 }
 
-var file_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_errors_proto_goTypes = []any{
 	(*NotLeader)(nil),           // 0: swarmkv.v1.NotLeader
 	(*RetryInfo)(nil),           // 1: swarmkv.v1.RetryInfo
 	(*InsufficientCredits)(nil), // 2: swarmkv.v1.InsufficientCredits
 	(*DuplicateEvent)(nil),      // 3: swarmkv.v1.DuplicateEvent
+	(*PoolNotEmpty)(nil),        // 4: swarmkv.v1.PoolNotEmpty
 }
 var file_errors_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -299,7 +357,7 @@ func file_errors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_errors_proto_rawDesc), len(file_errors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

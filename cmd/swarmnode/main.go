@@ -59,6 +59,7 @@ Usage:
   swarmnode kv put|get|del|scan   debug client (swarmnode kv -h)
   swarmnode registry ...          inspect agents, sessions, users (swarmnode registry -h)
   swarmnode billing ...           inspect accounts, transactions, usage events
+  swarmnode bench put|get|mixed|ledger   load generator (swarmnode bench -h)
   swarmnode version               print the version
 
 Every serve flag can also be set as an environment variable SWARM_<FLAG>,
@@ -78,6 +79,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return registry(ctx, args[1:], stdout, stderr)
 	case "billing":
 		return billing(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return bench(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "swarmnode", version)
 		return nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -388,6 +389,7 @@ func TestServeAndKV(t *testing.T) {
 	}
 
 	checkStoreCLI(ctx, t, grpcAddr)
+	checkBench(ctx, t, grpcAddr)
 
 	resp, err := http.Get("http://" + httpAddr + "/readyz")
 	if err != nil {
@@ -480,5 +482,27 @@ func checkStoreCLI(ctx context.Context, t *testing.T, grpcAddr string) {
 	missing[0] = 0x01
 	if _, _, err := runCmd(ctx, "registry", "agent", hex.EncodeToString(missing[:]), "--endpoints", grpcAddr); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("registry agent of an unknown id: %v, want ErrNotFound", err)
+	}
+}
+
+// checkBench runs each bench workload briefly and checks its JSON report.
+func checkBench(ctx context.Context, t *testing.T, grpcAddr string) {
+	t.Helper()
+	for _, w := range []string{"put", "get", "mixed", "ledger"} {
+		out, _, err := runCmd(ctx, "bench", w, "--endpoints", grpcAddr, "--total", "200", "--clients", "8", "--conns", "2",
+			"--key-space", "50", "--accounts", "20", "--progress=false", "--json")
+		if err != nil {
+			t.Fatalf("bench %s: %v", w, err)
+		}
+		var res BenchResult
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("bench %s printed %q: %v", w, out, err)
+		}
+		if res.Ops != 200 || res.Errors != 0 || res.Throughput <= 0 || res.P50Ms <= 0 || res.P99Ms < res.P50Ms {
+			t.Errorf("bench %s: %+v", w, res)
+		}
+	}
+	if _, _, err := runCmd(ctx, "bench", "nope", "--endpoints", grpcAddr); exitCode(err) != 2 {
+		t.Errorf("bench with an unknown workload: %v, want a usage error", err)
 	}
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 )
 
 // httpHandler serves the node's health endpoints:
@@ -10,6 +11,9 @@ import (
 //	GET /healthz  200 "ok" while the process runs
 //	GET /readyz   200 "ready" when every local shard has a leader and the
 //	              node can serve; 503 with the reason otherwise
+//	GET /metrics  Prometheus metrics (raft, state machine, Pebble, gossip,
+//	              gRPC, Go runtime)
+//	/debug/pprof/ Go profiles
 func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -22,5 +26,11 @@ func (n *Node) httpHandler() http.Handler {
 		}
 		fmt.Fprintln(w, "ready")
 	})
+	mux.Handle("GET /metrics", n.metrics.handler())
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
 }

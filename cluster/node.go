@@ -41,6 +41,7 @@ type Node struct {
 	mux     *Mux
 	ml      *memberlist.Memberlist
 	members members
+	metrics *metrics
 	cache   *pebble.Cache
 	grpcSrv *grpc.Server
 	grpcLn  net.Listener
@@ -128,7 +129,9 @@ func New(cfg Config) (_ *Node, err error) {
 	ln := n.ml.LocalNode()
 	n.addrs.GossipAddr = net.JoinHostPort(ln.Addr.String(), fmt.Sprint(ln.Port))
 
+	n.metrics = newMetrics(n)
 	n.grpcSrv = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(n.metrics.grpc.UnaryServerInterceptor()),
 		grpc.MaxRecvMsgSize(n.maxRequestBytes()),
 		grpc.MaxSendMsgSize(n.maxRequestBytes()+cfg.MaxScanPage*(cfg.Limits.MaxKeySize+cfg.Limits.MaxValueSize)),
 	)
@@ -137,6 +140,7 @@ func New(cfg Config) (_ *Node, err error) {
 	rpc.RegisterClusterServer(n.grpcSrv, srv)
 	rpc.RegisterRegistryServer(n.grpcSrv, &registryServer{server: srv})
 	rpc.RegisterBillingServer(n.grpcSrv, &billingServer{server: srv})
+	n.metrics.grpc.InitializeMetrics(n.grpcSrv)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()

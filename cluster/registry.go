@@ -95,10 +95,12 @@ func (s *server) proposeTo(ctx context.Context, id shard.ID, r *replica, cmd *fs
 	if err != nil {
 		return nil, s.statusErr(id, err)
 	}
+	start := time.Now()
 	res, err := r.apply(ctx, data)
 	if err != nil {
 		return nil, s.statusErr(id, err)
 	}
+	s.node.metrics.observeApply(uint32(id), time.Since(start))
 	if res.Err != nil {
 		return nil, s.statusErr(id, res.Err)
 	}

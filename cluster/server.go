@@ -121,22 +121,7 @@ func (s *server) Get(ctx context.Context, req *rpc.GetRequest) (*rpc.GetResponse
 }
 
 func (s *server) propose(ctx context.Context, rk []byte, cmd *fsm.Command) (*fsm.Result, error) {
-	id, r, err := s.route(rk)
-	if err != nil {
-		return nil, err
-	}
-	data, err := fsm.EncodeCommand(cmd)
-	if err != nil {
-		return nil, s.statusErr(id, err)
-	}
-	res, err := r.apply(ctx, data)
-	if err != nil {
-		return nil, s.statusErr(id, err)
-	}
-	if res.Err != nil {
-		return nil, s.statusErr(id, res.Err)
-	}
-	return res, nil
+	return s.proposeRouted(ctx, rk, cmd)
 }
 
 func (s *server) Put(ctx context.Context, req *rpc.PutRequest) (*rpc.PutResponse, error) {

@@ -1,0 +1,133 @@
+package cluster
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics is a node's Prometheus registry (one per node, never global, so
+// in-process clusters do not collide): gRPC request counts and latencies,
+// apply latency per shard, and a collector that reads raft, Pebble and
+// gossip state at scrape time.
+type metrics struct {
+	reg   *prometheus.Registry
+	grpc  *grpcprom.ServerMetrics
+	apply *prometheus.HistogramVec // seconds from raft.Apply to the FSM's result, by shard
+}
+
+func newMetrics(n *Node) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
+			grpcprom.WithHistogramBuckets([]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}))),
+		apply: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "swarmkv", Name: "apply_duration_seconds",
+			Help:    "Time from proposing a command to its state machine result, by shard.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"shard"}),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.grpc, m.apply, &nodeCollector{n: n},
+	)
+	return m
+}
+
+func (m *metrics) observeApply(shardID uint32, d time.Duration) {
+	m.apply.WithLabelValues(strconv.FormatUint(uint64(shardID), 10)).Observe(d.Seconds())
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+var (
+	descRaftState = prometheus.NewDesc("swarmkv_raft_state",
+		"Raft state of the local replica: 0 follower, 1 candidate, 2 leader, 3 shutdown.", []string{"shard"}, nil)
+	descRaftTerm  = prometheus.NewDesc("swarmkv_raft_term", "Current Raft term of the local replica.", []string{"shard"}, nil)
+	descCommit    = prometheus.NewDesc("swarmkv_raft_commit_index", "Commit index known to the local replica.", []string{"shard"}, nil)
+	descApplied   = prometheus.NewDesc("swarmkv_fsm_applied_index", "Last log index applied by the state machine.", []string{"shard"}, nil)
+	descApplyLag  = prometheus.NewDesc("swarmkv_fsm_apply_lag", "Commit index minus the state machine's applied index.", []string{"shard"}, nil)
+	descLastIndex = prometheus.NewDesc("swarmkv_raft_last_index", "Last index in the replica's Raft log.", []string{"shard"}, nil)
+	descContact   = prometheus.NewDesc("swarmkv_raft_last_contact_seconds", "Seconds since a follower last heard from its leader (0 on the leader).", []string{"shard"}, nil)
+	descDisk      = prometheus.NewDesc("swarmkv_pebble_disk_bytes", "On-disk size of the replica's Pebble store.", []string{"shard"}, nil)
+	descMemtable  = prometheus.NewDesc("swarmkv_pebble_memtable_bytes", "Memtable memory of the replica's Pebble store.", []string{"shard"}, nil)
+	descL0        = prometheus.NewDesc("swarmkv_pebble_l0_files", "Files in Pebble's level 0.", []string{"shard"}, nil)
+	descDebt      = prometheus.NewDesc("swarmkv_pebble_compaction_debt_bytes", "Estimated bytes Pebble's compactions still have to write.", []string{"shard"}, nil)
+	descReadAmp   = prometheus.NewDesc("swarmkv_pebble_read_amplification", "Pebble read amplification.", []string{"shard"}, nil)
+	descMembers   = prometheus.NewDesc("swarmkv_gossip_members", "Gossip members known to this node, by liveness.", []string{"state"}, nil)
+	descReady     = prometheus.NewDesc("swarmkv_node_ready", "1 when every local shard has a leader.", nil, nil)
+)
+
+// nodeCollector reads the node's state at scrape time.
+type nodeCollector struct{ n *Node }
+
+func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRaftState, descRaftTerm, descCommit, descApplied, descApplyLag, descLastIndex,
+		descContact, descDisk, descMemtable, descL0, descDebt, descReadAmp, descMembers, descReady} {
+		ch <- d
+	}
+}
+
+func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	n := c.n
+	n.mu.RLock()
+	replicas := make([]*replica, 0, len(n.mu.replicas))
+	for _, r := range n.mu.replicas {
+		replicas = append(replicas, r)
+	}
+	n.mu.RUnlock()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, r := range replicas {
+		s := strconv.FormatUint(uint64(r.id), 10)
+		state := r.raft.State()
+		gauge(descRaftState, float64(state), s)
+		gauge(descRaftTerm, float64(r.raft.CurrentTerm()), s)
+		commit, applied := r.raft.CommitIndex(), r.fsm.AppliedIndex()
+		gauge(descCommit, float64(commit), s)
+		gauge(descApplied, float64(applied), s)
+		gauge(descApplyLag, float64(max(commit, applied)-applied), s)
+		gauge(descLastIndex, float64(r.raft.LastIndex()), s)
+		contact := 0.0
+		if state != raft.Leader {
+			if lc := r.raft.LastContact(); !lc.IsZero() {
+				contact = time.Since(lc).Seconds()
+			}
+		}
+		gauge(descContact, contact, s)
+		if m, ok := r.fsm.Metrics(); ok {
+			gauge(descDisk, float64(m.DiskBytes), s)
+			gauge(descMemtable, float64(m.MemTableBytes), s)
+			gauge(descL0, float64(m.L0Files), s)
+			gauge(descDebt, float64(m.CompactionDebt), s)
+			gauge(descReadAmp, float64(m.ReadAmplification), s)
+		}
+	}
+	alive, dead := 0, 0
+	n.members.mu.RLock()
+	for _, m := range n.members.nodes {
+		if m.alive {
+			alive++
+		} else {
+			dead++
+		}
+	}
+	n.members.mu.RUnlock()
+	gauge(descMembers, float64(alive), "alive")
+	gauge(descMembers, float64(dead), "dead")
+	ready := 0.0
+	if n.Ready() == nil {
+		ready = 1
+	}
+	gauge(descReady, ready)
+}

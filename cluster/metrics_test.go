@@ -1,0 +1,51 @@
+package cluster
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMetricsEndpoint: /metrics exports raft, state machine, Pebble, gossip
+// and gRPC series, and /debug/pprof answers.
+func TestMetricsEndpoint(t *testing.T) {
+	tc := newTestCluster(t, 1, 2, func(c *Config) { c.HTTPAddr = freePort(t) })
+	c := tc.client()
+	ctx := ctxT(t, 30*time.Second)
+	if err := c.Put(ctx, []byte("u"), []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) string {
+		resp, err := http.Get("http://" + tc.nodes[0].Addrs().HTTPAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s", path, resp.Status)
+		}
+		return string(b)
+	}
+	body := get("/metrics")
+	for _, want := range []string{
+		`swarmkv_raft_state{shard="0"} 2`,
+		`swarmkv_raft_state{shard="1"} 2`,
+		`swarmkv_fsm_apply_lag{shard="0"} 0`,
+		`swarmkv_apply_duration_seconds_count{shard="`,
+		`swarmkv_pebble_disk_bytes{shard="0"}`,
+		`swarmkv_gossip_members{state="alive"} 1`,
+		`swarmkv_node_ready 1`,
+		`grpc_server_handled_total{grpc_code="OK",grpc_method="Put",grpc_service="swarmkv.v1.KV",grpc_type="unary"} 1`,
+		`go_goroutines`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if !strings.Contains(get("/debug/pprof/"), "goroutine") {
+		t.Error("/debug/pprof/ does not list profiles")
+	}
+}

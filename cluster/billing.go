@@ -116,16 +116,10 @@ func (s *billingServer) GetTransaction(ctx context.Context, req *rpc.Transaction
 	if err != nil {
 		return nil, s.statusErr(0, badInput(err))
 	}
-	r, err := s.readTarget(ctx, req.GetTarget(), accountIDLen, req.GetConsistency())
-	if err != nil {
-		return nil, err
-	}
 	var tx records.CreditTransaction
-	if err := getRecord(s.server, r, keys.Transaction(txID), &tx); err != nil {
+	if err := getTargeted(ctx, s.server, req.GetTarget(), accountIDLen, req.GetConsistency(),
+		keys.Transaction(txID), &tx, func() []byte { return tx.UserID[:] }); err != nil {
 		return nil, err
-	}
-	if !ownedBy(req.GetTarget(), tx.UserID[:]) {
-		return nil, status.Error(codes.NotFound, "not found")
 	}
 	return &rpc.GetTransactionResponse{Transaction: rpc.TransactionToProto(&tx)}, nil
 }
@@ -186,16 +180,10 @@ func (s *billingServer) usageEvent(ctx context.Context, req *rpc.UsageEventRef) 
 	if err != nil {
 		return nil, s.statusErr(0, badInput(err))
 	}
-	r, err := s.readTarget(ctx, req.GetTarget(), accountIDLen, req.GetConsistency())
-	if err != nil {
-		return nil, err
-	}
 	var e records.UsageEvent
-	if err := getRecord(s.server, r, key, &e); err != nil {
+	if err := getTargeted(ctx, s.server, req.GetTarget(), accountIDLen, req.GetConsistency(),
+		key, &e, func() []byte { return e.UserID[:] }); err != nil {
 		return nil, err
-	}
-	if !ownedBy(req.GetTarget(), e.UserID[:]) {
-		return nil, status.Error(codes.NotFound, "not found")
 	}
 	return &e, nil
 }

@@ -132,6 +132,24 @@ func getRecord[R records.Record](s *server, r *replica, key []byte, rec R) error
 	return nil
 }
 
+// getTargeted reads the record under key from the replica t addresses
+// (after the read barrier) and, for a request routed by user, answers
+// NotFound unless owner() (the decoded record's user) is that user.
+func getTargeted[R records.Record](ctx context.Context, s *server, t *rpc.Target, idLen int, c rpc.Consistency,
+	key []byte, rec R, owner func() []byte) error {
+	r, err := s.readTarget(ctx, t, idLen, c)
+	if err != nil {
+		return err
+	}
+	if err := getRecord(s, r, key, rec); err != nil {
+		return err
+	}
+	if !ownedBy(t, owner()) {
+		return status.Error(codes.NotFound, "not found")
+	}
+	return nil
+}
+
 // ownedBy reports whether a record of user may be answered to a request
 // addressed by t: any record for a shard-addressed (fan-out) request, only
 // the user's own records for a routed one (other users' records can live in
@@ -360,16 +378,10 @@ func (s *registryServer) GetSession(ctx context.Context, req *rpc.SessionRef) (*
 	if err != nil {
 		return nil, s.statusErr(0, badInput(err))
 	}
-	r, err := s.readTarget(ctx, req.GetTarget(), len(keys.UserID{}), req.GetConsistency())
-	if err != nil {
-		return nil, err
-	}
 	var sess records.SessionRecord
-	if err := getRecord(s.server, r, keys.Session(sid), &sess); err != nil {
+	if err := getTargeted(ctx, s.server, req.GetTarget(), len(keys.UserID{}), req.GetConsistency(),
+		keys.Session(sid), &sess, func() []byte { return sess.UserID[:] }); err != nil {
 		return nil, err
-	}
-	if !ownedBy(req.GetTarget(), sess.UserID[:]) {
-		return nil, status.Error(codes.NotFound, "not found")
 	}
 	return &rpc.GetSessionResponse{Session: rpc.SessionToProto(&sess)}, nil
 }

@@ -89,8 +89,15 @@ func (f *storeFlags) parse(args []string, want map[string]int) (string, []string
 	return verb, pos, nil
 }
 
-func (f *storeFlags) connect(ctx context.Context) (*client.Client, error) {
-	return client.New(ctx, client.Config{Endpoints: strings.Split(*f.endpoints, ",")})
+// connect bounds ctx by --timeout and connects; done closes both.
+func (f *storeFlags) connect(ctx context.Context) (context.Context, *client.Client, func(), error) {
+	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
+	c, err := client.New(ctx, client.Config{Endpoints: strings.Split(*f.endpoints, ",")})
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, c, func() { c.Close(); cancel() }, nil
 }
 
 func (f *storeFlags) readOpts() []client.ReadOption {
@@ -134,13 +141,11 @@ func registry(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
-	defer cancel()
-	c, err := f.connect(ctx)
+	ctx, c, done, err := f.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer done()
 	r := c.Registry()
 	var out any
 	switch verb {
@@ -204,13 +209,11 @@ func billing(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
-	defer cancel()
-	c, err := f.connect(ctx)
+	ctx, c, done, err := f.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer done()
 	b := c.Billing()
 	var out any
 	switch verb {

@@ -25,10 +25,12 @@ import (
 //
 // Retries when an attempt's outcome is unknown (leader lost, connection
 // broken): upserts, reads, deletes and AddCredits (deduplicated by
-// transaction id) are retried; ProcessUsage is retried too, deduplicated
-// by event id, so a retry after an applied first attempt answers
-// *DuplicateEventError and the event is charged exactly once;
-// UpdateBalance is not retried and answers ErrOutcomeUnknown.
+// transaction id) are retried; ProcessUsage is retried too: the state
+// machine recognizes a retry of an applied charge by its transaction id and
+// answers the balance that charge recorded, so the event is charged exactly
+// once and the caller sees one success; a different transaction for an
+// already processed event answers *DuplicateEventError (the seed's
+// semantics). UpdateBalance is not retried and answers ErrOutcomeUnknown.
 type Billing struct{ c *Client }
 
 // Billing returns the billing ledger store of the cluster.
@@ -439,10 +441,12 @@ func (b *Billing) GetUsageEvent(ctx context.Context, eventID string, opts ...Rea
 // cannot cover it; in those cases nothing changed. t must belong to e's
 // user.
 //
-// ProcessUsage is retried when the outcome of an attempt is unknown: the
-// server deduplicates by event id, so if the first attempt applied, the
-// retry answers *DuplicateEventError. Either way the event is charged
-// exactly once; read the account for the balance.
+// ProcessUsage is retried when the outcome of an attempt is unknown: a
+// retry carries the same transaction, which the state machine recognizes,
+// so if the first attempt applied the retry answers the balance it
+// recorded. The event is charged exactly once. Calling ProcessUsage again
+// yourself with the same t behaves the same way; with a new transaction it
+// answers *DuplicateEventError.
 func (b *Billing) ProcessUsage(ctx context.Context, e *records.UsageEvent, t *records.CreditTransaction) (int64, error) {
 	switch {
 	case e == nil || t == nil:

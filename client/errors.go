@@ -28,6 +28,14 @@ var (
 	ErrOutcomeUnknown = errors.New("swarmkv: outcome unknown")
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("swarmkv: client closed")
+	// ErrPermissionDenied: the actor may not do this to the record (gRPC
+	// PermissionDenied): another user's private pool, a pool or bot the
+	// actor does not own. The record exists; nothing was changed.
+	ErrPermissionDenied = errors.New("swarmkv: permission denied")
+	// ErrAlreadyExists: a create found its record already there (gRPC
+	// AlreadyExists): a taken pool id, an agent id registered in any
+	// pool. Nothing was changed.
+	ErrAlreadyExists = errors.New("swarmkv: already exists")
 )
 
 // NotLeaderError is returned when a request reached a replica that is not
@@ -69,6 +77,17 @@ func (e *DuplicateEventError) Error() string {
 	return fmt.Sprintf("swarmkv: usage event %q already processed", e.EventID)
 }
 
+// PoolNotEmptyError is returned by Pools.DeletePool without cascade when
+// the pool still has bots; nothing was changed.
+type PoolNotEmptyError struct {
+	PoolID string
+	Bots   int // how many bots the pool had
+}
+
+func (e *PoolNotEmptyError) Error() string {
+	return fmt.Sprintf("swarmkv: pool %q has %d bots", e.PoolID, e.Bots)
+}
+
 // errClass says what the retry loop does with an error.
 type errClass int
 
@@ -98,6 +117,9 @@ func classify(err error) (error, errClass, *rpc.NotLeader) {
 			if ic, ok := d.(*rpc.InsufficientCredits); ok {
 				return &InsufficientCreditsError{Balance: ic.GetBalance(), Required: ic.GetRequired()}, classFatal, nil
 			}
+			if pn, ok := d.(*rpc.PoolNotEmpty); ok {
+				return &PoolNotEmptyError{PoolID: pn.GetPoolId(), Bots: int(pn.GetBots())}, classFatal, nil
+			}
 		}
 		return err, classFatal, nil
 	case codes.AlreadyExists:
@@ -106,7 +128,9 @@ func classify(err error) (error, errClass, *rpc.NotLeader) {
 				return &DuplicateEventError{EventID: de.GetEventId()}, classFatal, nil
 			}
 		}
-		return err, classFatal, nil
+		return fmt.Errorf("%w: %s", ErrAlreadyExists, st.Message()), classFatal, nil
+	case codes.PermissionDenied:
+		return fmt.Errorf("%w: %s", ErrPermissionDenied, st.Message()), classFatal, nil
 	case codes.Unavailable:
 		for _, d := range st.Details() {
 			if _, ok := d.(*rpc.RetryInfo); ok {

@@ -31,11 +31,13 @@ func statusErr(t *testing.T, c codes.Code, msg string, details ...proto.Message)
 
 func TestClassify(t *testing.T) {
 	sentinels := map[string]error{
-		"ErrNotFound":        ErrNotFound,
-		"ErrInvalidArgument": ErrInvalidArgument,
-		"ErrUnavailable":     ErrUnavailable,
-		"ErrOutcomeUnknown":  ErrOutcomeUnknown,
-		"ErrClosed":          ErrClosed,
+		"ErrNotFound":         ErrNotFound,
+		"ErrInvalidArgument":  ErrInvalidArgument,
+		"ErrUnavailable":      ErrUnavailable,
+		"ErrOutcomeUnknown":   ErrOutcomeUnknown,
+		"ErrClosed":           ErrClosed,
+		"ErrPermissionDenied": ErrPermissionDenied,
+		"ErrAlreadyExists":    ErrAlreadyExists,
 	}
 	notLeader := &rpc.NotLeader{Shard: 3, LeaderId: "n2", LeaderAddr: "127.0.0.1:27100"}
 	retry := &rpc.RetryInfo{Shard: 3, RetryAfterMs: 50}
@@ -51,6 +53,7 @@ func TestClassify(t *testing.T) {
 		hint     *rpc.NotLeader // the hint returned, and the NotLeaderError's fields
 		credits  *InsufficientCreditsError
 		dup      *DuplicateEventError
+		notEmpty *PoolNotEmptyError
 	}{
 		{name: "invalid argument", sentinel: "ErrInvalidArgument", class: classFatal, msg: "key is empty",
 			err: func(t *testing.T) error { return statusErr(t, codes.InvalidArgument, "invalid argument: key is empty") }},
@@ -99,11 +102,58 @@ func TestClassify(t *testing.T) {
 			err: func(t *testing.T) error {
 				return statusErr(t, codes.AlreadyExists, "fsm: duplicate event", notLeader, &rpc.DuplicateEvent{EventId: "e"})
 			}},
-		{name: "already exists without details", same: true, class: classFatal, msg: "code = AlreadyExists",
-			err: func(t *testing.T) error { return statusErr(t, codes.AlreadyExists, "exists") }},
-		{name: "already exists with an insufficient-credits detail", same: true, class: classFatal,
+		{name: "already exists without details", sentinel: "ErrAlreadyExists", class: classFatal, msg: "swarmkv: already exists: fsm: agent_id taken",
+			err: func(t *testing.T) error { return statusErr(t, codes.AlreadyExists, "fsm: agent_id taken") }},
+		{name: "already exists with an insufficient-credits detail", sentinel: "ErrAlreadyExists", class: classFatal,
 			err: func(t *testing.T) error {
 				return statusErr(t, codes.AlreadyExists, "exists", &rpc.InsufficientCredits{Balance: 1, Required: 2})
+			}},
+		{name: "already exists with a pool-not-empty detail", sentinel: "ErrAlreadyExists", class: classFatal,
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.AlreadyExists, "exists", &rpc.PoolNotEmpty{PoolId: "p", Bots: 1})
+			}},
+		{name: "wrapped already exists", sentinel: "ErrAlreadyExists", class: classFatal, msg: "attempt 1",
+			err: func(t *testing.T) error {
+				return fmt.Errorf("attempt 1: %w", statusErr(t, codes.AlreadyExists, "pool_id taken"))
+			}},
+		{name: "permission denied", sentinel: "ErrPermissionDenied", class: classFatal, msg: "swarmkv: permission denied: fsm: pool is private",
+			err: func(t *testing.T) error { return statusErr(t, codes.PermissionDenied, "fsm: pool is private") }},
+		{name: "permission denied with a not-leader detail", sentinel: "ErrPermissionDenied", class: classFatal,
+			err: func(t *testing.T) error { return statusErr(t, codes.PermissionDenied, "not owner", notLeader) }},
+		{name: "permission denied with a pool-not-empty detail", sentinel: "ErrPermissionDenied", class: classFatal,
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.PermissionDenied, "not owner", &rpc.PoolNotEmpty{PoolId: "p", Bots: 3})
+			}},
+		{name: "unauthenticated", same: true, class: classFatal,
+			err: func(t *testing.T) error { return statusErr(t, codes.Unauthenticated, "who are you") }},
+		{name: "pool not empty", class: classFatal, notEmpty: &PoolNotEmptyError{PoolID: "pool_alpha", Bots: 3},
+			msg: `swarmkv: pool "pool_alpha" has 3 bots`,
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.FailedPrecondition, "fsm: pool not empty", &rpc.PoolNotEmpty{PoolId: "pool_alpha", Bots: 3})
+			}},
+		{name: "pool not empty after another detail", class: classFatal, notEmpty: &PoolNotEmptyError{PoolID: "p", Bots: 1},
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.FailedPrecondition, "fsm: pool not empty", retry, &rpc.PoolNotEmpty{PoolId: "p", Bots: 1})
+			}},
+		{name: "pool not empty with a zero detail", class: classFatal, notEmpty: &PoolNotEmptyError{},
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.FailedPrecondition, "fsm: pool not empty", &rpc.PoolNotEmpty{})
+			}},
+		{name: "wrapped pool not empty", class: classFatal, notEmpty: &PoolNotEmptyError{PoolID: "q", Bots: 70000},
+			err: func(t *testing.T) error {
+				return fmt.Errorf("attempt 3: %w", statusErr(t, codes.FailedPrecondition, "pool not empty", &rpc.PoolNotEmpty{PoolId: "q", Bots: 70000}))
+			}},
+		{name: "not leader before pool not empty", class: classNotLeader, hint: notLeader,
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.FailedPrecondition, "not the leader of shard", notLeader, &rpc.PoolNotEmpty{PoolId: "p", Bots: 1})
+			}},
+		{name: "failed precondition without a ring", same: true, class: classFatal, msg: "no token key ring",
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.FailedPrecondition, "no token key ring configured")
+			}},
+		{name: "not found with a pool-not-empty detail", sentinel: "ErrNotFound", class: classFatal,
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.NotFound, "no pool", &rpc.PoolNotEmpty{PoolId: "p", Bots: 1})
 			}},
 		{name: "invalid argument with a duplicate-event detail", sentinel: "ErrInvalidArgument", class: classFatal,
 			err: func(t *testing.T) error {
@@ -181,6 +231,12 @@ func TestClassify(t *testing.T) {
 			} else if isDup && *dee != *tc.dup {
 				t.Errorf("DuplicateEventError %+v, want %+v", *dee, *tc.dup)
 			}
+			var pne *PoolNotEmptyError
+			if isPNE := errors.As(got, &pne); isPNE != (tc.notEmpty != nil) {
+				t.Errorf("errors.As(%v, *PoolNotEmptyError) = %t", got, isPNE)
+			} else if isPNE && *pne != *tc.notEmpty {
+				t.Errorf("PoolNotEmptyError %+v, want %+v", *pne, *tc.notEmpty)
+			}
 			var nle *NotLeaderError
 			isNL := errors.As(got, &nle)
 			if tc.hint == nil {
@@ -227,6 +283,8 @@ func TestDomainErrorMessages(t *testing.T) {
 		{&InsufficientCreditsError{Balance: -3, Required: 9}, "swarmkv: insufficient credits: balance -3, required 9"},
 		{&DuplicateEventError{}, `swarmkv: usage event "" already processed`},
 		{&DuplicateEventError{EventID: "a\"b"}, `swarmkv: usage event "a\"b" already processed`},
+		{&PoolNotEmptyError{}, `swarmkv: pool "" has 0 bots`},
+		{&PoolNotEmptyError{PoolID: "pool_goot27", Bots: 49}, `swarmkv: pool "pool_goot27" has 49 bots`},
 	} {
 		if got := tc.err.Error(); got != tc.want {
 			t.Errorf("%#v.Error() = %q, want %q", tc.err, got, tc.want)

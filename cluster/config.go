@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/secrets"
 	"github.com/swarmkv/swarmkv/shard"
 )
 
@@ -87,6 +88,15 @@ type Config struct {
 	BlockCacheSize int64
 	// MemTableSize is each replica's Pebble memtable size. Default 4 MiB.
 	MemTableSize uint64
+
+	// TokenKeys seals and opens the agent pools' bot tokens (seed 004;
+	// package secrets): tokens are encrypted with its active key before a
+	// command enters the Raft log, and decrypted for GetBotToken. Every
+	// node of a cluster needs the same ring (or at least every key that
+	// sealed a stored token). nil: RegisterBot, UpdateBot with a token, and
+	// GetBotToken fail with codes.FailedPrecondition "no token key ring
+	// configured"; everything else works.
+	TokenKeys *secrets.Ring
 
 	// Dial dials peers' Raft ports (tests inject faults here). Default
 	// net.Dialer.

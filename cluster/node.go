@@ -140,6 +140,7 @@ func New(cfg Config) (_ *Node, err error) {
 	rpc.RegisterClusterServer(n.grpcSrv, srv)
 	rpc.RegisterRegistryServer(n.grpcSrv, &registryServer{server: srv})
 	rpc.RegisterBillingServer(n.grpcSrv, &billingServer{server: srv})
+	rpc.RegisterPoolsServer(n.grpcSrv, &poolsServer{server: srv})
 	n.metrics.grpc.InitializeMetrics(n.grpcSrv)
 	n.wg.Add(1)
 	go func() {
@@ -275,9 +276,6 @@ func (n *Node) bootstrapLoop() {
 func (n *Node) planBootstrap() (*State, string) {
 	members := n.aliveMembers()
 	for _, m := range members {
-		if m.Cluster != "" {
-			return nil, fmt.Sprintf("node %s already belongs to cluster %s; a new node joins it through membership changes, not bootstrap", m.ID, m.Cluster)
-		}
 		if m.Shards != n.cfg.Shards || m.Expect != n.cfg.BootstrapExpect {
 			return nil, fmt.Sprintf("node %s has --shards %d --bootstrap-expect %d, this node %d and %d", m.ID, m.Shards, m.Expect, n.cfg.Shards, n.cfg.BootstrapExpect)
 		}
@@ -285,6 +283,7 @@ func (n *Node) planBootstrap() (*State, string) {
 	if len(members) < n.cfg.BootstrapExpect {
 		return nil, fmt.Sprintf("%d of %d expected nodes known", len(members), n.cfg.BootstrapExpect)
 	}
+	all := members
 	members = members[:n.cfg.BootstrapExpect]
 	ids := make([]string, len(members))
 	nodes := make([]NodeAddrs, len(members))
@@ -311,6 +310,15 @@ func (n *Node) planBootstrap() (*State, string) {
 		Shards:        Place(ids, n.cfg.Shards, n.cfg.ReplicationFactor),
 		Nodes:         nodes,
 	}
+	// Peers that bootstrapped before this node saw them all computed the
+	// same plan (same members, same shard count, hence the same cluster
+	// id): join that bootstrap. A different cluster id means another
+	// cluster, which a node never joins by bootstrapping.
+	for _, m := range all {
+		if m.Cluster != "" && m.Cluster != st.ClusterID {
+			return nil, fmt.Sprintf("node %s already belongs to cluster %s; a new node joins it through membership changes, not bootstrap", m.ID, m.Cluster)
+		}
+	}
 	return st, ""
 }
 
@@ -321,6 +329,8 @@ func (n *Node) adoptState(st *State) error {
 	if err != nil {
 		return err
 	}
+	// The leader of the pools shard ensures the default pool (seed 004).
+	poolsShard := smap.ShardOf(poolsRoutingKey)
 	for _, p := range st.Shards {
 		if !slices.Contains(p.Voters, n.cfg.ID) {
 			continue
@@ -337,6 +347,10 @@ func (n *Node) adoptState(st *State) error {
 		if err != nil {
 			return err
 		}
+		var onReady func(*replica)
+		if p.Shard == poolsShard {
+			onReady = ensureDefaultPool
+		}
 		r, err := openReplica(replicaConfig{
 			id:        p.Shard,
 			dir:       filepath.Join(n.cfg.DataDir, "shards", fmt.Sprintf("%03d", p.Shard)),
@@ -346,6 +360,7 @@ func (n *Node) adoptState(st *State) error {
 			node:      n.cfg,
 			voters:    servers,
 			bootstrap: !st.Bootstrapped,
+			onReady:   onReady,
 		})
 		if err != nil {
 			layer.Close()

@@ -61,6 +61,8 @@ type replica struct {
 	readPending []chan readResult
 	readSignal  chan struct{}
 
+	onReady func(*replica) // replicaConfig.onReady
+
 	done      chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -81,6 +83,12 @@ type replicaConfig struct {
 	node      Config
 	voters    []raft.Server // bootstrap configuration when bootstrap is true
 	bootstrap bool          // bootstrap if the replica has no Raft state
+	// onReady, if set, runs after each new leadership's no-op is applied
+	// (readyTerm set), on the watcher's per-leadership goroutine, which
+	// close joins. It must return when the replica closes (r.done) and
+	// should stop once readyTerm changes. The node sets it on the pools
+	// shard to ensure the default pool.
+	onReady func(*replica)
 }
 
 func openReplica(rc replicaConfig) (_ *replica, err error) {
@@ -94,6 +102,7 @@ func openReplica(rc replicaConfig) (_ *replica, err error) {
 		notify:     make(chan bool, 16),
 		readSignal: make(chan struct{}, 1),
 		done:       make(chan struct{}),
+		onReady:    rc.onReady,
 	}
 	defer func() {
 		if err != nil {
@@ -239,6 +248,9 @@ func (r *replica) watchLeadership() {
 				}
 				if r.raft.State() == raft.Leader && r.raft.CurrentTerm() == term {
 					r.readyTerm.Store(term)
+					if r.onReady != nil {
+						r.onReady(r)
+					}
 				}
 			}()
 		}

@@ -28,6 +28,9 @@ func (s *server) statusErr(id shard.ID, err error) error {
 	if st, ok := domainStatus(err); ok {
 		return st
 	}
+	if st, ok := poolsStatus(err); ok {
+		return st
+	}
 	switch {
 	case err == nil:
 		return nil

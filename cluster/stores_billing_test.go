@@ -619,10 +619,14 @@ func TestStoresBillingLeaderChange(t *testing.T) {
 		t.Fatalf("no leader of shard %d", sh)
 	}
 	tc.stop(victim)
+	// Another charge of the same event is the seed's DuplicateEvent; a
+	// retry of the original charge (same transaction id) answers as the
+	// original did. Neither charges again.
 	_, second := usageOf(u, "leader-change", 150)
-	for _, tx := range []*records.CreditTransaction{second, first} {
-		_, err := b.ProcessUsage(ctx, e, tx)
-		wantDuplicate(t, "ProcessUsage after the leader change", err, e.EventID)
+	_, err := b.ProcessUsage(ctx, e, second)
+	wantDuplicate(t, "ProcessUsage of the event with a new transaction after the leader change", err, e.EventID)
+	if bal, err := b.ProcessUsage(ctx, e, first); err != nil || bal != 850 {
+		t.Errorf("ProcessUsage retried with its transaction after the leader change = %d, %v; want 850", bal, err)
 	}
 	// A repeat answers as the original did: the balance right after it.
 	if bal, err := b.AddCredits(ctx, u, 1000, credit); err != nil || bal != 1000 {

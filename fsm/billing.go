@@ -129,6 +129,19 @@ func (ch *change) processUsage(e *records.UsageEvent, tx *records.CreditTransact
 		return 0, err
 	}
 	if dup {
+		// A retry of this very charge (its transaction recorded for this
+		// event) answers the balance it recorded and changes nothing, so a
+		// client may retry a ProcessUsage whose outcome it did not learn.
+		// Any other attempt to process the event is the seed's
+		// DuplicateEvent.
+		var prev records.CreditTransaction
+		found, err := getRecord(ch, keys.Transaction(tx.TransactionID), &prev)
+		if err != nil {
+			return 0, err
+		}
+		if found && prev.EventID == e.EventID && prev.UserID == e.UserID && prev.TransactionType == records.TxUsage {
+			return prev.BalanceAfterCents, nil
+		}
 		return 0, reject(&DuplicateEventError{EventID: e.EventID})
 	}
 	a, err := ch.getAccount(e.UserID)

@@ -117,6 +117,8 @@ func TestBillingOps(t *testing.T) {
 				return append(txWrites(t, stored(processUsageCmd(0, 1, 2, 1000, 70).Tx, 0, eventID(1))),
 					setw(acc0, enc(t, after(0, 1500, 1500, 70))), setw(evKey(1), enc(t, usageEvent(0, 1))))
 			}},
+		{name: "process usage retried with its transaction id", setup: append(funded, processUsageCmd(0, 1, 2, 300, 70)),
+			cmd: processUsageCmd(0, 1, 2, 300, 71), balance: 700},
 		{name: "process usage duplicate event", setup: append(funded, processUsageCmd(0, 1, 2, 300, 70)),
 			cmd: processUsageCmd(0, 1, 3, 300, 71), err: &DuplicateEventError{EventID: eventID(1)}},
 		{name: "process usage event stored by put_usage_event", setup: append(funded, &Command{Op: OpPutUsageEvent, Event: usageEvent(0, 1)}),

@@ -13,13 +13,22 @@ import (
 )
 
 // Sentinel errors. Every error the package returns wraps one of them, is
-// one of the typed errors *InsufficientCreditsError and *DuplicateEventError,
-// or is a Pebble / I/O error while committing, which is fatal for the
-// replica.
+// one of the typed errors *InsufficientCreditsError, *DuplicateEventError
+// and *PoolNotEmptyError, or is a Pebble / I/O error while committing, which
+// is fatal for the replica.
 var (
 	// ErrNotFound is returned by Get when the key is absent, and is the
-	// Result.Err of a registry or billing command whose record is missing.
+	// Result.Err of a registry, billing or pool command whose record is
+	// missing.
 	ErrNotFound = errors.New("fsm: not found")
+	// ErrPermissionDenied is the Result.Err of a pool command whose actor
+	// may not do what it asks: change or delete another user's pool, use
+	// another user's private pool, touch a bot it neither contributed nor
+	// owns the pool of, delete the default pool or make it private.
+	ErrPermissionDenied = errors.New("fsm: permission denied")
+	// ErrAlreadyExists is the Result.Err of an OpCreatePool whose pool id,
+	// or an OpRegisterBot whose agent id (in any pool), is taken.
+	ErrAlreadyExists = errors.New("fsm: already exists")
 	// ErrClosed is returned by every method called after Close, and by
 	// WaitApplied when the FSM is closed while waiting.
 	ErrClosed = errors.New("fsm: closed")
@@ -31,9 +40,9 @@ var (
 	// Result.Err of a command that conflicts with the stored state (an agent
 	// id owned by another user, an int64 overflow of a balance).
 	ErrInvalidCommand = errors.New("fsm: invalid command")
-	// ErrCorruptRecord is wrapped by the Result.Err of a registry or billing
-	// command that read a stored record which does not decode or validate
-	// (only a raw OpBatch write into those tables can cause it).
+	// ErrCorruptRecord is wrapped by the Result.Err of a registry, billing
+	// or pool command that read a stored record which does not decode or
+	// validate (only a raw OpBatch write into those tables can cause it).
 	ErrCorruptRecord = errors.New("fsm: corrupt stored record")
 	// ErrWrongShard is returned by Open when the data dir was created for
 	// another shard.
@@ -124,6 +133,65 @@ const (
 	OpAddCredits Op = 26
 )
 
+// Agent pool operations (seed 004). Each is applied atomically, like the
+// registry operations; Actor is the id of the user on whose behalf the
+// command runs, and the ownership and visibility rules are checked against
+// it (see docs/architecture.md, "Agent pools"). A pool is usable by a user
+// if it is public or the user owns it. Rejections: ErrNotFound,
+// ErrPermissionDenied, ErrAlreadyExists, *PoolNotEmptyError,
+// ErrCorruptRecord.
+const (
+	// OpEnsureDefaultPool (Time) creates records.DefaultPoolID (owner
+	// records.SystemUserID, name records.DefaultPoolName, public,
+	// created_at = updated_at = Time) if absent, and makes it public
+	// (updated_at = Time) if it is private. It writes nothing when the pool
+	// is already public, so it is idempotent.
+	OpEnsureDefaultPool Op = 30
+	// OpCreatePool (Pool) stores the pool as given; Pool.OwnerUserID is
+	// the creator (the proposer sets it to the actor). ErrAlreadyExists if
+	// the pool id is taken; ErrPermissionDenied for the default pool's id
+	// while it is absent (only OpEnsureDefaultPool creates it).
+	OpCreatePool Op = 31
+	// OpUpdatePool (Pool, Actor, Time) replaces the name, visibility and
+	// meta of the pool Pool.PoolID and sets updated_at = Time, keeping
+	// owner_user_id and created_at (the command's are ignored).
+	// ErrNotFound if absent; ErrPermissionDenied unless Actor owns it, and
+	// for making the default pool private.
+	OpUpdatePool Op = 32
+	// OpDeletePool (PoolID, Actor; optional Cascade) deletes the pool.
+	// ErrNotFound if absent; ErrPermissionDenied unless Actor owns it, and
+	// always for the default pool; *PoolNotEmptyError if bots are in it and
+	// Cascade is not set. With Cascade it deletes the pool's bots and their
+	// index entries too, and Result.Removed counts them.
+	OpDeletePool Op = 33
+	// OpRegisterBot (Bot, Actor) stores the bot and its bots_by_pool
+	// entry. Validate requires Bot.OwnerUserID == Actor and a non-zero
+	// Bot.Token. ErrNotFound if the pool is absent; ErrPermissionDenied if
+	// it is private and Actor does not own it; ErrAlreadyExists if the
+	// agent id is registered (in any pool).
+	OpRegisterBot Op = 34
+	// OpUpdateBot (Bot, Actor, Time) replaces the client_id, tag, status,
+	// pool_id and profile of the bot Bot.AgentID, and its token unless
+	// Bot.Token is zero (then the stored token stays), and sets updated_at
+	// = Time, keeping owner_user_id and created_at. ErrNotFound if the bot
+	// is absent, or if it moves to a pool that is absent;
+	// ErrPermissionDenied unless Actor contributed the bot or owns its
+	// pool, and if it moves to a pool Actor may not use. A move moves the
+	// index entry.
+	OpUpdateBot Op = 35
+	// OpRemoveBot (BotID, Actor) deletes the bot and its index entry.
+	// ErrNotFound if absent; ErrPermissionDenied unless Actor contributed
+	// it or owns its pool.
+	OpRemoveBot Op = 36
+	// OpRunnerHeartbeat (Runner) upserts the runner as given; LastSeen is
+	// the proposer's clock.
+	OpRunnerHeartbeat Op = 37
+	// OpSetGuildPool (GuildID, PoolID, Actor, Time) stores the guild's
+	// settings {GuildID, PoolID, Time}. ErrNotFound if the pool is absent;
+	// ErrPermissionDenied if Actor may not use it.
+	OpSetGuildPool Op = 38
+)
+
 // String returns the op's snake_case name ("put_agent"), or "op(N)".
 func (o Op) String() string {
 	if sp, ok := opSpecs[o]; ok {
@@ -183,6 +251,9 @@ type Command struct {
 	Account *records.Account           `cbor:"account,omitempty"`
 	Tx      *records.CreditTransaction `cbor:"tx,omitempty"`
 	Event   *records.UsageEvent        `cbor:"event,omitempty"`
+	Pool    *records.Pool              `cbor:"pool,omitempty"`
+	Bot     *records.Bot               `cbor:"bot,omitempty"`
+	Runner  *records.Runner            `cbor:"runner,omitempty"`
 
 	UserID    *keys.UserID    `cbor:"user_id,omitempty"`
 	AgentID   *keys.AgentID   `cbor:"agent_id,omitempty"`
@@ -194,21 +265,33 @@ type Command struct {
 	// enters the log (the state machine never reads a clock). 0 = absent;
 	// ops that take it require Time > 0.
 	Time int64 `cbor:"time,omitempty"`
+
+	// Actor is the user on whose behalf a pool command runs.
+	Actor   string `cbor:"actor,omitempty"`
+	PoolID  string `cbor:"pool_id,omitempty"`
+	BotID   string `cbor:"bot_id,omitempty"` // an agent id
+	GuildID string `cbor:"guild_id,omitempty"`
+	// Cascade lets OpDeletePool delete the pool's bots with it.
+	Cascade bool `cbor:"cascade,omitempty"`
 }
 
 // Result is what one applied log entry returns through raft's
 // ApplyFuture.Response(), as a *Result.
 type Result struct {
 	Index       uint64 // the log index
-	Succeeded   bool   // all guards held and mutations were written (for registry and billing ops: Err == nil)
+	Succeeded   bool   // all guards held and mutations were written (for registry, billing and pool ops: Err == nil)
 	FailedGuard int    // index of the first failing guard when !Succeeded, else -1
 	Deleted     int    // number of MutDelete whose key existed when it ran
 	// Balance is the account balance in cents after a successful
 	// OpUpdateBalance, OpProcessUsage or OpAddCredits (for an idempotent
 	// OpAddCredits retry: the stored transaction's BalanceAfterCents).
 	Balance int64
+	// Removed is the number of bots a successful OpDeletePool deleted
+	// with the pool (Cascade).
+	Removed int
 	// Err is a deterministic rejection (malformed or invalid command,
-	// ErrNotFound, *InsufficientCreditsError, *DuplicateEventError,
+	// ErrNotFound, ErrPermissionDenied, ErrAlreadyExists,
+	// *InsufficientCreditsError, *DuplicateEventError, *PoolNotEmptyError,
 	// ErrCorruptRecord), or a fatal storage error. Either way the command
 	// wrote nothing.
 	Err error
@@ -266,10 +349,19 @@ func EncodeCommand(c *Command) ([]byte, error) {
 func (c *Command) approxSize() int {
 	n := 0
 	for _, present := range [...]bool{c.Agent != nil, c.Session != nil, c.User != nil,
-		c.Account != nil, c.Tx != nil, c.Event != nil} {
+		c.Account != nil, c.Tx != nil, c.Event != nil, c.Pool != nil, c.Bot != nil, c.Runner != nil} {
 		if present {
 			n += 256
 		}
+	}
+	if c.Pool != nil {
+		n += len(c.Pool.Meta)
+	}
+	if c.Bot != nil {
+		n += len(c.Bot.Profile) + len(c.Bot.Token.Ciphertext)
+	}
+	if c.Runner != nil {
+		n += len(c.Runner.Meta)
 	}
 	if c.Batch == nil {
 		return n

@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -85,6 +86,16 @@ func validCommands() []*Command {
 		{Op: OpPutUsageEvent, Event: usageEvent(4, 7)},
 		processUsageCmd(4, 8, 9, 3, 1),
 		addCreditsCmd(4, 10, 11, 1),
+		// pool ops: indexes 13..21
+		{Op: OpEnsureDefaultPool, Time: 1},
+		{Op: OpCreatePool, Pool: poolRec("p1", "u0", records.VisibilityPrivate)},
+		{Op: OpUpdatePool, Pool: poolRec("p1", "u0", records.VisibilityPublic), Actor: "u0", Time: 2},
+		{Op: OpDeletePool, PoolID: "p1", Actor: "u0"},
+		{Op: OpRegisterBot, Bot: botRec("a1", "p1", "u1"), Actor: "u1"},
+		{Op: OpUpdateBot, Bot: botRec("a1", "p2", "u1"), Actor: "u0", Time: 3},
+		{Op: OpRemoveBot, BotID: "a1", Actor: "u1"},
+		{Op: OpRunnerHeartbeat, Runner: &records.Runner{RunnerID: "r1", LastSeen: 4, Meta: `{"v":1}`}},
+		{Op: OpSetGuildPool, GuildID: "g1", PoolID: "p1", Actor: "u1", Time: 5},
 	}
 }
 
@@ -97,7 +108,7 @@ func TestValidateRecordOps(t *testing.T) {
 		}
 		// Dropping any required field, or adding one the op neither
 		// requires nor allows, is invalid; adding an optional one is fine.
-		for bit := field(1); bit <= fTime; bit <<= 1 {
+		for bit := field(1); bit <= fLast; bit <<= 1 {
 			d := *c
 			if opSpecs[c.Op].optional&bit != 0 {
 				setField(&d, bit, true)
@@ -154,6 +165,18 @@ func TestValidateRecordOps(t *testing.T) {
 		{"credit adjustment", edit(12, func(c *Command) { c.Tx.TransactionType = records.TxAdjustment }), "tx: type adjustment is not a credit"},
 		{"credit tx amount", edit(12, func(c *Command) { c.Tx.AmountCents = 12 }), "tx: amount_cents 12 differs from amount 11"},
 		{"credit user", edit(12, func(c *Command) { c.Tx.UserID = acct(9) }), "tx: user_id differs from account_id"},
+		{"pool record", edit(14, func(c *Command) { c.Pool = &records.Pool{PoolID: "p"} }), "op create_pool: pool: records: invalid record: keys: invalid id: owner_user_id is empty"},
+		{"pool meta", edit(15, func(c *Command) { c.Pool = ptr(*c.Pool); c.Pool.Meta = "{" }), "pool: records: invalid record: meta is not valid JSON"},
+		{"update pool actor", edit(15, func(c *Command) { c.Actor = "u 0" }), "op update_pool: keys: invalid id: actor has byte 0x20 at 1"},
+		{"delete pool id", edit(16, func(c *Command) { c.PoolID = strings.Repeat("p", 65) }), "pool_id is 65 bytes, max 64"},
+		{"bot owner", edit(17, func(c *Command) { c.Actor = "u2" }), "op register_bot: bot: owner_user_id differs from actor"},
+		{"bot token", edit(17, func(c *Command) { c.Bot = ptr(*c.Bot); c.Bot.Token = records.EncryptedToken{} }), "op register_bot: bot: token is required"},
+		{"bot token nonce", edit(17, func(c *Command) { c.Bot = ptr(*c.Bot); c.Bot.Token.Nonce = []byte{1} }), "bot: records: invalid record: token.nonce is 1 bytes"},
+		{"bot record", edit(18, func(c *Command) { c.Bot = ptr(*c.Bot); c.Bot.Status = 3 }), "op update_bot: bot: records: invalid record: bot_status(3)"},
+		{"remove bot id", edit(19, func(c *Command) { c.BotID = "a\x00" }), "bot_id has byte 0x00"},
+		{"runner record", edit(20, func(c *Command) { c.Runner = &records.Runner{RunnerID: "r", LastSeen: -1} }), "runner: records: invalid record: last_seen is negative"},
+		{"guild id", edit(21, func(c *Command) { c.GuildID = strings.Repeat("g", 129) }), "guild_id is 129 bytes, max 128"},
+		{"guild pool id", edit(21, func(c *Command) { c.PoolID = "p\t" }), "pool_id has byte 0x09"},
 	} {
 		err := tc.cmd.Validate(Limits{})
 		if !errors.Is(err, ErrInvalidCommand) || !strings.Contains(err.Error(), tc.want) {
@@ -163,7 +186,8 @@ func TestValidateRecordOps(t *testing.T) {
 	if err := edit(0, func(c *Command) { c.Agent = &records.AgentRecord{} }).Validate(Limits{}); !errors.Is(err, records.ErrInvalid) {
 		t.Errorf("a bad record's error does not wrap records.ErrInvalid: %v", err)
 	}
-	for op, want := range map[Op]string{OpBatch: "batch", OpAddCredits: "add_credits", OpPutUser: "put_user", 0: "op(0)", 99: "op(99)"} {
+	for op, want := range map[Op]string{OpBatch: "batch", OpAddCredits: "add_credits", OpPutUser: "put_user", 0: "op(0)", 99: "op(99)",
+		OpEnsureDefaultPool: "ensure_default_pool", OpSetGuildPool: "set_guild_pool", 39: "op(39)"} {
 		if op.String() != want {
 			t.Errorf("Op(%d).String() = %q, want %q", uint8(op), op.String(), want)
 		}
@@ -201,6 +225,24 @@ func setField(c *Command, bit field, on bool) {
 		c.Amount = cond(on, ptr(int64(1)), nil)
 	case fTime:
 		c.Time = cond(on, int64(1), 0)
+	case fPool:
+		c.Pool = cond(on, poolRec("p0", "u0", 0), nil)
+	case fBot:
+		c.Bot = cond(on, botRec("a0", "p0", "u0"), nil)
+	case fRunner:
+		c.Runner = cond(on, &records.Runner{RunnerID: "r0"}, nil)
+	case fActor:
+		c.Actor = cond(on, "u0", "")
+	case fPoolID:
+		c.PoolID = cond(on, "p0", "")
+	case fBotID:
+		c.BotID = cond(on, "a0", "")
+	case fGuildID:
+		c.GuildID = cond(on, "g0", "")
+	case fCascade:
+		c.Cascade = on
+	default:
+		panic(fmt.Sprintf("setField: bit %#x", bit))
 	}
 }
 
@@ -390,6 +432,9 @@ func FuzzApply(f *testing.F) {
 	for _, c := range []*Command{
 		putAccountCmd(account(4, 0, 0, 0)), addCreditsCmd(4, 1, 100, 2), processUsageCmd(4, 1, 2, 40, 3),
 		putAgentCmd(agentRec(2, 2, records.AgentRunning)), putSessionCmd(sessionRec(1, 2, 0, nil)),
+		{Op: OpCreatePool, Pool: poolRec("p2", "u1", records.VisibilityPublic)},
+		{Op: OpRegisterBot, Bot: botRec("a2", "p2", "u0"), Actor: "u0"},
+		{Op: OpDeletePool, PoolID: "p2", Actor: "u1", Cascade: true},
 	} {
 		f.Add(mustEncode(f, c))
 	}
@@ -420,6 +465,9 @@ func FuzzApply(f *testing.F) {
 	step(f, mustEncode(f, batchCmd(nil, put("\x20k", "v"), put("\x20j", ""))))
 	step(f, mustEncode(f, putAccountCmd(account(4, 500, 500, 0))))
 	step(f, mustEncode(f, putAgentCmd(agentRec(1, 2, records.AgentPending))))
+	step(f, mustEncode(f, &Command{Op: OpEnsureDefaultPool, Time: 1}))
+	step(f, mustEncode(f, &Command{Op: OpCreatePool, Pool: poolRec("p1", "u0", records.VisibilityPrivate)}))
+	step(f, mustEncode(f, &Command{Op: OpRegisterBot, Bot: botRec("a1", "p1", "u0"), Actor: "u0"}))
 	f.Fuzz(func(t *testing.T, data []byte) { step(t, data) })
 }
 

@@ -42,9 +42,10 @@
 //
 // A command is one op (the Op constants) with exactly the fields that op
 // takes. OpBatch is a guarded write of opaque keys (in practice the generic
-// kv table); OpNoop marks a new leader's term. The registry ops (10-15) and
-// billing ops (20-26) implement the seed stores' operations, compound ones
-// included, inside the state machine, on the tables of package keys:
+// kv table); OpNoop marks a new leader's term. The registry ops (10-15),
+// billing ops (20-26) and agent pool ops (30-38) implement the seed stores'
+// operations, compound ones included, inside the state machine, on the
+// tables of package keys:
 //
 //	op                         reads                               writes
 //	put_agent              10  agent_owners, agents                agents, agents_by_status, agent_owners
@@ -60,18 +61,30 @@
 //	put_usage_event        24  -                                   usage_events
 //	process_usage          25  usage_events, accounts, transactions accounts, transactions, transactions_by_user, usage_events
 //	add_credits            26  transactions, accounts              accounts, transactions, transactions_by_user
+//	ensure_default_pool    30  pools                               pools
+//	create_pool            31  pools                               pools
+//	update_pool            32  pools                               pools
+//	delete_pool            33  pools, bots_by_pool, bots           pools, bots, bots_by_pool (deletes)
+//	register_bot           34  pools, bots                         bots, bots_by_pool
+//	update_bot             35  bots, pools                         bots, bots_by_pool
+//	remove_bot             36  bots, pools                         bots, bots_by_pool (deletes)
+//	runner_heartbeat       37  -                                   runners
+//	set_guild_pool         38  pools                               guild_settings
 //
 // Each command is atomic: it makes every check against the state (as left
 // by earlier entries, including earlier entries of the same run) before it
 // writes anything, and a rejected command writes nothing. Rejections are
 // deterministic Result.Err values, the same on every replica: ErrNotFound,
 // *InsufficientCreditsError, *DuplicateEventError, ErrInvalidCommand (an
-// agent id owned by another user, an int64 overflow), ErrCorruptRecord.
+// agent id owned by another user, an int64 overflow), ErrPermissionDenied,
+// ErrAlreadyExists, *PoolNotEmptyError, ErrCorruptRecord.
 // The state machine keeps these invariants, which the tests check after
 // long random sequences: every agent has exactly one agents_by_status entry
 // (its status) and an agent_owners entry, and every index entry has its
 // record; likewise sessions_by_agent and transactions_by_user; an account's
-// balance moves only by the amounts of the commands that succeeded.
+// balance moves only by the amounts of the commands that succeeded; every
+// bot has exactly one bots_by_pool entry, under its pool, which exists, and
+// every bots_by_pool entry has its bot.
 //
 // The state machine reads no clock and draws no randomness: timestamps come
 // in Command.Time, fixed by the proposer before the command enters the log.

@@ -350,7 +350,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 //
 // It returns one value per entry: a *Result for a LogCommand entry, nil for
 // other entry types and for entries already applied. A malformed or invalid
-// command, and a registry or billing command rejected by the state (not
+// command, and a registry, billing or pool command rejected by the state (not
 // found, insufficient credits, duplicate event, ...), gets a Result with
 // Err and writes nothing; the rest of the run continues. Every command
 // reads through the run's batch, so it sees the writes of earlier entries
@@ -466,7 +466,7 @@ func (f *FSM) applyCommand(b *pebble.Batch, l *raft.Log) (*Result, error) {
 	case OpNoop:
 		res.Succeeded = true
 		return res, nil
-	default: // a registry or billing op (Validate knows every op)
+	default: // a registry, billing or pool op (Validate knows every op)
 		return res, applyRecordOp(b, cmd, res)
 	}
 }

@@ -107,6 +107,14 @@ func (m *model) apply(l *raft.Log) interface{} {
 		return res
 	case OpBatch:
 	default:
+		if isPoolOp(c.Op) {
+			res.Removed, res.Err = m.applyPoolOp(c)
+			if res.Err != nil {
+				res.Removed = 0
+			}
+			res.Succeeded = res.Err == nil
+			return res
+		}
 		res.Balance, res.Err = m.applyRecordOp(c)
 		if res.Err != nil {
 			res.Balance = 0
@@ -182,7 +190,7 @@ func diffResult(a, b interface{}) string {
 		eb = rb.Err.Error()
 	}
 	if ra.Index != rb.Index || ra.Succeeded != rb.Succeeded || ra.FailedGuard != rb.FailedGuard ||
-		ra.Deleted != rb.Deleted || ra.Balance != rb.Balance || ea != eb {
+		ra.Deleted != rb.Deleted || ra.Balance != rb.Balance || ra.Removed != rb.Removed || ea != eb {
 		return fmt.Sprintf("%+v vs %+v", *ra, *rb)
 	}
 	return ""
@@ -190,7 +198,7 @@ func diffResult(a, b interface{}) string {
 
 // genLog returns a seeded random log of n entries, indexes 1..n: mostly
 // guarded batches over a small key space (so guards fail sometimes) and
-// registry and billing commands over small id spaces (so they collide),
+// registry, billing and pool commands over small id spaces (so they collide),
 // plus malformed bytes, invalid commands and non-command entries.
 func genLog(rng *rand.Rand, n int) []*raft.Log {
 	keys := make([][]byte, 0, 32)
@@ -223,8 +231,10 @@ func genLog(rng *rand.Rand, n int) []*raft.Log {
 			l.Data, _ = EncodeCommand(genInvalid(rng))
 		case r < 17:
 			l.Data, _ = EncodeCommand(&Command{Op: OpNoop})
-		case r < 55:
+		case r < 42:
 			l.Data, _ = EncodeCommand(genRecordCmd(rng))
+		case r < 55:
+			l.Data, _ = EncodeCommand(genPoolCmd(rng))
 		default:
 			b := &Batch{}
 			for range rng.IntN(3) {
@@ -250,8 +260,11 @@ func genLog(rng *rand.Rand, n int) []*raft.Log {
 
 func genMalformed(rng *rand.Rand) []byte {
 	valid, _ := EncodeCommand(batchCmd(nil, put("\x20k", "v")))
-	if rng.IntN(3) == 0 {
+	switch rng.IntN(6) {
+	case 0, 1:
 		valid, _ = EncodeCommand(genRecordCmd(rng))
+	case 2:
+		valid, _ = EncodeCommand(genPoolCmd(rng))
 	}
 	switch rng.IntN(6) {
 	case 5: // a fixed-size id one byte short

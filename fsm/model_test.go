@@ -149,6 +149,14 @@ func (m *model) balanceOp(c *Command, enc func(any) []byte) (int64, error) {
 	case OpProcessUsage:
 		id = c.Event.UserID
 		if _, dup := m.kv[string(eventKey(c.Event.EventID))]; dup {
+			var prev records.CreditTransaction
+			found, err := modelRecord(m, keys.Transaction(tx.TransactionID), &prev)
+			if err != nil {
+				return 0, err
+			}
+			if found && prev.EventID == c.Event.EventID && prev.UserID == c.Event.UserID && prev.TransactionType == records.TxUsage {
+				return prev.BalanceAfterCents, nil
+			}
 			return 0, &DuplicateEventError{EventID: c.Event.EventID}
 		}
 		tx.EventID = c.Event.EventID

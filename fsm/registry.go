@@ -11,7 +11,7 @@ import (
 	"github.com/swarmkv/swarmkv/records"
 )
 
-// change is one registry or billing command being applied: it reads
+// change is one registry, billing or pool command being applied: it reads
 // through the run's indexed batch (so it sees the writes of earlier entries
 // of the run) and queues its own writes, which flush adds to the batch only
 // once every check has passed. A rejection therefore writes nothing.
@@ -47,11 +47,13 @@ func corruptErr(key []byte, err error) error {
 	return fmt.Errorf("%w: %s key %x: %w", ErrCorruptRecord, keys.TableName(key[0]), key, err)
 }
 
-// applyRecordOp applies a registry or billing command (validated) into b.
+// applyRecordOp applies a registry, billing or pool command (validated)
+// into b.
 // A rejection goes to res.Err; the returned error is a storage error.
 func applyRecordOp(b *pebble.Batch, c *Command, res *Result) error {
 	ch := &change{b: b}
 	var balance int64
+	var removed int
 	var err error
 	switch c.Op {
 	case OpPutAgent:
@@ -80,7 +82,12 @@ func applyRecordOp(b *pebble.Batch, c *Command, res *Result) error {
 		balance, err = ch.processUsage(c.Event, c.Tx, c.Time)
 	case OpAddCredits:
 		balance, err = ch.addCredits(*c.AccountID, *c.Amount, c.Tx, c.Time)
-	default: // unreachable: Validate knows every op
+	default:
+		if isPoolOp(c.Op) {
+			removed, err = ch.poolOp(c)
+			break
+		}
+		// unreachable: Validate knows every op
 		err = reject(fmt.Errorf("%w: unknown op %d", ErrInvalidCommand, c.Op))
 	}
 	if err == nil {
@@ -94,7 +101,7 @@ func applyRecordOp(b *pebble.Batch, c *Command, res *Result) error {
 	if err != nil {
 		return err
 	}
-	res.Succeeded, res.Balance = true, balance
+	res.Succeeded, res.Balance, res.Removed = true, balance, removed
 	return nil
 }
 

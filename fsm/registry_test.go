@@ -41,6 +41,7 @@ type opCase struct {
 	cmd     *Command
 	err     error
 	balance int64
+	removed int // Result.Removed of a successful cmd
 	writes  func(t testing.TB) []kvw
 }
 
@@ -69,13 +70,13 @@ func runOpCases(t *testing.T, cases []opCase) {
 			checkErr(t, r.Err, tc.err)
 			want := before
 			if tc.err == nil {
-				if !r.Succeeded || r.Balance != tc.balance || r.FailedGuard != -1 {
-					t.Fatalf("result %+v, want success with balance %d", r, tc.balance)
+				if !r.Succeeded || r.Balance != tc.balance || r.Removed != tc.removed || r.FailedGuard != -1 {
+					t.Fatalf("result %+v, want success with balance %d, removed %d", r, tc.balance, tc.removed)
 				}
 				if tc.writes != nil {
 					want = applyWrites(before, tc.writes(t))
 				}
-			} else if r.Succeeded || r.Balance != 0 {
+			} else if r.Succeeded || r.Balance != 0 || r.Removed != 0 {
 				t.Fatalf("rejected result %+v", r)
 			}
 			if d := diffKVs(mustDump(t, f), want); d != "" {
@@ -94,6 +95,7 @@ func checkErr(t testing.TB, got, want error) {
 	t.Helper()
 	var ie *InsufficientCreditsError
 	var de *DuplicateEventError
+	var pe *PoolNotEmptyError
 	switch {
 	case want == nil:
 		if got != nil {
@@ -107,6 +109,11 @@ func checkErr(t testing.TB, got, want error) {
 	case errors.As(want, &de):
 		var g *DuplicateEventError
 		if !errors.As(got, &g) || *g != *de {
+			t.Fatalf("err %v, want %v", got, want)
+		}
+	case errors.As(want, &pe):
+		var g *PoolNotEmptyError
+		if !errors.As(got, &g) || *g != *pe {
 			t.Fatalf("err %v, want %v", got, want)
 		}
 	case !errors.Is(got, want):

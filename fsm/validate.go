@@ -6,11 +6,12 @@ import (
 	"math"
 	"math/bits"
 
+	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
 )
 
 // field is a set of Command's optional fields, one bit each.
-type field uint16
+type field uint32
 
 const (
 	fBatch field = 1 << iota
@@ -27,14 +28,25 @@ const (
 	fStatus
 	fAmount
 	fTime
+	fPool
+	fBot
+	fRunner
+	fActor
+	fPoolID
+	fBotID
+	fGuildID
+	fCascade
+
+	fLast = fCascade // the highest bit
 )
 
 // fieldNames are the CBOR names of the fields, in bit order.
 var fieldNames = [...]string{"batch", "agent", "session", "user", "account", "tx", "event",
-	"user_id", "agent_id", "session_id", "account_id", "status", "amount", "time"}
+	"user_id", "agent_id", "session_id", "account_id", "status", "amount", "time",
+	"pool", "bot", "runner", "actor", "pool_id", "bot_id", "guild_id", "cascade"}
 
 // first names the lowest field in the set.
-func (f field) first() string { return fieldNames[bits.TrailingZeros16(uint16(f))] }
+func (f field) first() string { return fieldNames[bits.TrailingZeros32(uint32(f))] }
 
 // opSpec is an op's name, the fields it requires and those it may carry.
 type opSpec struct {
@@ -59,6 +71,15 @@ var opSpecs = map[Op]opSpec{
 	OpPutUsageEvent:       {"put_usage_event", fEvent, 0},
 	OpProcessUsage:        {"process_usage", fEvent | fTx | fTime, 0},
 	OpAddCredits:          {"add_credits", fAccountID | fAmount | fTx | fTime, 0},
+	OpEnsureDefaultPool:   {"ensure_default_pool", fTime, 0},
+	OpCreatePool:          {"create_pool", fPool, 0},
+	OpUpdatePool:          {"update_pool", fPool | fActor | fTime, 0},
+	OpDeletePool:          {"delete_pool", fPoolID | fActor, fCascade},
+	OpRegisterBot:         {"register_bot", fBot | fActor, 0},
+	OpUpdateBot:           {"update_bot", fBot | fActor | fTime, 0},
+	OpRemoveBot:           {"remove_bot", fBotID | fActor, 0},
+	OpRunnerHeartbeat:     {"runner_heartbeat", fRunner, 0},
+	OpSetGuildPool:        {"set_guild_pool", fGuildID | fPoolID | fActor | fTime, 0},
 }
 
 // fields returns the set of fields c carries.
@@ -73,6 +94,9 @@ func (c *Command) fields() field {
 		{c.Event != nil, fEvent}, {c.UserID != nil, fUserID}, {c.AgentID != nil, fAgentID},
 		{c.SessionID != nil, fSessionID}, {c.AccountID != nil, fAccountID},
 		{c.Status != nil, fStatus}, {c.Amount != nil, fAmount}, {c.Time != 0, fTime},
+		{c.Pool != nil, fPool}, {c.Bot != nil, fBot}, {c.Runner != nil, fRunner},
+		{c.Actor != "", fActor}, {c.PoolID != "", fPoolID}, {c.BotID != "", fBotID},
+		{c.GuildID != "", fGuildID}, {c.Cascade, fCascade},
 	} {
 		if p.present {
 			f |= p.bit
@@ -91,6 +115,8 @@ func (c *Command) validateRecords() error {
 		{"agent", c.Agent, c.Agent == nil}, {"session", c.Session, c.Session == nil},
 		{"user", c.User, c.User == nil}, {"account", c.Account, c.Account == nil},
 		{"tx", c.Tx, c.Tx == nil}, {"event", c.Event, c.Event == nil},
+		{"pool", c.Pool, c.Pool == nil}, {"bot", c.Bot, c.Bot == nil},
+		{"runner", c.Runner, c.Runner == nil},
 	} {
 		if r.nil {
 			continue
@@ -105,7 +131,17 @@ func (c *Command) validateRecords() error {
 // validateOp checks the rules that tie an op's fields together. It runs
 // after the field set and the records were checked.
 func (c *Command) validateOp() error {
+	if err := c.validateStringIDs(); err != nil {
+		return err
+	}
 	switch c.Op {
+	case OpRegisterBot:
+		switch {
+		case c.Bot.OwnerUserID != c.Actor:
+			return errors.New("bot: owner_user_id differs from actor")
+		case c.Bot.Token.IsZero():
+			return errors.New("bot: token is required")
+		}
 	case OpUpdateAgentStatus:
 		if st := records.AgentState(*c.Status); !st.Valid() {
 			return fmt.Errorf("status: %s is not a valid agent state", st)
@@ -145,6 +181,25 @@ func (c *Command) validateOp() error {
 			return fmt.Errorf("tx: amount_cents %d differs from amount %d", c.Tx.AmountCents, amt)
 		case c.Tx.UserID != *c.AccountID:
 			return errors.New("tx: user_id differs from account_id")
+		}
+	}
+	return nil
+}
+
+// validateStringIDs checks the string id fields c carries.
+func (c *Command) validateStringIDs() error {
+	for _, id := range [...]struct {
+		kind, id string
+		max      int
+	}{
+		{"actor", c.Actor, keys.MaxStringIDLen}, {"pool_id", c.PoolID, keys.MaxPoolIDLen},
+		{"bot_id", c.BotID, keys.MaxStringIDLen}, {"guild_id", c.GuildID, keys.MaxStringIDLen},
+	} {
+		if id.id == "" { // absent; the field set says whether that is allowed
+			continue
+		}
+		if err := keys.ValidateStringID(id.kind, id.id, id.max); err != nil {
+			return err
 		}
 	}
 	return nil

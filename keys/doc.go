@@ -25,10 +25,18 @@
 //	transactions_by_user   0x12    user_id(16) transaction_id(16)             empty (index)
 //	usage_events           0x13    event_id (1..MaxEventIDLen bytes)          UsageEvent (CBOR)
 //	kv                     0x20    len(routing_key) u16 BE, routing_key, key  user value
+//	pools                  0x30    pool_id (1..64)                            Pool (CBOR)
+//	bots                   0x31    agent_id (1..128)                          Bot (CBOR)
+//	bots_by_pool           0x32    len(pool_id) u8, pool_id, agent_id         empty (index)
+//	runners                0x33    runner_id (1..128)                         Runner (CBOR)
+//	guild_settings         0x34    guild_id (1..128)                          GuildSettings (CBOR)
 //
 // Total key lengths: agents 65, agents_by_status 66, sessions 17,
 // sessions_by_agent 49, users 33, agent_owners 33, accounts 17, transactions 17,
-// transactions_by_user 33, usage_events 2..257, kv 3+len(routing_key)+len(key).
+// transactions_by_user 33, usage_events 2..257, kv 3+len(routing_key)+len(key),
+// pools 2..65, bots, runners and guild_settings 2..129, bots_by_pool
+// 2+len(pool_id)+len(agent_id). The agent pool tables (seed 004) are keyed by
+// string ids of printable ASCII (ValidateStringID).
 //
 // The seed layouts are what make the scans they rely on work:
 //
@@ -40,6 +48,8 @@
 //   - Transaction ids are ULIDs whose first 48 bits are a big-endian
 //     millisecond timestamp, so inside TransactionByUserPrefix(u) bytewise
 //     order is time order: newest last, and a reverse scan lists newest first.
+//   - The bots of one pool share BotsByPoolPrefix(pool); the pool id's
+//     length byte keeps pool "a" and pool "ab" apart, as in kv keys.
 //   - A kv key carries the length of its routing key before the routing key,
 //     so the keys of routing key "ab" never interleave with those of routing
 //     key "a" (whose user keys may start with "b"): the encoded prefixes differ

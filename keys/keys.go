@@ -176,7 +176,8 @@ var (
 )
 
 // TableName returns the seed column-family name of table t ("agents",
-// "transactions_by_user", "kv", "meta", ...), for logs and docs. Unknown
+// "transactions_by_user", "kv", "meta", "bots_by_pool", ...), for logs and
+// docs. Unknown
 // tables are named "unknown(0xNN)".
 func TableName(t byte) string {
 	switch t {
@@ -204,6 +205,16 @@ func TableName(t byte) string {
 		return "usage_events"
 	case TableKV:
 		return "kv"
+	case TablePools:
+		return "pools"
+	case TableBots:
+		return "bots"
+	case TableBotsByPool:
+		return "bots_by_pool"
+	case TableRunners:
+		return "runners"
+	case TableGuildSettings:
+		return "guild_settings"
 	default:
 		return fmt.Sprintf("unknown(0x%02x)", t)
 	}

@@ -138,9 +138,14 @@ func TestTableNames(t *testing.T) {
 		TableTransactionsByUser: "transactions_by_user",
 		TableUsageEvents:        "usage_events",
 		TableKV:                 "kv",
+		TablePools:              "pools",
+		TableBots:               "bots",
+		TableBotsByPool:         "bots_by_pool",
+		TableRunners:            "runners",
+		TableGuildSettings:      "guild_settings",
 	}
-	if len(want) != 12 {
-		t.Fatalf("table bytes collide: %d distinct, want 12", len(want))
+	if len(want) != 17 {
+		t.Fatalf("table bytes collide: %d distinct, want 17", len(want))
 	}
 	for tb, name := range want {
 		if got := TableName(tb); got != name {
@@ -299,6 +304,11 @@ var decoders = map[byte]func([]byte) error{
 	TableTransactionsByUser: func(k []byte) error { _, _, err := DecodeTransactionByUser(k); return err },
 	TableUsageEvents:        func(k []byte) error { _, err := DecodeUsageEvent(k); return err },
 	TableKV:                 func(k []byte) error { _, _, err := DecodeKV(k); return err },
+	TablePools:              func(k []byte) error { _, err := DecodePool(k); return err },
+	TableBots:               func(k []byte) error { _, err := DecodeBot(k); return err },
+	TableBotsByPool:         func(k []byte) error { _, _, err := DecodeBotByPool(k); return err },
+	TableRunners:            func(k []byte) error { _, err := DecodeRunner(k); return err },
+	TableGuildSettings:      func(k []byte) error { _, err := DecodeGuildSettings(k); return err },
 }
 
 func TestDecodeRejectsMalformed(t *testing.T) {
@@ -365,6 +375,11 @@ func TestDecodeRejectsOtherTables(t *testing.T) {
 		TableTransactionsByUser: TransactionByUser(AccountID{}, TransactionID{}),
 		TableUsageEvents:        ev,
 		TableKV:                 KV(nil, nil),
+		TablePools:              Pool("pool_goot27"),
+		TableBots:               Bot("1234"),
+		TableBotsByPool:         BotByPool("pool_goot27", "1234"),
+		TableRunners:            Runner("runner-1"),
+		TableGuildSettings:      GuildSettings("9876"),
 	}
 	for tb, decode := range decoders {
 		for other, k := range valid {

@@ -1,6 +1,6 @@
 // Package records defines the stored record types of the agent registry
-// (seed 000) and the billing ledger (seed 001), with the seeds' field names,
-// and their CBOR encoding. It is pure data: no I/O. The state machine stores
+// (seed 000), the billing ledger (seed 001) and the agent pools (seed 004,
+// pools.go), with the seeds' field names, and their CBOR encoding. It is pure data: no I/O. The state machine stores
 // these encodings under the keys/ layouts; the client API speaks these types.
 //
 // Usage:
@@ -12,9 +12,10 @@
 //	err = records.Decode(b, &back)
 //
 // Encoding: deterministic CBOR (fxamacker/cbor/v2 core deterministic mode),
-// each struct a map keyed by the seed's snake_case field names; ids are byte
-// strings of their fixed width; optional fields (Option<i64> in the seeds)
-// are omitted when absent. Timestamps are Unix milliseconds, fixed by the
+// each struct a map keyed by the seed's snake_case field names; fixed-width
+// ids are byte strings of their width, the pool records' string ids text
+// strings; optional fields (Option<i64> in the seeds) are omitted when
+// absent. Timestamps are Unix milliseconds, fixed by the
 // proposer before a command enters the Raft log.
 package records
 
@@ -250,7 +251,8 @@ func init() {
 
 // Record is any of this package's record types.
 type Record interface {
-	*AgentRecord | *SessionRecord | *UserRecord | *Account | *CreditTransaction | *UsageEvent
+	*AgentRecord | *SessionRecord | *UserRecord | *Account | *CreditTransaction | *UsageEvent |
+		*Pool | *Bot | *Runner | *GuildSettings
 }
 
 // Encode returns the deterministic CBOR encoding of r.
@@ -307,6 +309,22 @@ func reset[R Record](r R) {
 	case *UsageEvent:
 		if p != nil {
 			*p = UsageEvent{}
+		}
+	case *Pool:
+		if p != nil {
+			*p = Pool{}
+		}
+	case *Bot:
+		if p != nil {
+			*p = Bot{}
+		}
+	case *Runner:
+		if p != nil {
+			*p = Runner{}
+		}
+	case *GuildSettings:
+		if p != nil {
+			*p = GuildSettings{}
 		}
 	}
 }

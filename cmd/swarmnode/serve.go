@@ -5,11 +5,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/secrets"
 )
+
+// tokenKeysEnv holds the agent pools' bot-token key ring inline, the same
+// text as a --token-keys-file.
+const tokenKeysEnv = "SWARM_TOKEN_KEYS"
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -20,6 +26,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		logLevel  string
 		maxValue  int
 		snapEvery time.Duration
+		keysFile  string
 	)
 	fs.StringVar(&cfg.ID, "id", "node1", "stable node id (never reuse one for another data dir)")
 	fs.StringVar(&cfg.DataDir, "data-dir", "./data", "data directory")
@@ -41,6 +48,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.ElectionTimeout, "election-timeout", time.Second, "Raft election timeout")
 	fs.StringVar(&cfg.GossipProfile, "gossip-profile", "lan", "memberlist timing: lan or local")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&keysFile, "token-keys-file", "", "`PATH` of the key ring that encrypts agent-pool bot tokens: one key_id:base64(32-byte key) per line,\n"+
+		"the first seals new tokens, the others stay readable (rotate by prepending a key); '#' comments.\n"+
+		"Every node needs the same ring. "+tokenKeysEnv+" may hold the same text instead. Without a ring,\n"+
+		"registering bots fails")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
@@ -64,6 +75,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.Limits.MaxValueSize = maxValue
 	cfg.SnapshotInterval = snapEvery
 	cfg.Logger = logger
+	if cfg.TokenKeys, err = tokenKeys(keysFile); err != nil {
+		return usageError{err}
+	}
+	if cfg.TokenKeys == nil {
+		logger.Warn("no bot-token key ring (--token-keys-file or " + tokenKeysEnv + "): registering agent-pool bots will fail")
+	} else {
+		logger.Info("bot-token key ring loaded", "active_key", cfg.TokenKeys.ActiveKeyID(), "keys", len(cfg.TokenKeys.KeyIDs()))
+	}
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return usageError{err}
 	}
@@ -78,4 +97,24 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "swarmnode: shutting down")
 	return node.Close()
+}
+
+// tokenKeys loads the bot-token key ring from file or, without one, from
+// SWARM_TOKEN_KEYS; nil when neither is set. Errors never quote key
+// material (package secrets).
+func tokenKeys(file string) (*secrets.Ring, error) {
+	text, inline := os.LookupEnv(tokenKeysEnv)
+	switch {
+	case file != "" && inline:
+		return nil, fmt.Errorf("token keys: both --token-keys-file and %s are set; use one", tokenKeysEnv)
+	case file != "":
+		return secrets.LoadRingFile(file)
+	case inline:
+		r, err := secrets.ParseRing(text)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", tokenKeysEnv, err)
+		}
+		return r, nil
+	}
+	return nil, nil
 }

@@ -1,0 +1,666 @@
+package client
+
+// Pools is the agent pool control plane of seed 004: pools with their
+// ownership and visibility, the bots contributed to them (each with an
+// encrypted token), runners and their heartbeats, each guild's selected
+// pool, and deploy planning.
+//
+//	pools := c.Pools()
+//	p, err := pools.CreatePool(ctx, "user-1", client.PoolSpec{PoolID: "pool_alpha", Name: "alpha",
+//		Visibility: records.VisibilityPrivate, Meta: `{"region":"eu"}`})
+//	bot, err := pools.RegisterBot(ctx, "user-1", client.BotSpec{AgentID: "1203...", Token: tok,
+//		ClientID: "1203...", PoolID: "pool_alpha"})
+//	_, err = pools.GetPool(ctx, "user-2", "pool_alpha")
+//	if errors.Is(err, client.ErrPermissionDenied) { ... } // private pool of user-1
+//	plan, err := pools.PlanDeploy(ctx, "user-1", guildID, 49, "", presentAgentIDs)
+//
+// Placement: every entity lives in the shard of the routing key "pools"
+// (docs/architecture.md, "Agent pools"), so every call goes to that one
+// shard and each rule (agent_id unique across pools, no deleting a pool
+// that has bots, ...) is one atomic state machine command.
+//
+// Actors: actor is the id of the user on whose behalf a call is made; the
+// server checks ownership and visibility against it. A private pool of
+// another user answers ErrPermissionDenied, never ErrNotFound, to every
+// call that reads, changes or uses it (CreatePool of its id answers
+// ErrAlreadyExists).
+//
+// Tokens: a bot's token is plaintext only in the arguments of RegisterBot
+// and UpdateBot and in the result of GetBotToken. The node that receives it
+// encrypts it before it enters the Raft log; BotInfo has no token field,
+// listings never carry one, and no error message of this package contains
+// one.
+//
+// Retries when an attempt's outcome is unknown (leader lost, connection
+// broken): reads, UpdatePool, UpdateBot, Heartbeat and SetGuildPool are
+// retried (applying them twice is applying them once). CreatePool,
+// RegisterBot, DeletePool and RemoveBot are NOT retried: a retry of an
+// applied first attempt would answer ErrAlreadyExists or ErrNotFound and
+// hide that this call succeeded, so they answer ErrOutcomeUnknown and the
+// caller looks (GetPool, GetBot) to find out.
+//
+// Arguments are checked before sending (ids, enum values, JSON fields, the
+// deploy limit), so bad input fails with ErrInvalidArgument without a round
+// trip; the server checks again and has the last word.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/records"
+	"github.com/swarmkv/swarmkv/rpc"
+)
+
+// poolsRoutingKey is the namespace key every pool-catalogue entity routes by.
+var poolsRoutingKey = []byte("pools")
+
+// Pools is the agent pool store of seed 004. Safe for concurrent use.
+type Pools struct{ c *Client }
+
+// Pools returns the agent pool store of the cluster.
+func (c *Client) Pools() *Pools { return &Pools{c: c} }
+
+// PoolSpec is what a caller says about a pool in CreatePool and UpdatePool.
+// The owner is the calling actor (CreatePool) and never changes; the
+// timestamps are set by the server.
+type PoolSpec struct {
+	PoolID     string             // 1..64 bytes of printable ASCII, no spaces
+	Name       string             // required, UTF-8, at most records.MaxNameLen bytes
+	Visibility records.Visibility // VisibilityPublic or VisibilityPrivate
+	Meta       string             // JSON, at most records.MaxJSONLen bytes; "" for none
+}
+
+// BotSpec is what a caller says about a bot in RegisterBot and UpdateBot.
+// Token is the bot's plaintext token: required by RegisterBot; in UpdateBot
+// "" keeps the stored token. The contributor (owner) is the calling actor
+// of RegisterBot and never changes. String and GoString never show the
+// token.
+type BotSpec struct {
+	AgentID  string // the bot's user id (a Discord snowflake), unique across pools
+	Token    string
+	ClientID string            // the bot's application id, used in invite URLs; "" = not invitable
+	Tag      string            // at most records.MaxTagLen bytes
+	Status   records.BotStatus // BotActive, BotInactive or BotDisabled
+	// PoolID is the pool the bot is in. "" means records.DefaultPoolID in
+	// RegisterBot, and the bot's current pool in UpdateBot.
+	PoolID  string
+	Profile string // JSON, at most records.MaxJSONLen bytes; "" for none
+}
+
+// String never shows the token (BotSpec values end up in logs and %v).
+func (b BotSpec) String() string {
+	tok := "none"
+	if b.Token != "" {
+		tok = "set"
+	}
+	return fmt.Sprintf("{AgentID:%s ClientID:%s Tag:%s Status:%d PoolID:%s Profile:%s Token:%s}",
+		b.AgentID, b.ClientID, b.Tag, b.Status, b.PoolID, b.Profile, tok)
+}
+
+// GoString keeps %#v from printing the token too.
+func (b BotSpec) GoString() string { return "client.BotSpec" + b.String() }
+
+// BotInfo is a registered bot as the server shows it: everything but the
+// token, of which only its presence is told.
+type BotInfo struct {
+	AgentID     string
+	ClientID    string
+	Tag         string
+	Status      records.BotStatus
+	PoolID      string
+	OwnerUserID string // the actor who contributed the bot
+	Profile     string
+	HasToken    bool
+	CreatedAt   int64 // Unix ms
+	UpdatedAt   int64 // Unix ms
+}
+
+// DeployPlan says how to bring a guild to its desired number of agents:
+// Missing = Desired - Present (not below 0), and Invites lists up to Missing
+// active bots of the pool that are not already present, each with its
+// invite URL. Fewer invites than Missing means the pool has no more
+// available bots.
+type DeployPlan struct {
+	PoolID  string // the pool the plan draws from
+	Desired int
+	Present int
+	Missing int
+	Invites []Invite
+}
+
+// Invite is one bot to add to a guild.
+type Invite struct {
+	AgentID  string
+	ClientID string
+	URL      string
+}
+
+func (p *Pools) call(ctx context.Context, opts CallOptions, call func(context.Context, rpc.PoolsClient) error) error {
+	return callOn(ctx, p.c, p.c.ShardOf(poolsRoutingKey), opts, rpc.NewPoolsClient, call)
+}
+
+// ---------------------------------------------------------------- checks
+
+// checkID checks an id: 1..max bytes of printable ASCII without spaces
+// (keys.ValidateStringID, whose messages never quote a bad id).
+func checkID(field, id string, max int) error {
+	if err := keys.ValidateStringID(field, id, max); err != nil {
+		return invalidArg(err)
+	}
+	return nil
+}
+
+func checkActor(actor string) error { return checkID("actor", actor, keys.MaxStringIDLen) }
+
+func checkPoolID(id string) error { return checkID("pool_id", id, keys.MaxPoolIDLen) }
+
+// checkJSON checks an optional JSON field: "" or valid JSON of at most
+// records.MaxJSONLen bytes.
+func checkJSON(field, v string) error {
+	if v == "" {
+		return nil
+	}
+	if len(v) > records.MaxJSONLen {
+		return invalidf("%s is %d bytes, at most %d", field, len(v), records.MaxJSONLen)
+	}
+	if !json.Valid([]byte(v)) {
+		return invalidf("%s is not valid JSON", field)
+	}
+	return nil
+}
+
+// checkPoolSpec checks s as the pool record actor would own.
+func checkPoolSpec(actor string, s PoolSpec) error {
+	if err := checkActor(actor); err != nil {
+		return err
+	}
+	p := records.Pool{PoolID: s.PoolID, OwnerUserID: actor, Name: s.Name, Visibility: s.Visibility, Meta: s.Meta}
+	if err := p.Validate(); err != nil {
+		return invalidArg(err)
+	}
+	return nil
+}
+
+// checkBotSpec checks b as the bot record actor would contribute (without
+// its token, which only has to be there when tokenRequired). Its messages
+// never contain the token.
+func checkBotSpec(actor string, b BotSpec, tokenRequired bool) error {
+	if err := checkActor(actor); err != nil {
+		return err
+	}
+	if tokenRequired && b.Token == "" {
+		return invalidf("token is empty")
+	}
+	r := records.Bot{AgentID: b.AgentID, ClientID: b.ClientID, Tag: b.Tag, Status: b.Status,
+		PoolID: b.PoolID, OwnerUserID: actor, Profile: b.Profile}
+	if r.PoolID == "" { // the server fills it in
+		r.PoolID = records.DefaultPoolID
+	}
+	if err := r.Validate(); err != nil {
+		return invalidArg(err)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------- conversions
+
+func poolSpecToProto(s PoolSpec) *rpc.Pool {
+	return &rpc.Pool{PoolId: s.PoolID, Name: s.Name, Visibility: uint32(s.Visibility), Meta: s.Meta}
+}
+
+func poolFrom(p *rpc.Pool) (*records.Pool, error) {
+	if p == nil {
+		return nil, badResponse("pool", fmt.Errorf("%w: pool is missing", records.ErrInvalid))
+	}
+	if p.GetVisibility() > 255 {
+		return nil, badResponse("pool", fmt.Errorf("%w: visibility %d", records.ErrInvalid, p.GetVisibility()))
+	}
+	pool := &records.Pool{
+		PoolID: p.GetPoolId(), OwnerUserID: p.GetOwnerUserId(), Name: p.GetName(),
+		Visibility: records.Visibility(p.GetVisibility()), Meta: p.GetMeta(),
+		CreatedAt: p.GetCreatedAt(), UpdatedAt: p.GetUpdatedAt(),
+	}
+	if err := pool.Validate(); err != nil {
+		return nil, badResponse("pool", err)
+	}
+	return pool, nil
+}
+
+func botSpecToProto(b BotSpec) *rpc.Bot {
+	return &rpc.Bot{AgentId: b.AgentID, Token: b.Token, ClientId: b.ClientID, Tag: b.Tag,
+		Status: uint32(b.Status), PoolId: b.PoolID, Profile: b.Profile}
+}
+
+// botFrom converts and checks a bot message; a token in it, which the
+// server never sends, is dropped.
+func botFrom(p *rpc.Bot) (*BotInfo, error) {
+	if p == nil {
+		return nil, badResponse("bot", fmt.Errorf("%w: bot is missing", records.ErrInvalid))
+	}
+	if p.GetStatus() > 255 {
+		return nil, badResponse("bot", fmt.Errorf("%w: status %d", records.ErrInvalid, p.GetStatus()))
+	}
+	b := &BotInfo{
+		AgentID: p.GetAgentId(), ClientID: p.GetClientId(), Tag: p.GetTag(),
+		Status: records.BotStatus(p.GetStatus()), PoolID: p.GetPoolId(), OwnerUserID: p.GetOwnerUserId(),
+		Profile: p.GetProfile(), HasToken: p.GetHasToken(), CreatedAt: p.GetCreatedAt(), UpdatedAt: p.GetUpdatedAt(),
+	}
+	r := records.Bot{AgentID: b.AgentID, ClientID: b.ClientID, Tag: b.Tag, Status: b.Status, PoolID: b.PoolID,
+		OwnerUserID: b.OwnerUserID, Profile: b.Profile, CreatedAt: b.CreatedAt, UpdatedAt: b.UpdatedAt}
+	if err := r.Validate(); err != nil {
+		return nil, badResponse("bot", err)
+	}
+	return b, nil
+}
+
+func runnerFrom(p *rpc.Runner) (*records.Runner, error) {
+	if p == nil {
+		return nil, badResponse("runner", fmt.Errorf("%w: runner is missing", records.ErrInvalid))
+	}
+	r := &records.Runner{RunnerID: p.GetRunnerId(), LastSeen: p.GetLastSeen(), Meta: p.GetMeta()}
+	if err := r.Validate(); err != nil {
+		return nil, badResponse("runner", err)
+	}
+	return r, nil
+}
+
+func runnersFrom(ps []*rpc.Runner) ([]*records.Runner, error) {
+	out := make([]*records.Runner, 0, len(ps))
+	for _, p := range ps {
+		r, err := runnerFrom(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// ---------------------------------------------------------------- pools
+
+// CreatePool creates pool p owned by actor and returns it with its
+// timestamps. ErrAlreadyExists if the pool id is taken (whoever owns it);
+// the default pool's id is reserved (ErrPermissionDenied).
+// Not retried when the outcome is unknown (ErrOutcomeUnknown).
+func (p *Pools) CreatePool(ctx context.Context, actor string, s PoolSpec) (*records.Pool, error) {
+	if err := checkPoolSpec(actor, s); err != nil {
+		return nil, err
+	}
+	var resp *rpc.PoolResponse
+	err := p.call(ctx, writeOnce, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
+		resp, err = pc.CreatePool(ctx, &rpc.CreatePoolRequest{Actor: actor, Pool: poolSpecToProto(s)})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return poolFrom(resp.GetPool())
+}
+
+// GetPool returns pool poolID as actor sees it: ErrNotFound if it does not
+// exist, ErrPermissionDenied if it is another user's private pool.
+func (p *Pools) GetPool(ctx context.Context, actor, poolID string, opts ...ReadOption) (*records.Pool, error) {
+	if err := checkActor(actor); err != nil {
+		return nil, err
+	}
+	if err := checkPoolID(poolID); err != nil {
+		return nil, err
+	}
+	cons, co := consistency(opts)
+	var resp *rpc.PoolResponse
+	err := p.call(ctx, co, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
+		resp, err = pc.GetPool(ctx, &rpc.PoolRef{Actor: actor, PoolId: poolID, Consistency: cons})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return poolFrom(resp.GetPool())
+}
+
+// UpdatePool replaces the name, visibility and meta of pool s.PoolID and
+// returns the updated pool; owner and created_at do not change. Only the
+// owner may update (else ErrPermissionDenied; the default pool cannot be
+// made private); ErrNotFound if it does not exist. Retried when the
+// outcome is unknown.
+func (p *Pools) UpdatePool(ctx context.Context, actor string, s PoolSpec) (*records.Pool, error) {
+	if err := checkPoolSpec(actor, s); err != nil {
+		return nil, err
+	}
+	var resp *rpc.PoolResponse
+	err := p.call(ctx, idempotent, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
+		resp, err = pc.UpdatePool(ctx, &rpc.UpdatePoolRequest{Actor: actor, Pool: poolSpecToProto(s)})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return poolFrom(resp.GetPool())
+}
+
+// DeletePool deletes pool poolID and returns how many of its bots were
+// removed with it. Only the owner may delete (else ErrPermissionDenied);
+// the default pool cannot be deleted (ErrPermissionDenied, also for its
+// owner). A pool that still has bots answers
+// *PoolNotEmptyError unless cascade, which removes them in the same
+// command. Not retried when the outcome is unknown (ErrOutcomeUnknown).
+func (p *Pools) DeletePool(ctx context.Context, actor, poolID string, cascade bool) (removed int, err error) {
+	if err := checkActor(actor); err != nil {
+		return 0, err
+	}
+	if err := checkPoolID(poolID); err != nil {
+		return 0, err
+	}
+	var resp *rpc.DeletePoolResponse
+	err = p.call(ctx, writeOnce, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
+		resp, err = pc.DeletePool(ctx, &rpc.DeletePoolRequest{Actor: actor, PoolId: poolID, Cascade: cascade})
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return int(resp.GetBotsRemoved()), nil
+}
+
+// ListPools returns the pools actor may see: every public pool and actor's
+// own private ones, in pool id order.
+func (p *Pools) ListPools(ctx context.Context, actor string, opts ...ReadOption) ([]*records.Pool, error) {
+	if err := checkActor(actor); err != nil {
+		return nil, err
+	}
+	cons, co := consistency(opts)
+	var resp *rpc.PoolList
+	err := p.call(ctx, co, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
+		resp, err = pc.ListPools(ctx, &rpc.ListPoolsRequest{Actor: actor, Consistency: cons})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*records.Pool, 0, len(resp.GetPools()))
+	for _, pp := range resp.GetPools() {
+		pool, err := poolFrom(pp)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, pool)
+	}
+	return out, nil
+}
+
+// ---------------------------------------------------------------- bots
+
+// RegisterBot contributes bot b, owned by actor, to pool b.PoolID (the
+// default pool when empty); the token is required. ErrNotFound if the pool does not exist,
+// ErrPermissionDenied if it is another user's private pool,
+// ErrAlreadyExists if the agent id is registered in any pool. A node
+// without a key ring answers a gRPC FailedPrecondition status. Not retried
+// when the outcome is unknown (ErrOutcomeUnknown): look with GetBot.
+func (p *Pools) RegisterBot(ctx context.Context, actor string, b BotSpec) (*BotInfo, error) {
+	if err := checkBotSpec(actor, b, true); err != nil {
+		return nil, err
+	}
+	var resp *rpc.BotResponse
+	err := p.call(ctx, writeOnce, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
+		resp, err = pc.RegisterBot(ctx, &rpc.RegisterBotRequest{Actor: actor, Bot: botSpecToProto(b)})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return botFrom(resp.GetBot())
+}
+
+// UpdateBot replaces bot b.AgentID's client id, tag, status and profile
+// with b's, its pool when b.PoolID is not empty, and its token when
+// b.Token is not empty (else the stored token stays). Allowed to the bot's contributor and its pool's
+// owner (else ErrPermissionDenied); moving it to another pool needs the
+// right to use that pool. ErrNotFound if the bot does not exist. Retried
+// when the outcome is unknown.
+func (p *Pools) UpdateBot(ctx context.Context, actor string, b BotSpec) (*BotInfo, error) {
+	if err := checkBotSpec(actor, b, false); err != nil {
+		return nil, err
+	}
+	var resp *rpc.BotResponse
+	err := p.call(ctx, idempotent, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
+		resp, err = pc.UpdateBot(ctx, &rpc.UpdateBotRequest{Actor: actor, Bot: botSpecToProto(b)})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return botFrom(resp.GetBot())
+}
+
+func (p *Pools) botRef(actor, agentID string) (*rpc.BotRef, error) {
+	if err := checkActor(actor); err != nil {
+		return nil, err
+	}
+	if err := checkID("agent_id", agentID, keys.MaxStringIDLen); err != nil {
+		return nil, err
+	}
+	return &rpc.BotRef{Actor: actor, AgentId: agentID}, nil
+}
+
+// GetBot returns bot agentID without its token, or ErrNotFound. Its
+// contributor always sees it; anyone else only if they may see its pool
+// (else ErrPermissionDenied).
+func (p *Pools) GetBot(ctx context.Context, actor, agentID string, opts ...ReadOption) (*BotInfo, error) {
+	ref, err := p.botRef(actor, agentID)
+	if err != nil {
+		return nil, err
+	}
+	cons, co := consistency(opts)
+	ref.Consistency = cons
+	var resp *rpc.BotResponse
+	err = p.call(ctx, co, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
+		resp, err = pc.GetBot(ctx, ref)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return botFrom(resp.GetBot())
+}
+
+// RemoveBot removes bot agentID; allowed to its contributor and its pool's
+// owner (else ErrPermissionDenied). ErrNotFound if it does not exist. Not
+// retried when the outcome is unknown (ErrOutcomeUnknown).
+func (p *Pools) RemoveBot(ctx context.Context, actor, agentID string) error {
+	ref, err := p.botRef(actor, agentID)
+	if err != nil {
+		return err
+	}
+	return p.call(ctx, writeOnce, func(ctx context.Context, pc rpc.PoolsClient) error {
+		_, err := pc.RemoveBot(ctx, ref)
+		return err
+	})
+}
+
+// ListBots returns the bots of pool poolID, without tokens, in agent id
+// order. The pool must be visible to actor: ErrNotFound if it does not
+// exist, ErrPermissionDenied if it is another user's private pool.
+func (p *Pools) ListBots(ctx context.Context, actor, poolID string, opts ...ReadOption) ([]*BotInfo, error) {
+	if err := checkActor(actor); err != nil {
+		return nil, err
+	}
+	if err := checkPoolID(poolID); err != nil {
+		return nil, err
+	}
+	cons, co := consistency(opts)
+	var resp *rpc.BotList
+	err := p.call(ctx, co, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
+		resp, err = pc.ListBots(ctx, &rpc.ListBotsRequest{Actor: actor, PoolId: poolID, Consistency: cons})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*BotInfo, 0, len(resp.GetBots()))
+	for _, b := range resp.GetBots() {
+		info, err := botFrom(b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// GetBotToken returns bot agentID's plaintext token, decrypted by the
+// node that answers: the one call that returns a token. Allowed to the
+// bot's contributor and its pool's owner (else ErrPermissionDenied);
+// ErrNotFound if the bot does not exist. A gRPC FailedPrecondition status
+// (not a *NotLeaderError) means the answering node cannot open the token:
+// it has no key ring, or its ring lacks the key that sealed it. Always a
+// linearizable read.
+func (p *Pools) GetBotToken(ctx context.Context, actor, agentID string) (string, error) {
+	ref, err := p.botRef(actor, agentID)
+	if err != nil {
+		return "", err
+	}
+	var resp *rpc.GetBotTokenResponse
+	err = p.call(ctx, idempotent, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
+		resp, err = pc.GetBotToken(ctx, ref)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return resp.GetToken(), nil
+}
+
+// ---------------------------------------------------------------- runners
+
+// Heartbeat records that runner runnerID is alive: it creates or replaces
+// the runner with meta (JSON, "" for none) and last_seen set to the
+// server's clock, and returns it. Retried when the outcome is unknown.
+func (p *Pools) Heartbeat(ctx context.Context, runnerID, meta string) (*records.Runner, error) {
+	if err := checkID("runner_id", runnerID, keys.MaxStringIDLen); err != nil {
+		return nil, err
+	}
+	if err := checkJSON("meta", meta); err != nil {
+		return nil, err
+	}
+	var resp *rpc.HeartbeatResponse
+	err := p.call(ctx, idempotent, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
+		resp, err = pc.Heartbeat(ctx, &rpc.HeartbeatRequest{Runner: &rpc.Runner{RunnerId: runnerID, Meta: meta}})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return runnerFrom(resp.GetRunner())
+}
+
+// ListRunners returns every runner.
+func (p *Pools) ListRunners(ctx context.Context, opts ...ReadOption) ([]*records.Runner, error) {
+	return p.listRunners(ctx, 0, opts)
+}
+
+// ListStaleRunners returns the runners not seen for at least maxAge (at
+// least 1ms; measured in whole milliseconds against the answering node's
+// clock).
+func (p *Pools) ListStaleRunners(ctx context.Context, maxAge time.Duration, opts ...ReadOption) ([]*records.Runner, error) {
+	if maxAge < time.Millisecond {
+		return nil, invalidf("max age %v: want at least 1ms", maxAge)
+	}
+	return p.listRunners(ctx, maxAge.Milliseconds(), opts)
+}
+
+func (p *Pools) listRunners(ctx context.Context, staleAfterMs int64, opts []ReadOption) ([]*records.Runner, error) {
+	cons, co := consistency(opts)
+	var resp *rpc.RunnerList
+	err := p.call(ctx, co, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
+		resp, err = pc.ListRunners(ctx, &rpc.ListRunnersRequest{StaleAfterMs: staleAfterMs, Consistency: cons})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return runnersFrom(resp.GetRunners())
+}
+
+// ---------------------------------------------------------------- guilds
+
+// GetGuildPool returns the pool guildID selected, or "" when it has not
+// selected one (deploys then draw from records.DefaultPoolID).
+func (p *Pools) GetGuildPool(ctx context.Context, guildID string, opts ...ReadOption) (string, error) {
+	if err := checkID("guild_id", guildID, keys.MaxStringIDLen); err != nil {
+		return "", err
+	}
+	cons, co := consistency(opts)
+	var resp *rpc.GuildPoolResponse
+	err := p.call(ctx, co, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
+		resp, err = pc.GetGuildPool(ctx, &rpc.GuildRef{GuildId: guildID, Consistency: cons})
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return resp.GetPoolId(), nil
+}
+
+// SetGuildPool makes poolID guildID's selected pool. The pool must exist
+// (ErrNotFound) and be visible to actor (ErrPermissionDenied for another
+// user's private pool). Retried when the outcome is unknown.
+func (p *Pools) SetGuildPool(ctx context.Context, actor, guildID, poolID string) error {
+	if err := checkActor(actor); err != nil {
+		return err
+	}
+	if err := checkID("guild_id", guildID, keys.MaxStringIDLen); err != nil {
+		return err
+	}
+	if err := checkPoolID(poolID); err != nil {
+		return err
+	}
+	return p.call(ctx, idempotent, func(ctx context.Context, pc rpc.PoolsClient) error {
+		_, err := pc.SetGuildPool(ctx, &rpc.SetGuildPoolRequest{Actor: actor, GuildId: guildID, PoolId: poolID})
+		return err
+	})
+}
+
+// PlanDeploy plans bringing guildID to desired agents (0..49,
+// records.MaxAgentsPerGuild; more is ErrInvalidArgument) when the agents
+// presentAgentIDs are already in it. The pool is poolID, else the guild's
+// selection, else records.DefaultPoolID, and must be visible to actor.
+// A read: nothing is stored.
+func (p *Pools) PlanDeploy(ctx context.Context, actor, guildID string, desired int, poolID string, presentAgentIDs []string) (*DeployPlan, error) {
+	if err := checkActor(actor); err != nil {
+		return nil, err
+	}
+	if err := checkID("guild_id", guildID, keys.MaxStringIDLen); err != nil {
+		return nil, err
+	}
+	if desired < 0 || desired > records.MaxAgentsPerGuild {
+		return nil, invalidf("desired %d agents: want 0..%d", desired, records.MaxAgentsPerGuild)
+	}
+	if poolID != "" {
+		if err := checkPoolID(poolID); err != nil {
+			return nil, err
+		}
+	}
+	for i, id := range presentAgentIDs {
+		if err := checkID(fmt.Sprintf("present agent id %d", i), id, keys.MaxStringIDLen); err != nil {
+			return nil, err
+		}
+	}
+	var resp *rpc.DeployPlan
+	err := p.call(ctx, idempotent, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
+		resp, err = pc.PlanDeploy(ctx, &rpc.PlanDeployRequest{Actor: actor, GuildId: guildID,
+			Desired: uint32(desired), PoolId: poolID, PresentAgentIds: presentAgentIDs})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	plan := &DeployPlan{PoolID: resp.GetPoolId(), Desired: int(resp.GetDesired()),
+		Present: int(resp.GetPresent()), Missing: int(resp.GetMissing())}
+	for _, inv := range resp.GetInvites() {
+		plan.Invites = append(plan.Invites, Invite{AgentID: inv.GetAgentId(), ClientID: inv.GetClientId(), URL: inv.GetUrl()})
+	}
+	return plan, nil
+}

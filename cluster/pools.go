@@ -1,0 +1,764 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/records"
+	"github.com/swarmkv/swarmkv/rpc"
+	"github.com/swarmkv/swarmkv/secrets"
+)
+
+// PoolsRoutingKey is the namespace key every pool-catalogue entity (pools,
+// bots, the by-pool index, runners, guild settings) routes by, so they all
+// live in one shard and each cross-entity rule is one atomic state machine
+// command. See docs/architecture.md, "Agent pools (seed 004)".
+const PoolsRoutingKey = "pools"
+
+var poolsRoutingKey = []byte(PoolsRoutingKey)
+
+// maxTokenLen is the longest plaintext bot token: its sealed form (plus the
+// 16-byte GCM tag) must fit records.MaxTokenCiphertextLen.
+const maxTokenLen = records.MaxTokenCiphertextLen - 16
+
+// inviteURLFormat is the Discord OAuth2 URL that adds a bot (application
+// client_id) to a guild: the bot and applications.commands scopes, no
+// permissions requested (the guild's admins grant roles afterwards).
+const inviteURLFormat = "https://discord.com/oauth2/authorize?client_id=%s&scope=bot%%20applications.commands&permissions=0"
+
+// errNoTokenKeys: the node has no Config.TokenKeys, so it can neither seal
+// nor open bot tokens. Answered with codes.FailedPrecondition.
+var errNoTokenKeys = errors.New("cluster: no token key ring configured")
+
+// poolsServer implements the Pools gRPC service (seed 004) on a Node. Every
+// call routes by PoolsRoutingKey. Rules that cross entities are checked in
+// the state machine (fsm ops 30-38), atomically with the write; this layer
+// validates input (InvalidArgument, nothing proposed), fixes times, seals
+// tokens with the node's key ring before they enter the Raft log, and
+// answers reads from the local replica after the read barrier.
+//
+// Tokens: plaintext exists here only between the request and Ring.Encrypt
+// (RegisterBot, UpdateBot) and between Ring.Decrypt and the response
+// (GetBotToken). No other response carries one (rpc.BotToProto never
+// does), and no log line or error message includes one.
+type poolsServer struct {
+	rpc.UnimplementedPoolsServer
+	*server
+}
+
+var _ rpc.PoolsServer = (*poolsServer)(nil)
+
+// checkID validates a string id from a request.
+func checkID(kind, id string, max int) error {
+	if err := keys.ValidateStringID(kind, id, max); err != nil {
+		return badInput(err)
+	}
+	return nil
+}
+
+func checkActor(actor string) error { return checkID("actor", actor, keys.MaxStringIDLen) }
+
+// validRecord wraps a record's validation error as bad input.
+func validRecord(err error) error {
+	if err != nil {
+		return badInput(err)
+	}
+	return nil
+}
+
+// poolForCreate builds the pool a CreatePool request asks for: owned by
+// actor, created and updated at now.
+func poolForCreate(actor string, p *rpc.Pool, now int64) (*records.Pool, error) {
+	if err := checkActor(actor); err != nil {
+		return nil, err
+	}
+	pool, err := rpc.PoolFromProto(p)
+	if err != nil {
+		return nil, badInput(err)
+	}
+	pool.OwnerUserID, pool.CreatedAt, pool.UpdatedAt = actor, now, now
+	return pool, validRecord(pool.Validate())
+}
+
+// poolForUpdate builds the pool an UpdatePool request carries: its name,
+// visibility and meta replace the stored ones. Owner and created_at are
+// set to pass validation; the state machine keeps the stored ones.
+func poolForUpdate(actor string, p *rpc.Pool, now int64) (*records.Pool, error) {
+	return poolForCreate(actor, p, now)
+}
+
+// sealFunc seals a bot's plaintext token (secrets.Ring.Encrypt).
+type sealFunc func(agentID, token string) (records.EncryptedToken, error)
+
+// botFromRequest builds the bot a RegisterBot (tokenRequired) or UpdateBot
+// request carries, sealing its token with seal. Every other field is
+// validated before the token is sealed; an empty token in an update leaves
+// Token zero (the state machine keeps the stored one). The contributor is
+// actor (an update keeps the stored one). defaultPool replaces an empty
+// pool_id.
+func botFromRequest(actor string, p *rpc.Bot, now int64, tokenRequired bool, defaultPool string, seal sealFunc) (*records.Bot, error) {
+	if err := checkActor(actor); err != nil {
+		return nil, err
+	}
+	b, err := rpc.BotFromProto(p)
+	if err != nil {
+		return nil, badInput(err)
+	}
+	b.OwnerUserID, b.CreatedAt, b.UpdatedAt = actor, now, now
+	if b.PoolID == "" {
+		b.PoolID = defaultPool
+	}
+	if err := b.Validate(); err != nil {
+		return nil, badInput(err)
+	}
+	token := p.GetToken()
+	switch {
+	case token == "" && tokenRequired:
+		return nil, invalid("token is required")
+	case token == "":
+		return b, nil
+	case len(token) > maxTokenLen:
+		return nil, invalid("token is %d bytes, limit %d", len(token), maxTokenLen)
+	}
+	if seal == nil {
+		return nil, errNoTokenKeys
+	}
+	if b.Token, err = seal(b.AgentID, token); err != nil {
+		return nil, err
+	}
+	return b, validRecord(b.Token.Validate())
+}
+
+// runnerForHeartbeat builds the runner a Heartbeat stores: last_seen is
+// the proposer's clock.
+func runnerForHeartbeat(p *rpc.Runner, now int64) (*records.Runner, error) {
+	r, err := rpc.RunnerFromProto(p)
+	if err != nil {
+		return nil, badInput(err)
+	}
+	r.LastSeen = now
+	return r, validRecord(r.Validate())
+}
+
+// staleRunners returns the runners not seen for at least staleAfter ms at
+// now (every runner when staleAfter is 0), sorted by runner id.
+func staleRunners(rs []*records.Runner, now, staleAfter int64) []*records.Runner {
+	out := make([]*records.Runner, 0, len(rs))
+	for _, r := range rs {
+		if staleAfter == 0 || now-r.LastSeen >= staleAfter {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b *records.Runner) int { return strings.Compare(a.RunnerID, b.RunnerID) })
+	return out
+}
+
+// validatePlanRequest checks a PlanDeploy request: desired at most
+// MAX_AGENTS_PER_GUILD, well-formed ids.
+func validatePlanRequest(req *rpc.PlanDeployRequest) error {
+	if err := checkActor(req.GetActor()); err != nil {
+		return err
+	}
+	if err := checkID("guild_id", req.GetGuildId(), keys.MaxStringIDLen); err != nil {
+		return err
+	}
+	if d := req.GetDesired(); d > records.MaxAgentsPerGuild {
+		return invalid("desired %d exceeds MAX_AGENTS_PER_GUILD %d", d, records.MaxAgentsPerGuild)
+	}
+	if p := req.GetPoolId(); p != "" {
+		if err := checkID("pool_id", p, keys.MaxPoolIDLen); err != nil {
+			return err
+		}
+	}
+	for i, id := range req.GetPresentAgentIds() {
+		if err := checkID(fmt.Sprintf("present_agent_ids[%d]", i), id, keys.MaxStringIDLen); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// inviteURL is the URL that adds the bot with application id clientID to a
+// guild (inviteURLFormat).
+func inviteURL(clientID string) string {
+	return fmt.Sprintf(inviteURLFormat, url.QueryEscape(clientID))
+}
+
+// planDeploy computes a deploy plan (seed 004's buildDeployPlan) for a
+// guild that wants desired agents and already has the agents present,
+// drawing from bots, the bots of pool poolID: present counts the unique
+// present ids, missing = max(0, desired-present), and the invites are the
+// pool's active bots not present, in agent id order, at most missing of
+// them. A bot without a client id cannot be invited and is skipped.
+func planDeploy(poolID string, desired uint32, present []string, bots []*records.Bot) *rpc.DeployPlan {
+	here := make(map[string]bool, len(present))
+	for _, id := range present {
+		here[id] = true
+	}
+	plan := &rpc.DeployPlan{PoolId: poolID, Desired: desired, Present: uint32(len(here))}
+	if desired > plan.Present {
+		plan.Missing = desired - plan.Present
+	}
+	sorted := slices.Clone(bots)
+	slices.SortFunc(sorted, func(a, b *records.Bot) int { return strings.Compare(a.AgentID, b.AgentID) })
+	for _, b := range sorted {
+		if uint32(len(plan.Invites)) >= plan.Missing {
+			break
+		}
+		if b.Status != records.BotActive || here[b.AgentID] || b.ClientID == "" {
+			continue
+		}
+		plan.Invites = append(plan.Invites, &rpc.Invite{AgentId: b.AgentID, ClientId: b.ClientID, Url: inviteURL(b.ClientID)})
+	}
+	return plan
+}
+
+// permissionDenied answers a request on another user's private pool (or
+// bot): PermissionDenied, never NotFound, for an entity that exists.
+func permissionDenied(format string, a ...any) error {
+	return status.Error(codes.PermissionDenied, fmt.Sprintf(format, a...))
+}
+
+// poolsReplica routes to the pools shard's local replica.
+func (s *poolsServer) poolsReplica() (*replica, error) {
+	_, r, err := s.route(poolsRoutingKey)
+	return r, err
+}
+
+// read routes to the pools shard and passes the read barrier for c.
+func (s *poolsServer) read(ctx context.Context, c rpc.Consistency) (*replica, error) {
+	r, err := s.poolsReplica()
+	if err != nil {
+		return nil, err
+	}
+	return r, s.readAt(ctx, r.id, r, c)
+}
+
+// propose proposes cmd to the pools shard and returns the replica it went
+// to, for reading the result back.
+func (s *poolsServer) propose(ctx context.Context, cmd *fsm.Command) (*fsm.Result, *replica, error) {
+	r, err := s.poolsReplica()
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := s.proposeTo(ctx, r.id, r, cmd)
+	return res, r, err
+}
+
+// seal returns the node's token sealer, nil without a key ring.
+func (s *poolsServer) seal() sealFunc {
+	if ring := s.node.cfg.TokenKeys; ring != nil {
+		return ring.Encrypt
+	}
+	return nil
+}
+
+// getPool reads pool id from r; NotFound when absent.
+func (s *poolsServer) getPool(r *replica, id string) (*records.Pool, error) {
+	var p records.Pool
+	if err := getRecord(s.server, r, keys.Pool(id), &p); err != nil {
+		if status.Code(err) == codes.NotFound {
+			return nil, status.Errorf(codes.NotFound, "pool %s not found", id)
+		}
+		return nil, err
+	}
+	return &p, nil
+}
+
+// visiblePool reads pool id and checks actor may see it.
+func (s *poolsServer) visiblePool(r *replica, actor, id string) (*records.Pool, error) {
+	p, err := s.getPool(r, id)
+	if err != nil {
+		return nil, err
+	}
+	if !p.UsableBy(actor) {
+		return nil, permissionDenied("pool %s is private to its owner", id)
+	}
+	return p, nil
+}
+
+// getBot reads bot agentID from r; NotFound when absent.
+func (s *poolsServer) getBot(r *replica, agentID string) (*records.Bot, error) {
+	var b records.Bot
+	if err := getRecord(s.server, r, keys.Bot(agentID), &b); err != nil {
+		if status.Code(err) == codes.NotFound {
+			return nil, status.Errorf(codes.NotFound, "bot %s not found", agentID)
+		}
+		return nil, err
+	}
+	return &b, nil
+}
+
+// poolBots returns the bots of pool id, in agent id order.
+func (s *poolsServer) poolBots(r *replica, id string) ([]*records.Bot, error) {
+	prefix := keys.BotsByPoolPrefix(id)
+	kvs, err := r.fsm.Scan(prefix, keys.PrefixEnd(prefix), 0)
+	if err != nil {
+		return nil, s.statusErr(r.id, err)
+	}
+	out := make([]*records.Bot, 0, len(kvs))
+	for _, kv := range kvs {
+		_, agentID, err := keys.DecodeBotByPool(kv.Key)
+		if err != nil {
+			return nil, s.statusErr(r.id, err)
+		}
+		var b records.Bot
+		if err := getRecord(s.server, r, keys.Bot(agentID), &b); err != nil {
+			return nil, s.statusErr(r.id, fmt.Errorf("bots_by_pool entry without its bot %s: %w", agentID, err))
+		}
+		out = append(out, &b)
+	}
+	return out, nil
+}
+
+func (s *poolsServer) CreatePool(ctx context.Context, req *rpc.CreatePoolRequest) (*rpc.PoolResponse, error) {
+	pool, err := poolForCreate(req.GetActor(), req.GetPool(), nowMs())
+	if err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	if _, _, err := s.propose(ctx, &fsm.Command{Op: fsm.OpCreatePool, Pool: pool}); err != nil {
+		return nil, err
+	}
+	return &rpc.PoolResponse{Pool: rpc.PoolToProto(pool)}, nil
+}
+
+func (s *poolsServer) GetPool(ctx context.Context, req *rpc.PoolRef) (*rpc.PoolResponse, error) {
+	if err := checkActor(req.GetActor()); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	if err := checkID("pool_id", req.GetPoolId(), keys.MaxPoolIDLen); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	r, err := s.read(ctx, req.GetConsistency())
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.visiblePool(r, req.GetActor(), req.GetPoolId())
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.PoolResponse{Pool: rpc.PoolToProto(p)}, nil
+}
+
+func (s *poolsServer) UpdatePool(ctx context.Context, req *rpc.UpdatePoolRequest) (*rpc.PoolResponse, error) {
+	now := nowMs()
+	pool, err := poolForUpdate(req.GetActor(), req.GetPool(), now)
+	if err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	_, r, err := s.propose(ctx, &fsm.Command{Op: fsm.OpUpdatePool, Pool: pool, Actor: req.GetActor(), Time: now})
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.getPool(r, pool.PoolID)
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.PoolResponse{Pool: rpc.PoolToProto(p)}, nil
+}
+
+func (s *poolsServer) DeletePool(ctx context.Context, req *rpc.DeletePoolRequest) (*rpc.DeletePoolResponse, error) {
+	if err := checkActor(req.GetActor()); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	if err := checkID("pool_id", req.GetPoolId(), keys.MaxPoolIDLen); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	res, _, err := s.propose(ctx, &fsm.Command{Op: fsm.OpDeletePool, PoolID: req.GetPoolId(), Actor: req.GetActor(), Cascade: req.GetCascade()})
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.DeletePoolResponse{BotsRemoved: uint32(res.Removed)}, nil
+}
+
+func (s *poolsServer) ListPools(ctx context.Context, req *rpc.ListPoolsRequest) (*rpc.PoolList, error) {
+	if err := checkActor(req.GetActor()); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	r, err := s.read(ctx, req.GetConsistency())
+	if err != nil {
+		return nil, err
+	}
+	prefix := keys.TablePrefix(keys.TablePools)
+	kvs, err := r.fsm.Scan(prefix, keys.PrefixEnd(prefix), 0)
+	if err != nil {
+		return nil, s.statusErr(r.id, err)
+	}
+	out := &rpc.PoolList{}
+	for _, kv := range kvs {
+		var p records.Pool
+		if err := records.Decode(kv.Value, &p); err != nil {
+			return nil, s.statusErr(r.id, fmt.Errorf("stored pool %x: %w", kv.Key, err))
+		}
+		if p.UsableBy(req.GetActor()) {
+			out.Pools = append(out.Pools, rpc.PoolToProto(&p))
+		}
+	}
+	return out, nil
+}
+
+func (s *poolsServer) RegisterBot(ctx context.Context, req *rpc.RegisterBotRequest) (*rpc.BotResponse, error) {
+	b, err := botFromRequest(req.GetActor(), req.GetBot(), nowMs(), true, records.DefaultPoolID, s.seal())
+	if err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	if _, _, err := s.propose(ctx, &fsm.Command{Op: fsm.OpRegisterBot, Bot: b, Actor: req.GetActor()}); err != nil {
+		return nil, err
+	}
+	return &rpc.BotResponse{Bot: rpc.BotToProto(b)}, nil
+}
+
+func (s *poolsServer) UpdateBot(ctx context.Context, req *rpc.UpdateBotRequest) (*rpc.BotResponse, error) {
+	now := nowMs()
+	// An empty pool_id keeps the bot's pool: fill in the stored one (the
+	// state machine checks the actor's rights against it atomically).
+	keepPool := ""
+	if req.GetBot().GetPoolId() == "" {
+		if err := checkID("agent_id", req.GetBot().GetAgentId(), keys.MaxStringIDLen); err != nil {
+			return nil, s.statusErr(0, err)
+		}
+		r, err := s.read(ctx, rpc.Consistency_CONSISTENCY_LINEARIZABLE)
+		if err != nil {
+			return nil, err
+		}
+		cur, err := s.getBot(r, req.GetBot().GetAgentId())
+		if err != nil {
+			return nil, err
+		}
+		keepPool = cur.PoolID
+	}
+	b, err := botFromRequest(req.GetActor(), req.GetBot(), now, false, keepPool, s.seal())
+	if err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	_, r, err := s.propose(ctx, &fsm.Command{Op: fsm.OpUpdateBot, Bot: b, Actor: req.GetActor(), Time: now})
+	if err != nil {
+		return nil, err
+	}
+	stored, err := s.getBot(r, b.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.BotResponse{Bot: rpc.BotToProto(stored)}, nil
+}
+
+// botRead validates a BotRef and reads the bot after the read barrier.
+func (s *poolsServer) botRead(ctx context.Context, req *rpc.BotRef) (*replica, *records.Bot, error) {
+	if err := checkActor(req.GetActor()); err != nil {
+		return nil, nil, s.statusErr(0, err)
+	}
+	if err := checkID("agent_id", req.GetAgentId(), keys.MaxStringIDLen); err != nil {
+		return nil, nil, s.statusErr(0, err)
+	}
+	r, err := s.read(ctx, req.GetConsistency())
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := s.getBot(r, req.GetAgentId())
+	return r, b, err
+}
+
+// botPool reads the pool of bot b; nil if it is missing (a stored bot
+// always has its pool; a missing one grants nothing).
+func (s *poolsServer) botPool(r *replica, b *records.Bot) (*records.Pool, error) {
+	p, err := s.getPool(r, b.PoolID)
+	if status.Code(err) == codes.NotFound {
+		return nil, nil
+	}
+	return p, err
+}
+
+// GetBot answers the bot without its token to its contributor and to
+// whoever may see its pool.
+func (s *poolsServer) GetBot(ctx context.Context, req *rpc.BotRef) (*rpc.BotResponse, error) {
+	r, b, err := s.botRead(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if b.OwnerUserID != req.GetActor() {
+		p, err := s.botPool(r, b)
+		if err != nil {
+			return nil, err
+		}
+		if p == nil || !p.UsableBy(req.GetActor()) {
+			return nil, permissionDenied("bot %s is in pool %s, private to its owner", b.AgentID, b.PoolID)
+		}
+	}
+	return &rpc.BotResponse{Bot: rpc.BotToProto(b)}, nil
+}
+
+func (s *poolsServer) RemoveBot(ctx context.Context, req *rpc.BotRef) (*rpc.RemoveBotResponse, error) {
+	if err := checkActor(req.GetActor()); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	if err := checkID("agent_id", req.GetAgentId(), keys.MaxStringIDLen); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	if _, _, err := s.propose(ctx, &fsm.Command{Op: fsm.OpRemoveBot, BotID: req.GetAgentId(), Actor: req.GetActor()}); err != nil {
+		return nil, err
+	}
+	return &rpc.RemoveBotResponse{}, nil
+}
+
+func (s *poolsServer) ListBots(ctx context.Context, req *rpc.ListBotsRequest) (*rpc.BotList, error) {
+	if err := checkActor(req.GetActor()); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	if err := checkID("pool_id", req.GetPoolId(), keys.MaxPoolIDLen); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	r, err := s.read(ctx, req.GetConsistency())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.visiblePool(r, req.GetActor(), req.GetPoolId()); err != nil {
+		return nil, err
+	}
+	bots, err := s.poolBots(r, req.GetPoolId())
+	if err != nil {
+		return nil, err
+	}
+	out := &rpc.BotList{Bots: make([]*rpc.Bot, 0, len(bots))}
+	for _, b := range bots {
+		out.Bots = append(out.Bots, rpc.BotToProto(b))
+	}
+	return out, nil
+}
+
+// GetBotToken is the one call that answers a token: decrypted with the
+// node's key ring, for the bot's contributor or its pool's owner.
+func (s *poolsServer) GetBotToken(ctx context.Context, req *rpc.BotRef) (*rpc.GetBotTokenResponse, error) {
+	r, b, err := s.botRead(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if b.OwnerUserID != req.GetActor() {
+		p, err := s.botPool(r, b)
+		if err != nil {
+			return nil, err
+		}
+		if p == nil || p.OwnerUserID != req.GetActor() {
+			return nil, permissionDenied("only the contributor of bot %s or the owner of its pool may read its token", b.AgentID)
+		}
+	}
+	if b.Token.IsZero() {
+		return nil, status.Errorf(codes.FailedPrecondition, "bot %s has no stored token", b.AgentID)
+	}
+	ring := s.node.cfg.TokenKeys
+	if ring == nil {
+		return nil, s.statusErr(r.id, errNoTokenKeys)
+	}
+	token, err := ring.Decrypt(b.AgentID, b.Token)
+	if err != nil {
+		return nil, s.statusErr(r.id, err)
+	}
+	return &rpc.GetBotTokenResponse{Token: token}, nil
+}
+
+func (s *poolsServer) Heartbeat(ctx context.Context, req *rpc.HeartbeatRequest) (*rpc.HeartbeatResponse, error) {
+	rn, err := runnerForHeartbeat(req.GetRunner(), nowMs())
+	if err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	if _, _, err := s.propose(ctx, &fsm.Command{Op: fsm.OpRunnerHeartbeat, Runner: rn}); err != nil {
+		return nil, err
+	}
+	return &rpc.HeartbeatResponse{Runner: rpc.RunnerToProto(rn)}, nil
+}
+
+func (s *poolsServer) ListRunners(ctx context.Context, req *rpc.ListRunnersRequest) (*rpc.RunnerList, error) {
+	if req.GetStaleAfterMs() < 0 {
+		return nil, s.statusErr(0, invalid("stale_after_ms %d is negative", req.GetStaleAfterMs()))
+	}
+	r, err := s.read(ctx, req.GetConsistency())
+	if err != nil {
+		return nil, err
+	}
+	prefix := keys.TablePrefix(keys.TableRunners)
+	kvs, err := r.fsm.Scan(prefix, keys.PrefixEnd(prefix), 0)
+	if err != nil {
+		return nil, s.statusErr(r.id, err)
+	}
+	runners := make([]*records.Runner, 0, len(kvs))
+	for _, kv := range kvs {
+		var rn records.Runner
+		if err := records.Decode(kv.Value, &rn); err != nil {
+			return nil, s.statusErr(r.id, fmt.Errorf("stored runner %x: %w", kv.Key, err))
+		}
+		runners = append(runners, &rn)
+	}
+	out := &rpc.RunnerList{}
+	for _, rn := range staleRunners(runners, nowMs(), req.GetStaleAfterMs()) {
+		out.Runners = append(out.Runners, rpc.RunnerToProto(rn))
+	}
+	return out, nil
+}
+
+// guildPool returns the pool guild selected, "" if none.
+func (s *poolsServer) guildPool(r *replica, guild string) (string, error) {
+	var g records.GuildSettings
+	err := getRecord(s.server, r, keys.GuildSettings(guild), &g)
+	if status.Code(err) == codes.NotFound {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return g.SelectedPoolID, nil
+}
+
+func (s *poolsServer) GetGuildPool(ctx context.Context, req *rpc.GuildRef) (*rpc.GuildPoolResponse, error) {
+	if err := checkID("guild_id", req.GetGuildId(), keys.MaxStringIDLen); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	r, err := s.read(ctx, req.GetConsistency())
+	if err != nil {
+		return nil, err
+	}
+	pool, err := s.guildPool(r, req.GetGuildId())
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.GuildPoolResponse{GuildId: req.GetGuildId(), PoolId: pool}, nil
+}
+
+func (s *poolsServer) SetGuildPool(ctx context.Context, req *rpc.SetGuildPoolRequest) (*rpc.GuildPoolResponse, error) {
+	if err := checkActor(req.GetActor()); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	if err := checkID("guild_id", req.GetGuildId(), keys.MaxStringIDLen); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	if err := checkID("pool_id", req.GetPoolId(), keys.MaxPoolIDLen); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	cmd := &fsm.Command{Op: fsm.OpSetGuildPool, GuildID: req.GetGuildId(), PoolID: req.GetPoolId(), Actor: req.GetActor(), Time: nowMs()}
+	if _, _, err := s.propose(ctx, cmd); err != nil {
+		return nil, err
+	}
+	return &rpc.GuildPoolResponse{GuildId: req.GetGuildId(), PoolId: req.GetPoolId()}, nil
+}
+
+// PlanDeploy is a linearizable read: the pool is the request's, else the
+// guild's selection, else records.DefaultPoolID, and must be visible to
+// the actor.
+func (s *poolsServer) PlanDeploy(ctx context.Context, req *rpc.PlanDeployRequest) (*rpc.DeployPlan, error) {
+	if err := validatePlanRequest(req); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	r, err := s.read(ctx, rpc.Consistency_CONSISTENCY_LINEARIZABLE)
+	if err != nil {
+		return nil, err
+	}
+	poolID := req.GetPoolId()
+	if poolID == "" {
+		if poolID, err = s.guildPool(r, req.GetGuildId()); err != nil {
+			return nil, err
+		}
+	}
+	if poolID == "" {
+		poolID = records.DefaultPoolID
+	}
+	if _, err := s.visiblePool(r, req.GetActor(), poolID); err != nil {
+		return nil, err
+	}
+	bots, err := s.poolBots(r, poolID)
+	if err != nil {
+		return nil, err
+	}
+	return planDeploy(poolID, req.GetDesired(), req.GetPresentAgentIds(), bots), nil
+}
+
+// ensureDefaultPool is the pools shard's onReady hook: once this replica,
+// as a new leader, has applied its leadership no-op, it proposes
+// OpEnsureDefaultPool (create pool_goot27, public, owned by "system"; or
+// make it public) unless the local state, complete at that point, already
+// has it public. A failed proposal is retried with backoff while the
+// replica stays ready in the same term; a deterministic rejection by the
+// state machine is logged and not retried. It returns when the replica
+// closes.
+func ensureDefaultPool(r *replica) {
+	term := r.readyTerm.Load()
+	backoff := 100 * time.Millisecond
+	for term != 0 && r.readyTerm.Load() == term {
+		done, err := proposeDefaultPool(r)
+		if done {
+			return
+		}
+		r.log.Warn("ensuring the default pool failed, retrying", "pool", records.DefaultPoolID, "err", err, "in", backoff)
+		select {
+		case <-r.done:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// proposeDefaultPool makes one attempt; done is false when it should be
+// retried.
+func proposeDefaultPool(r *replica) (done bool, err error) {
+	if b, err := r.fsm.Get(keys.Pool(records.DefaultPoolID)); err == nil {
+		var p records.Pool
+		if records.Decode(b, &p) == nil && p.Visibility == records.VisibilityPublic {
+			return true, nil
+		}
+	}
+	cmd := &fsm.Command{Op: fsm.OpEnsureDefaultPool, Time: nowMs()}
+	if err := cmd.Validate(applyLimits); err != nil {
+		r.log.Error("default pool command invalid", "err", err)
+		return true, err
+	}
+	data, err := fsm.EncodeCommand(cmd)
+	if err != nil {
+		r.log.Error("default pool command does not encode", "err", err)
+		return true, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := r.apply(ctx, data)
+	if err != nil {
+		return false, err
+	}
+	if res.Err != nil {
+		r.log.Error("state machine rejected ensuring the default pool", "pool", records.DefaultPoolID, "err", res.Err)
+		return true, res.Err
+	}
+	r.log.Info("default pool ensured", "pool", records.DefaultPoolID, "index", res.Index)
+	return true, nil
+}
+
+// poolsStatus maps the pool rules' errors (state machine and token keys)
+// to gRPC statuses; ok is false for other errors.
+func poolsStatus(err error) (error, bool) {
+	var pne *fsm.PoolNotEmptyError
+	switch {
+	case errors.As(err, &pne):
+		return withDetail(codes.FailedPrecondition, err.Error(), &rpc.PoolNotEmpty{PoolId: pne.PoolID, Bots: uint32(pne.Bots)}), true
+	case errors.Is(err, fsm.ErrPermissionDenied):
+		return status.Error(codes.PermissionDenied, err.Error()), true
+	case errors.Is(err, fsm.ErrAlreadyExists):
+		return status.Error(codes.AlreadyExists, err.Error()), true
+	case errors.Is(err, keys.ErrInvalidID):
+		return status.Error(codes.InvalidArgument, err.Error()), true
+	case errors.Is(err, errNoTokenKeys), errors.Is(err, secrets.ErrNoRing):
+		return status.Error(codes.FailedPrecondition, errNoTokenKeys.Error()), true
+	case errors.Is(err, secrets.ErrUnknownKey):
+		// The token was sealed under a key this node's ring lacks: a
+		// configuration problem (every node needs the same ring).
+		return status.Error(codes.FailedPrecondition, err.Error()), true
+	case errors.Is(err, secrets.ErrDecrypt):
+		return status.Error(codes.Internal, err.Error()), true
+	}
+	return nil, false
+}

@@ -188,7 +188,43 @@ func (ch *change) deletePool(id, actor string, cascade bool) (int, error) {
 		ch.del(keys.BotByPool(id, a))
 	}
 	ch.del(keys.Pool(id))
+	// Guilds that selected the pool fall back to no selection (and so
+	// to the default pool when planning), rather than pointing at a pool
+	// id someone may create again.
+	if err := ch.clearGuildSelections(id); err != nil {
+		return 0, err
+	}
 	return removed, nil
+}
+
+// clearGuildSelections empties every guild selection of pool id.
+func (ch *change) clearGuildSelections(id string) error {
+	prefix := keys.TablePrefix(keys.TableGuildSettings)
+	it, err := ch.b.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	var cleared []records.GuildSettings
+	for ok := it.First(); ok; ok = it.Next() {
+		var g records.GuildSettings
+		if err := records.Decode(it.Value(), &g); err != nil {
+			it.Close()
+			return reject(fmt.Errorf("%w: guild settings %q: %v", ErrCorruptRecord, it.Key(), err))
+		}
+		if g.SelectedPoolID == id {
+			g.SelectedPoolID = ""
+			cleared = append(cleared, g)
+		}
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	for i := range cleared {
+		if err := putRecord(ch, keys.GuildSettings(cleared[i].GuildID), &cleared[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (ch *change) registerBot(b *records.Bot, actor string) error {

@@ -121,6 +121,26 @@ func (m *model) applyPoolOp(c *Command) (int, error) {
 				gone = append(gone, a)
 			}
 		}
+		// Guild selections of the pool are cleared (checked before any
+		// change: a corrupt record rejects the whole command).
+		gprefix := string(keys.TablePrefix(keys.TableGuildSettings))
+		cleared := map[string][]byte{}
+		for k, v := range kv {
+			if !strings.HasPrefix(k, gprefix) {
+				continue
+			}
+			var g records.GuildSettings
+			if err := records.Decode(v, &g); err != nil {
+				return 0, fmt.Errorf("%w: guild settings %q: %v", ErrCorruptRecord, k, err)
+			}
+			if g.SelectedPoolID == c.PoolID {
+				g.SelectedPoolID = ""
+				cleared[k] = enc(&g)
+			}
+		}
+		for k, v := range cleared {
+			kv[k] = v
+		}
 		for _, a := range gone {
 			delete(kv, string(keys.Bot(a)))
 		}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Starts (up) or stops (down) an N-node swarmkv cluster on loopback, the one
+# docs/performance.md measures against. Ports: node i uses 127.0.0.1:<i>7100
+# (gRPC), <i>7101 (Raft), <i>7102 (HTTP), <i>7103 (gossip).
+#   scripts/loopback-cluster.sh up [nodes] [shards] [data-dir]
+#   scripts/loopback-cluster.sh down [data-dir]
+set -euo pipefail
+cmd=${1:-up}
+bin=${SWARMNODE:-./bin/swarmnode}
+case $cmd in
+up)
+  n=${2:-3}; shards=${3:-8}; dir=${4:-/tmp/swarmkv-loopback}
+  mkdir -p "$dir"
+  join=$(for i in $(seq 1 "$n"); do printf '127.0.0.1:%d7103,' "$i"; done); join=${join%,}
+  for i in $(seq 1 "$n"); do
+    "$bin" serve --id "n$i" --data-dir "$dir/n$i" \
+      --grpc-addr "127.0.0.1:${i}7100" --raft-addr "127.0.0.1:${i}7101" \
+      --http-addr "127.0.0.1:${i}7102" --gossip-addr "127.0.0.1:${i}7103" \
+      --join "$join" --bootstrap-expect "$n" --shards "$shards" >"$dir/n$i.log" 2>&1 &
+    echo $! >>"$dir/pids"
+  done
+  for _ in $(seq 1 120); do
+    ok=1
+    for i in $(seq 1 "$n"); do curl -sf "127.0.0.1:${i}7102/readyz" >/dev/null || ok=0; done
+    [ $ok = 1 ] && { echo "cluster of $n nodes ready (data in $dir)"; exit 0; }
+    sleep 0.25
+  done
+  echo "cluster not ready after 30s; see $dir/n*.log" >&2; exit 1 ;;
+down)
+  dir=${2:-/tmp/swarmkv-loopback}
+  [ -f "$dir/pids" ] && kill $(cat "$dir/pids") 2>/dev/null || true
+  for _ in $(seq 1 40); do
+    alive=0; for p in $(cat "$dir/pids" 2>/dev/null); do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break; sleep 0.25
+  done
+  rm -rf "$dir" ;;
+*) echo "usage: $0 up [nodes] [shards] [data-dir] | down [data-dir]" >&2; exit 2 ;;
+esac

@@ -10,7 +10,9 @@
 // Typed stores: c.Registry() (seed 000: agents, sessions, users) and
 // c.Billing() (seed 001: accounts, transactions, usage events) mirror the
 // seeds' Store traits, context first, with typed errors (ErrNotFound,
-// *InsufficientCreditsError, *DuplicateEventError, ErrInvalidArgument).
+// *InsufficientCreditsError, *DuplicateEventError, ErrInvalidArgument);
+// c.Pools() (seed 004: pools, bots, runners, guild selections, deploy plans)
+// adds ErrPermissionDenied, ErrAlreadyExists and *PoolNotEmptyError.
 //
 // Usage:
 //

@@ -314,7 +314,12 @@ func TestPoolInvariants(t *testing.T) {
 		t.Logf("seed %d: %v", seed, outcomes)
 		for _, o := range []string{"cascade", "not empty", "ok register_bot", "ok update_bot", "ok remove_bot", "ok delete_pool",
 			"ok update_pool", "ok set_guild_pool", "invalid", ErrPermissionDenied.Error(), ErrAlreadyExists.Error(), ErrNotFound.Error()} {
-			if outcomes[o] < 5 {
+			// The short run is smaller: each outcome must still occur.
+			minSeen := 5
+			if testing.Short() {
+				minSeen = 1
+			}
+			if outcomes[o] < minSeen {
 				t.Fatalf("seed %d: outcome %q seen %d times: %v", seed, o, outcomes[o], outcomes)
 			}
 		}

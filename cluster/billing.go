@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"time"
 
@@ -249,23 +248,4 @@ func (s *billingServer) AddCredits(ctx context.Context, req *rpc.AddCreditsReque
 		return nil, err
 	}
 	return &rpc.BalanceResponse{BalanceCents: res.Balance}, nil
-}
-
-// domainStatus maps the state machine's domain errors to gRPC statuses with
-// typed details; ok is false for other errors.
-func domainStatus(err error) (error, bool) {
-	var ic *fsm.InsufficientCreditsError
-	var de *fsm.DuplicateEventError
-	switch {
-	case errors.Is(err, fsm.ErrNotFound):
-		return status.Error(codes.NotFound, "not found"), true
-	case errors.As(err, &ic):
-		return withDetail(codes.FailedPrecondition, err.Error(), &rpc.InsufficientCredits{Balance: ic.Balance, Required: ic.Required}), true
-	case errors.As(err, &de):
-		return withDetail(codes.AlreadyExists, err.Error(), &rpc.DuplicateEvent{EventId: de.EventID}), true
-	case errors.Is(err, records.ErrInvalid), errors.Is(err, rpc.ErrBadID), errors.Is(err, keys.ErrMalformed),
-		errors.Is(err, keys.ErrInvalidEventID):
-		return status.Error(codes.InvalidArgument, err.Error()), true
-	}
-	return nil, false
 }

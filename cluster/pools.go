@@ -16,7 +16,6 @@ import (
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
 	"github.com/swarmkv/swarmkv/rpc"
-	"github.com/swarmkv/swarmkv/secrets"
 )
 
 // PoolsRoutingKey is the namespace key every pool-catalogue entity (pools,
@@ -714,51 +713,19 @@ func proposeDefaultPool(r *replica) (done bool, err error) {
 			return true, nil
 		}
 	}
-	cmd := &fsm.Command{Op: fsm.OpEnsureDefaultPool, Time: nowMs()}
-	if err := cmd.Validate(applyLimits); err != nil {
-		r.log.Error("default pool command invalid", "err", err)
-		return true, err
-	}
-	data, err := fsm.EncodeCommand(cmd)
-	if err != nil {
-		r.log.Error("default pool command does not encode", "err", err)
-		return true, err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := r.apply(ctx, data)
-	if err != nil {
-		return false, err
-	}
-	if res.Err != nil {
-		r.log.Error("state machine rejected ensuring the default pool", "pool", records.DefaultPoolID, "err", res.Err)
-		return true, res.Err
+	res, err := r.propose(ctx, &fsm.Command{Op: fsm.OpEnsureDefaultPool, Time: nowMs()})
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrOutcomeUnknown), errors.Is(err, ErrClosed),
+		errors.Is(err, context.DeadlineExceeded):
+		return false, err // the proposal did not (or may not) apply: retry
+	default:
+		// A deterministic rejection by the state machine: retrying cannot help.
+		r.log.Error("state machine rejected ensuring the default pool", "pool", records.DefaultPoolID, "err", err)
+		return true, err
 	}
 	r.log.Info("default pool ensured", "pool", records.DefaultPoolID, "index", res.Index)
 	return true, nil
-}
-
-// poolsStatus maps the pool rules' errors (state machine and token keys)
-// to gRPC statuses; ok is false for other errors.
-func poolsStatus(err error) (error, bool) {
-	var pne *fsm.PoolNotEmptyError
-	switch {
-	case errors.As(err, &pne):
-		return withDetail(codes.FailedPrecondition, err.Error(), &rpc.PoolNotEmpty{PoolId: pne.PoolID, Bots: uint32(pne.Bots)}), true
-	case errors.Is(err, fsm.ErrPermissionDenied):
-		return status.Error(codes.PermissionDenied, err.Error()), true
-	case errors.Is(err, fsm.ErrAlreadyExists):
-		return status.Error(codes.AlreadyExists, err.Error()), true
-	case errors.Is(err, keys.ErrInvalidID):
-		return status.Error(codes.InvalidArgument, err.Error()), true
-	case errors.Is(err, errNoTokenKeys), errors.Is(err, secrets.ErrNoRing):
-		return status.Error(codes.FailedPrecondition, errNoTokenKeys.Error()), true
-	case errors.Is(err, secrets.ErrUnknownKey):
-		// The token was sealed under a key this node's ring lacks: a
-		// configuration problem (every node needs the same ring).
-		return status.Error(codes.FailedPrecondition, err.Error()), true
-	case errors.Is(err, secrets.ErrDecrypt):
-		return status.Error(codes.Internal, err.Error()), true
-	}
-	return nil, false
 }

@@ -88,22 +88,12 @@ func (s *server) readAt(ctx context.Context, id shard.ID, r *replica, c rpc.Cons
 // proposeTo validates cmd at the edge (so bad input costs no Raft round)
 // and proposes it to replica r of shard id.
 func (s *server) proposeTo(ctx context.Context, id shard.ID, r *replica, cmd *fsm.Command) (*fsm.Result, error) {
-	if err := cmd.Validate(applyLimits); err != nil {
-		return nil, s.statusErr(id, err)
-	}
-	data, err := fsm.EncodeCommand(cmd)
-	if err != nil {
-		return nil, s.statusErr(id, err)
-	}
 	start := time.Now()
-	res, err := r.apply(ctx, data)
+	res, err := r.propose(ctx, cmd)
 	if err != nil {
 		return nil, s.statusErr(id, err)
 	}
 	s.node.metrics.observeApply(uint32(id), time.Since(start))
-	if res.Err != nil {
-		return nil, s.statusErr(id, res.Err)
-	}
 	return res, nil
 }
 

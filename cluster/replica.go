@@ -382,6 +382,27 @@ func (r *replica) apply(ctx context.Context, data []byte) (*fsm.Result, error) {
 	return res, nil
 }
 
+// propose validates cmd (so bad input costs no Raft round), encodes it and
+// applies it; a deterministic rejection by the state machine (Result.Err)
+// is returned as the error.
+func (r *replica) propose(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error) {
+	if err := cmd.Validate(applyLimits); err != nil {
+		return nil, err
+	}
+	data, err := fsm.EncodeCommand(cmd)
+	if err != nil {
+		return nil, err
+	}
+	res, err := r.apply(ctx, data)
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	return res, nil
+}
+
 // leader returns the current leader's id ("" if unknown).
 func (r *replica) leader() string {
 	_, id := r.raft.LeaderWithID()

@@ -11,7 +11,9 @@ import (
 
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/records"
 	"github.com/swarmkv/swarmkv/rpc"
+	"github.com/swarmkv/swarmkv/secrets"
 	"github.com/swarmkv/swarmkv/shard"
 )
 
@@ -26,9 +28,6 @@ type server struct {
 // a gRPC status with typed details.
 func (s *server) statusErr(id shard.ID, err error) error {
 	if st, ok := domainStatus(err); ok {
-		return st
-	}
-	if st, ok := poolsStatus(err); ok {
 		return st
 	}
 	switch {
@@ -123,15 +122,11 @@ func (s *server) Get(ctx context.Context, req *rpc.GetRequest) (*rpc.GetResponse
 	return &rpc.GetResponse{Found: true, Value: v}, nil
 }
 
-func (s *server) propose(ctx context.Context, rk []byte, cmd *fsm.Command) (*fsm.Result, error) {
-	return s.proposeRouted(ctx, rk, cmd)
-}
-
 func (s *server) Put(ctx context.Context, req *rpc.PutRequest) (*rpc.PutResponse, error) {
 	if err := ValidatePut(req, s.node.cfg.Limits); err != nil {
 		return nil, s.statusErr(0, err)
 	}
-	res, err := s.propose(ctx, req.GetRoutingKey(), &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
+	res, err := s.proposeRouted(ctx, req.GetRoutingKey(), &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
 		Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: keys.KV(req.GetRoutingKey(), req.GetKey()), Value: req.GetValue()}},
 	}})
 	if err != nil {
@@ -144,7 +139,7 @@ func (s *server) Delete(ctx context.Context, req *rpc.DeleteRequest) (*rpc.Delet
 	if err := ValidateDelete(req, s.node.cfg.Limits); err != nil {
 		return nil, s.statusErr(0, err)
 	}
-	res, err := s.propose(ctx, req.GetRoutingKey(), &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
+	res, err := s.proposeRouted(ctx, req.GetRoutingKey(), &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
 		Mutations: []fsm.Mutation{{Kind: fsm.MutDelete, Key: keys.KV(req.GetRoutingKey(), req.GetKey())}},
 	}})
 	if err != nil {
@@ -157,7 +152,7 @@ func (s *server) Batch(ctx context.Context, req *rpc.BatchRequest) (*rpc.BatchRe
 	if err := ValidateBatch(req, s.node.cfg.Limits); err != nil {
 		return nil, s.statusErr(0, err)
 	}
-	res, err := s.propose(ctx, req.GetRoutingKey(), batchCommand(req))
+	res, err := s.proposeRouted(ctx, req.GetRoutingKey(), batchCommand(req))
 	if err != nil {
 		return nil, err
 	}
@@ -235,4 +230,39 @@ func (s *server) ClusterMap(ctx context.Context, _ *rpc.ClusterMapRequest) (*rpc
 		}
 	}
 	return resp, nil
+}
+
+// domainStatus maps the typed stores' errors (state machine rules, record
+// validation, token keys) to gRPC statuses with typed details; ok is false
+// for other errors.
+func domainStatus(err error) (error, bool) {
+	var ic *fsm.InsufficientCreditsError
+	var de *fsm.DuplicateEventError
+	var pne *fsm.PoolNotEmptyError
+	switch {
+	case errors.Is(err, fsm.ErrNotFound):
+		return status.Error(codes.NotFound, "not found"), true
+	case errors.As(err, &ic):
+		return withDetail(codes.FailedPrecondition, err.Error(), &rpc.InsufficientCredits{Balance: ic.Balance, Required: ic.Required}), true
+	case errors.As(err, &de):
+		return withDetail(codes.AlreadyExists, err.Error(), &rpc.DuplicateEvent{EventId: de.EventID}), true
+	case errors.As(err, &pne):
+		return withDetail(codes.FailedPrecondition, err.Error(), &rpc.PoolNotEmpty{PoolId: pne.PoolID, Bots: uint32(pne.Bots)}), true
+	case errors.Is(err, fsm.ErrPermissionDenied):
+		return status.Error(codes.PermissionDenied, err.Error()), true
+	case errors.Is(err, fsm.ErrAlreadyExists):
+		return status.Error(codes.AlreadyExists, err.Error()), true
+	case errors.Is(err, records.ErrInvalid), errors.Is(err, rpc.ErrBadID), errors.Is(err, keys.ErrMalformed),
+		errors.Is(err, keys.ErrInvalidEventID), errors.Is(err, keys.ErrInvalidID):
+		return status.Error(codes.InvalidArgument, err.Error()), true
+	case errors.Is(err, errNoTokenKeys), errors.Is(err, secrets.ErrNoRing):
+		return status.Error(codes.FailedPrecondition, errNoTokenKeys.Error()), true
+	case errors.Is(err, secrets.ErrUnknownKey):
+		// The token was sealed under a key this node's ring lacks: a
+		// configuration problem (every node needs the same ring).
+		return status.Error(codes.FailedPrecondition, err.Error()), true
+	case errors.Is(err, secrets.ErrDecrypt):
+		return status.Error(codes.Internal, err.Error()), true
+	}
+	return nil, false
 }

@@ -55,3 +55,31 @@ proto:
 
 clean:
 	rm -rf bin data
+
+# --- Docker compose cluster (docker-compose.cluster.yml) and Jepsen-style tests.
+# The image is FROM scratch around the static binary of `make build`.
+COMPOSE      ?= docker-compose -f docker-compose.cluster.yml -p swarmkv
+IMAGE        ?= swarmkv:dev
+CLUSTER_HTTP := 127.0.0.1:17102,127.0.0.1:27102,127.0.0.1:37102
+CLUSTER_GRPC := 127.0.0.1:17100,127.0.0.1:27100,127.0.0.1:37100
+JEPSEN_FLAGS ?= --duration 10m --nemesis all
+
+.PHONY: image cluster-up cluster-down cluster-status jepsen
+
+image: build
+	docker build -t $(IMAGE) .
+
+# Starts n1..n3 and waits until every node is ready (every shard has a leader).
+cluster-up: image
+	$(COMPOSE) up -d
+	./$(BIN) health --ready --wait 90s --http-addr $(CLUSTER_HTTP)
+
+# Removes containers, the network and the data volumes (spares too).
+cluster-down:
+	$(COMPOSE) --profile spare down -v --remove-orphans
+
+cluster-status:
+	@test -x $(BIN) || $(MAKE) build
+	@$(COMPOSE) --profile spare ps
+	@./$(BIN) health --ready --http-addr $(CLUSTER_HTTP)$$(for p in 47102 57102; do \
+	  docker inspect -f '{{.State.Running}}' swarmkv-n$${p%7102} 2>/dev/null | grep -q true && printf ',127.0.0.1:%s' $$p; done)

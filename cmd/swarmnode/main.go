@@ -60,6 +60,7 @@ Usage:
   swarmnode registry ...          inspect agents, sessions, users (swarmnode registry -h)
   swarmnode billing ...           inspect accounts, transactions, usage events
   swarmnode bench put|get|mixed|ledger   load generator (swarmnode bench -h)
+  swarmnode health [--ready]      probe nodes' /healthz or /readyz (swarmnode health -h)
   swarmnode version               print the version
 
 Every serve flag can also be set as an environment variable SWARM_<FLAG>,
@@ -81,6 +82,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return billing(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return bench(ctx, args[1:], stdout, stderr)
+	case "health":
+		return health(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "swarmnode", version)
 		return nil

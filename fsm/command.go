@@ -10,6 +10,7 @@ import (
 
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
+	"github.com/swarmkv/swarmkv/resp"
 )
 
 // Sentinel errors. Every error the package returns wraps one of them, is
@@ -192,6 +193,17 @@ const (
 	OpSetGuildPool Op = 38
 )
 
+// Redis operations (seed 002's asset catalogue over RESP; see redis.go).
+const (
+	// OpRedis (Redis) runs one Redis write command; Result.Reply is its
+	// reply.
+	OpRedis Op = 40
+	// OpRedisMulti (Redis) runs a MULTI/EXEC block atomically after its
+	// WATCH guards; Result.Reply is the array of replies, or the null array
+	// (Succeeded false) when a watched key changed.
+	OpRedisMulti Op = 41
+)
+
 // String returns the op's snake_case name ("put_agent"), or "op(N)".
 func (o Op) String() string {
 	if sp, ok := opSpecs[o]; ok {
@@ -273,6 +285,8 @@ type Command struct {
 	GuildID string `cbor:"guild_id,omitempty"`
 	// Cascade lets OpDeletePool delete the pool's bots with it.
 	Cascade bool `cbor:"cascade,omitempty"`
+
+	Redis *RedisTx `cbor:"redis,omitempty"`
 }
 
 // Result is what one applied log entry returns through raft's
@@ -289,6 +303,8 @@ type Result struct {
 	// Removed is the number of bots a successful OpDeletePool deleted
 	// with the pool (Cascade).
 	Removed int
+	// Reply is the Redis reply of OpRedis and OpRedisMulti.
+	Reply *resp.Value
 	// Err is a deterministic rejection (malformed or invalid command,
 	// ErrNotFound, ErrPermissionDenied, ErrAlreadyExists,
 	// *InsufficientCreditsError, *DuplicateEventError, *PoolNotEmptyError,
@@ -471,6 +487,8 @@ func (c *Command) Validate(l Limits) error {
 		return c.Batch.validate(l.WithDefaults())
 	case OpNoop:
 		return nil
+	case OpRedis, OpRedisMulti:
+		return c.Redis.validate(c.Op, l.WithDefaults())
 	}
 	if err := c.validateRecords(); err != nil {
 		return fmt.Errorf("%w: op %s: %w", ErrInvalidCommand, c.Op, err)

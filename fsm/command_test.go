@@ -241,6 +241,8 @@ func setField(c *Command, bit field, on bool) {
 		c.GuildID = cond(on, "g0", "")
 	case fCascade:
 		c.Cascade = on
+	case fRedis:
+		c.Redis = cond(on, &RedisTx{Cmds: []RedisArgv{{[]byte("ping")}}}, nil)
 	default:
 		panic(fmt.Sprintf("setField: bit %#x", bit))
 	}

@@ -466,6 +466,8 @@ func (f *FSM) applyCommand(b *pebble.Batch, l *raft.Log) (*Result, error) {
 	case OpNoop:
 		res.Succeeded = true
 		return res, nil
+	case OpRedis, OpRedisMulti:
+		return res, applyRedis(b, cmd, l.Index, res)
 	default: // a registry, billing or pool op (Validate knows every op)
 		return res, applyRecordOp(b, cmd, res)
 	}

@@ -36,14 +36,15 @@ const (
 	fBotID
 	fGuildID
 	fCascade
+	fRedis
 
-	fLast = fCascade // the highest bit
+	fLast = fRedis // the highest bit
 )
 
 // fieldNames are the CBOR names of the fields, in bit order.
 var fieldNames = [...]string{"batch", "agent", "session", "user", "account", "tx", "event",
 	"user_id", "agent_id", "session_id", "account_id", "status", "amount", "time",
-	"pool", "bot", "runner", "actor", "pool_id", "bot_id", "guild_id", "cascade"}
+	"pool", "bot", "runner", "actor", "pool_id", "bot_id", "guild_id", "cascade", "redis"}
 
 // first names the lowest field in the set.
 func (f field) first() string { return fieldNames[bits.TrailingZeros32(uint32(f))] }
@@ -80,6 +81,8 @@ var opSpecs = map[Op]opSpec{
 	OpRemoveBot:           {"remove_bot", fBotID | fActor, 0},
 	OpRunnerHeartbeat:     {"runner_heartbeat", fRunner, 0},
 	OpSetGuildPool:        {"set_guild_pool", fGuildID | fPoolID | fActor | fTime, 0},
+	OpRedis:               {"redis", fRedis, 0},
+	OpRedisMulti:          {"redis_multi", fRedis, 0},
 }
 
 // fields returns the set of fields c carries.
@@ -96,7 +99,7 @@ func (c *Command) fields() field {
 		{c.Status != nil, fStatus}, {c.Amount != nil, fAmount}, {c.Time != 0, fTime},
 		{c.Pool != nil, fPool}, {c.Bot != nil, fBot}, {c.Runner != nil, fRunner},
 		{c.Actor != "", fActor}, {c.PoolID != "", fPoolID}, {c.BotID != "", fBotID},
-		{c.GuildID != "", fGuildID}, {c.Cascade, fCascade},
+		{c.GuildID != "", fGuildID}, {c.Cascade, fCascade}, {c.Redis != nil, fRedis},
 	} {
 		if p.present {
 			f |= p.bit

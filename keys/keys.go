@@ -216,6 +216,9 @@ func TableName(t byte) string {
 	case TableGuildSettings:
 		return "guild_settings"
 	default:
+		if n := redisTableName(t); n != "" {
+			return n
+		}
 		return fmt.Sprintf("unknown(0x%02x)", t)
 	}
 }

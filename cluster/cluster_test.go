@@ -226,7 +226,7 @@ func TestPartitionedLeader(t *testing.T) {
 		t.Fatalf("write with the old leader isolated: %v", err)
 	}
 	waitFor(t, 10*time.Second, "new leader", func() error {
-		if l := tc.leaderOf(sh); l < 0 || l == old {
+		if l := tc.currentLeaderOf(sh); l < 0 || l == old {
 			return fmt.Errorf("leader %d", l)
 		}
 		return nil

@@ -52,14 +52,30 @@ type Config struct {
 	Join []string
 	// BootstrapExpect is the number of nodes that form the cluster at
 	// first start: when that many nodes are known through gossip, each
-	// bootstraps its shard replicas with the same placement. Default 1.
+	// bootstraps its shard replicas with the same placement. 0 means: 1
+	// when Join is empty (a one-node cluster), otherwise never bootstrap:
+	// the node waits until an operator admits it into the cluster it
+	// gossips with (`swarmnode join <id>`, the admin API's join).
 	BootstrapExpect int
 	// Shards is the number of shards (Raft groups) at bootstrap, 1..256.
 	// Default 8. Ignored once the cluster is bootstrapped.
 	Shards int
 	// ReplicationFactor is the number of voters per shard (fewer when the
-	// cluster has fewer nodes). Default 3.
+	// cluster has fewer nodes). Default 3. Fixed at bootstrap (recorded in
+	// the cluster state).
 	ReplicationFactor int
+	// DeadNodeTimeout is how long gossip must report a member dead before
+	// the reconciler replaces its replicas on other nodes (when enough live
+	// nodes exist). Default 5m.
+	DeadNodeTimeout time.Duration
+	// ReconcileInterval is how often the meta group's leader compares the
+	// placement with the live cluster and takes the next step. Default 1s.
+	ReconcileInterval time.Duration
+	// LeaderBalanceInterval is the least time between two leadership moves
+	// the reconciler makes to even out leader counts (a move makes the
+	// writes in flight on that shard fail with an unknown outcome), and
+	// how long a new meta leader waits before the first. Default 30s.
+	LeaderBalanceInterval time.Duration
 
 	// Raft timing. Defaults: heartbeat and election timeout 1s, leader
 	// lease 500ms, commit timeout 50ms.
@@ -111,6 +127,10 @@ type Config struct {
 	// Logger receives structured logs; default slog.Default(). Records
 	// carry node (and shard) attributes.
 	Logger *slog.Logger
+
+	// protocolVersion overrides the announced protocol version (tests of
+	// the version check); 0 means ProtocolVersion.
+	protocolVersion int
 }
 
 // Upper bounds of the configurable request limits.
@@ -133,8 +153,17 @@ func (c Config) WithDefaults() Config {
 	def(&c.GRPCAddr, "127.0.0.1:7100")
 	def(&c.GossipAddr, "127.0.0.1:7103")
 	def(&c.GossipProfile, "lan")
-	if c.BootstrapExpect == 0 {
+	if c.BootstrapExpect == 0 && len(c.Join) == 0 {
 		c.BootstrapExpect = 1
+	}
+	if c.DeadNodeTimeout == 0 {
+		c.DeadNodeTimeout = 5 * time.Minute
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = time.Second
+	}
+	if c.LeaderBalanceInterval == 0 {
+		c.LeaderBalanceInterval = 30 * time.Second
 	}
 	if c.Shards == 0 {
 		c.Shards = 8
@@ -207,8 +236,11 @@ func (c Config) Validate() error {
 			return bad("http address %q: %v", c.HTTPAddr, err)
 		}
 	}
-	if c.BootstrapExpect < 1 {
-		return bad("bootstrap-expect %d: want >= 1", c.BootstrapExpect)
+	if c.BootstrapExpect < 0 || (c.BootstrapExpect == 0 && len(c.Join) == 0) {
+		return bad("bootstrap-expect %d: want >= 1 (or 0 with join addresses: wait to be admitted)", c.BootstrapExpect)
+	}
+	if c.DeadNodeTimeout < time.Second || c.ReconcileInterval < 10*time.Millisecond {
+		return bad("dead node timeout %v (want >= 1s), reconcile interval %v (want >= 10ms)", c.DeadNodeTimeout, c.ReconcileInterval)
 	}
 	if c.Shards < 1 || c.Shards > shard.MaxShards {
 		return bad("shards %d: want 1..%d", c.Shards, shard.MaxShards)

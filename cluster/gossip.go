@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -30,8 +31,10 @@ type gossipMeta struct {
 	Shards int `json:"shards"`
 	Expect int `json:"expect"`
 	// Cluster is the id of the cluster the node belongs to, empty until
-	// it has bootstrapped.
+	// it has bootstrapped or been admitted.
 	Cluster string `json:"cluster,omitempty"`
+	// Inc is the node's data dir incarnation (State.Nodes[].Incarnation).
+	Inc string `json:"inc,omitempty"`
 }
 
 func decodeGossipMeta(b []byte) (gossipMeta, error) {
@@ -46,7 +49,7 @@ func decodeGossipMeta(b []byte) (gossipMeta, error) {
 		return m, fmt.Errorf("cluster: peer %q announced no protocol version", m.ID)
 	}
 	if m.Version != ProtocolVersion {
-		return m, fmt.Errorf("cluster: peer %q speaks protocol version %d, this node supports %d", m.ID, m.Version, ProtocolVersion)
+		return m, fmt.Errorf("cluster: peer %q speaks protocol version %d, this node supports %d: refused", m.ID, m.Version, ProtocolVersion)
 	}
 	if m.ID == "" || m.Raft == "" || m.GRPC == "" {
 		return m, fmt.Errorf("cluster: peer metadata lacks id or addresses")
@@ -78,6 +81,7 @@ type members struct {
 type member struct {
 	meta  gossipMeta
 	alive bool
+	since time.Time // when alive last changed (or the member was first seen)
 }
 
 func (ms *members) set(name string, meta []byte, alive bool) {
@@ -90,7 +94,22 @@ func (ms *members) set(name string, meta []byte, alive bool) {
 	if ms.nodes == nil {
 		ms.nodes = map[string]member{}
 	}
-	ms.nodes[name] = member{meta: m, alive: alive}
+	since := time.Now()
+	if old, ok := ms.nodes[name]; ok && old.alive == alive {
+		since = old.since
+	}
+	ms.nodes[name] = member{meta: m, alive: alive, since: since}
+}
+
+// all returns a copy of every member gossip has seen, by id.
+func (ms *members) all() map[string]member {
+	ms.mu.RLock()
+	defer ms.mu.RUnlock()
+	out := make(map[string]member, len(ms.nodes))
+	for k, v := range ms.nodes {
+		out[k] = v
+	}
+	return out
 }
 
 func (ms *members) get(id string) (member, bool) {

@@ -160,8 +160,21 @@ func (tc *testCluster) client() *client.Client {
 	return c
 }
 
-// leaderOf returns the index of the node leading shard id, or -1.
+// leaderOf returns the index of the node leading shard id, waiting up to
+// 10s for one (leadership may be moving: the reconciler balances leaders),
+// or -1.
 func (tc *testCluster) leaderOf(id shard.ID) int {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if i := tc.currentLeaderOf(id); i >= 0 || time.Now().After(deadline) {
+			return i
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// currentLeaderOf returns the index of the node leading shard id now, or -1.
+func (tc *testCluster) currentLeaderOf(id shard.ID) int {
 	for i, n := range tc.nodes {
 		if n == nil {
 			continue

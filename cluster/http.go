@@ -6,8 +6,17 @@ import (
 	"net/http/pprof"
 )
 
-// httpHandler serves the node's health endpoints:
+// httpHandler serves the node's admin API (admin.go; JSON, see
+// docs/operations.md) and health endpoints:
 //
+//	GET  /v1/status                      cluster overview: members and every shard's replicas
+//	GET  /v1/members                     members with gossip state, version, replicas, leaderships
+//	POST /v1/members/{id}/join           admit a node gossip sees (idempotent)
+//	POST /v1/members/{id}/remove         decommission a node: move its replicas, then remove it (idempotent)
+//	GET  /v1/shards                      voters, leader, applied index and lag of every replica
+//	POST /v1/shards/{shard}/transfer-leader?to=<id>  move a shard's ("meta": the meta group's) leadership
+//	POST /v1/shards/{shard}/snapshot     every replica of the shard takes a snapshot
+//	GET  /v1/state                       the committed cluster state document
 //	GET /healthz  200 "ok" while the process runs
 //	GET /readyz   200 "ready" when every local shard has a leader and the
 //	              node can serve; 503 with the reason otherwise
@@ -27,6 +36,7 @@ func (n *Node) httpHandler() http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.Handle("GET /metrics", n.metrics.handler())
+	n.adminRoutes(mux)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

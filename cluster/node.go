@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -52,11 +51,23 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	inc   string // the data dir's incarnation
+	peers peers  // gRPC connections to other nodes (Admin calls)
+	kick  chan struct{}
+
+	// adoptMu serializes bootstrap, admission and the sync loop's changes
+	// to the local replicas; metaMu serializes metaUpdate calls.
+	adoptMu sync.Mutex
+	metaMu  sync.Mutex
+	recon   reconciler
+
 	mu struct {
 		sync.RWMutex
 		state    *State
 		smap     *shard.Map
 		replicas map[shard.ID]*replica
+		meta     *replica // the local meta group replica, if any
+		refused  error    // set when the cluster state says this data dir is stale
 	}
 	closeOnce sync.Once
 	closeErr  error
@@ -70,7 +81,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID)}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), kick: make(chan struct{}, 1)}
 	n.cfg.Logger = n.log // every component logs with the node attribute
 	n.mu.replicas = make(map[shard.ID]*replica)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -85,6 +96,9 @@ func New(cfg Config) (_ *Node, err error) {
 	st, err := loadState(cfg.DataDir)
 	if err != nil {
 		return nil, err
+	}
+	if n.inc, err = loadIncarnation(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("cluster: data dir: %w", err)
 	}
 	n.cache = pebble.NewCache(cfg.BlockCacheSize)
 
@@ -141,6 +155,7 @@ func New(cfg Config) (_ *Node, err error) {
 	rpc.RegisterRegistryServer(n.grpcSrv, &registryServer{server: srv})
 	rpc.RegisterBillingServer(n.grpcSrv, &billingServer{server: srv})
 	rpc.RegisterPoolsServer(n.grpcSrv, &poolsServer{server: srv})
+	rpc.RegisterAdminServer(n.grpcSrv, &adminServer{node: n})
 	n.metrics.grpc.InitializeMetrics(n.grpcSrv)
 	n.wg.Add(1)
 	go func() {
@@ -163,10 +178,13 @@ func New(cfg Config) (_ *Node, err error) {
 		n.wg.Add(1)
 		go n.joinLoop()
 	}
-	if st == nil {
+	if st == nil && cfg.BootstrapExpect > 0 {
 		n.wg.Add(1)
 		go n.bootstrapLoop()
 	}
+	n.wg.Add(2)
+	go n.syncLoop()
+	go n.reconcileLoop()
 	n.log.Info("node started", "raft", n.addrs.RaftAddr, "grpc", n.addrs.GRPCAddr,
 		"http", n.addrs.HTTPAddr, "gossip", n.addrs.GossipAddr, "data_dir", cfg.DataDir,
 		"bootstrapped", st != nil && st.Bootstrapped)
@@ -195,7 +213,10 @@ func (n *Node) ID() string { return n.cfg.ID }
 func (n *Node) localMeta() gossipMeta {
 	m := gossipMeta{
 		Version: ProtocolVersion, ID: n.cfg.ID, Raft: n.addrs.RaftAddr, GRPC: n.addrs.GRPCAddr,
-		HTTP: n.addrs.HTTPAddr, Shards: n.cfg.Shards, Expect: n.cfg.BootstrapExpect,
+		HTTP: n.addrs.HTTPAddr, Shards: n.cfg.Shards, Expect: n.cfg.BootstrapExpect, Inc: n.inc,
+	}
+	if n.cfg.protocolVersion != 0 {
+		m.Version = n.cfg.protocolVersion
 	}
 	n.mu.RLock()
 	if n.mu.state != nil {
@@ -249,6 +270,12 @@ func (n *Node) bootstrapLoop() {
 			return
 		case <-tick.C:
 		}
+		n.mu.RLock()
+		done := n.mu.state != nil
+		n.mu.RUnlock()
+		if done {
+			return // admitted by the sync loop
+		}
 		st, why := n.planBootstrap()
 		if st == nil {
 			if why != lastWhy {
@@ -261,7 +288,10 @@ func (n *Node) bootstrapLoop() {
 			n.log.Error("cannot record cluster state", "err", err)
 			continue
 		}
-		if err := n.adoptState(st); err != nil {
+		n.adoptMu.Lock()
+		err := n.adoptState(st)
+		n.adoptMu.Unlock()
+		if err != nil {
 			n.log.Error("bootstrap failed", "err", err)
 			return
 		}
@@ -287,10 +317,12 @@ func (n *Node) planBootstrap() (*State, string) {
 	members = members[:n.cfg.BootstrapExpect]
 	ids := make([]string, len(members))
 	nodes := make([]NodeAddrs, len(members))
+	var incs []string
 	self := false
 	for i, m := range members {
 		ids[i] = m.ID
-		nodes[i] = NodeAddrs{ID: m.ID, RaftAddr: m.Raft, GRPCAddr: m.GRPC, HTTPAddr: m.HTTP}
+		nodes[i] = NodeAddrs{ID: m.ID, RaftAddr: m.Raft, GRPCAddr: m.GRPC, HTTPAddr: m.HTTP, Incarnation: m.Inc, Status: StatusActive}
+		incs = append(incs, m.Inc)
 		self = self || m.ID == n.cfg.ID
 	}
 	if !self {
@@ -300,15 +332,20 @@ func (n *Node) planBootstrap() (*State, string) {
 	if err != nil {
 		return nil, err.Error()
 	}
-	h := blake3.Sum256([]byte(fmt.Sprintf("%s/%d", strings.Join(ids, ","), n.cfg.Shards)))
+	// The cluster id covers the members' data dir incarnations: a cluster
+	// bootstrapped again from wiped data dirs with the same node ids is
+	// another cluster, and nodes of the old one are refused.
+	h := blake3.Sum256([]byte(fmt.Sprintf("%s/%s/%d", strings.Join(ids, ","), strings.Join(incs, ","), n.cfg.Shards)))
 	st := &State{
-		FormatVersion: 1,
-		ClusterID:     hex.EncodeToString(h[:8]),
-		MapVersion:    smap.Version,
-		NumShards:     smap.NumShards,
-		Slots:         smap.Slots[:],
-		Shards:        Place(ids, n.cfg.Shards, n.cfg.ReplicationFactor),
-		Nodes:         nodes,
+		FormatVersion:     stateFormat,
+		ClusterID:         hex.EncodeToString(h[:8]),
+		ReplicationFactor: n.cfg.ReplicationFactor,
+		MetaVoters:        ids[:metaVoterTarget(len(ids))],
+		MapVersion:        smap.Version,
+		NumShards:         smap.NumShards,
+		Slots:             smap.Slots[:],
+		Shards:            Place(ids, n.cfg.Shards, n.cfg.ReplicationFactor),
+		Nodes:             nodes,
 	}
 	// Peers that bootstrapped before this node saw them all computed the
 	// same plan (same members, same shard count, hence the same cluster
@@ -322,53 +359,31 @@ func (n *Node) planBootstrap() (*State, string) {
 	return st, ""
 }
 
-// adoptState installs st, opens the local replicas it places here
+// adoptState installs st (at bootstrap, or at start from cluster.json),
+// opens the meta replica and the shard replicas it places here
 // (bootstrapping them if st is not yet marked bootstrapped) and marks it.
+// The caller holds adoptMu (or is New, before any loop runs).
 func (n *Node) adoptState(st *State) error {
 	smap, err := st.Map()
 	if err != nil {
 		return err
 	}
-	// The leader of the pools shard ensures the default pool (seed 004).
-	poolsShard := smap.ShardOf(poolsRoutingKey)
+	n.mu.Lock()
+	n.mu.state = st
+	n.mu.smap = smap
+	n.mu.Unlock()
+	if slices.Contains(st.MetaVoters, n.cfg.ID) || slices.Contains(st.MetaLearners, n.cfg.ID) {
+		if err := n.openMeta(st, !st.Bootstrapped); err != nil {
+			return err
+		}
+	}
 	for _, p := range st.Shards {
-		if !slices.Contains(p.Voters, n.cfg.ID) {
+		if !p.Holds(n.cfg.ID) {
 			continue
 		}
-		servers := make([]raft.Server, 0, len(p.Voters))
-		for _, v := range p.Voters {
-			a, ok := st.Node(v)
-			if !ok {
-				return fmt.Errorf("cluster: %s: shard %d voter %s has no address", stateFile, p.Shard, v)
-			}
-			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(v), Address: raft.ServerAddress(a.RaftAddr)})
-		}
-		layer, err := n.mux.Layer(uint32(p.Shard))
-		if err != nil {
+		if err := n.openShard(st, p, !st.Bootstrapped); err != nil {
 			return err
 		}
-		var onReady func(*replica)
-		if p.Shard == poolsShard {
-			onReady = ensureDefaultPool
-		}
-		r, err := openReplica(replicaConfig{
-			id:        p.Shard,
-			dir:       filepath.Join(n.cfg.DataDir, "shards", fmt.Sprintf("%03d", p.Shard)),
-			localID:   n.cfg.ID,
-			layer:     layer,
-			cache:     n.cache,
-			node:      n.cfg,
-			voters:    servers,
-			bootstrap: !st.Bootstrapped,
-			onReady:   onReady,
-		})
-		if err != nil {
-			layer.Close()
-			return err
-		}
-		n.mu.Lock()
-		n.mu.replicas[p.Shard] = r
-		n.mu.Unlock()
 	}
 	if !st.Bootstrapped {
 		st.Bootstrapped = true
@@ -376,9 +391,51 @@ func (n *Node) adoptState(st *State) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// openShard opens the local replica of p's shard. With bootstrap set, a
+// replica without Raft state is bootstrapped with p's voters; otherwise it
+// waits for its leader to add it and send it the log.
+func (n *Node) openShard(st *State, p Placement, bootstrap bool) error {
+	smap, err := st.Map()
+	if err != nil {
+		return err
+	}
+	var servers []raft.Server
+	for _, v := range p.Voters {
+		a, ok := st.Node(v)
+		if !ok {
+			return fmt.Errorf("cluster: %s: shard %d voter %s has no address", stateFile, p.Shard, v)
+		}
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(v), Address: raft.ServerAddress(a.RaftAddr)})
+	}
+	layer, err := n.mux.Layer(uint32(p.Shard))
+	if err != nil {
+		return err
+	}
+	// The leader of the pools shard ensures the default pool (seed 004).
+	var onReady func(*replica)
+	if p.Shard == smap.ShardOf(poolsRoutingKey) {
+		onReady = ensureDefaultPool
+	}
+	r, err := openReplica(replicaConfig{
+		id:        p.Shard,
+		dir:       n.shardDir(p.Shard),
+		localID:   n.cfg.ID,
+		layer:     layer,
+		cache:     n.cache,
+		node:      n.cfg,
+		voters:    servers,
+		bootstrap: bootstrap,
+		onReady:   onReady,
+	})
+	if err != nil {
+		layer.Close()
+		return err
+	}
 	n.mu.Lock()
-	n.mu.state = st
-	n.mu.smap = smap
+	n.mu.replicas[p.Shard] = r
 	n.mu.Unlock()
 	return nil
 }
@@ -388,7 +445,13 @@ func (n *Node) adoptState(st *State) error {
 func (n *Node) Ready() error {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
+	if n.mu.refused != nil {
+		return n.mu.refused
+	}
 	if n.mu.state == nil {
+		if n.cfg.BootstrapExpect == 0 {
+			return fmt.Errorf("waiting to be admitted: run `swarmnode join %s` against a member of the cluster", n.cfg.ID)
+		}
 		return errors.New("cluster not bootstrapped yet")
 	}
 	var missing []string
@@ -471,7 +534,12 @@ func (n *Node) Close() error {
 		n.mu.Lock()
 		replicas := n.mu.replicas
 		n.mu.replicas = map[shard.ID]*replica{}
+		if n.mu.meta != nil {
+			replicas[metaShardID] = n.mu.meta
+			n.mu.meta = nil
+		}
 		n.mu.Unlock()
+		n.peers.close()
 		var wg sync.WaitGroup
 		var emu sync.Mutex
 		for _, r := range replicas {

@@ -366,7 +366,10 @@ func (r *replica) apply(ctx context.Context, data []byte) (*fsm.Result, error) {
 	case err == nil:
 	case errors.Is(err, raft.ErrNotLeader):
 		return nil, ErrNotLeader
-	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		// Refused before it was appended: nothing applied, safe to retry.
+		return nil, ErrLeaderNotReady
+	case errors.Is(err, raft.ErrLeadershipLost):
 		return nil, ErrOutcomeUnknown
 	case errors.Is(err, raft.ErrRaftShutdown):
 		return nil, ErrClosed

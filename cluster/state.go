@@ -11,29 +11,68 @@ import (
 	"github.com/swarmkv/swarmkv/shard"
 )
 
-// NodeAddrs are the addresses a node announces, keyed by its stable id.
+// NodeAddrs are the addresses a node announces, keyed by its stable id,
+// and, in the cluster state, its membership status.
 type NodeAddrs struct {
 	ID         string `json:"id"`
 	RaftAddr   string `json:"raft_addr"`
 	GRPCAddr   string `json:"grpc_addr"`
 	HTTPAddr   string `json:"http_addr,omitempty"`
 	GossipAddr string `json:"gossip_addr,omitempty"`
+	// Incarnation identifies the node's data dir (random, made when the
+	// dir is first used). A node that comes back with another data dir
+	// than the one admitted, or with the data dir of a removed member, is
+	// refused.
+	Incarnation string `json:"incarnation,omitempty"`
+	// Status is the membership status: StatusActive, StatusLeaving
+	// (decommissioning: its replicas move away) or StatusRemoved.
+	Status string `json:"status,omitempty"`
 }
 
-// Placement lists the voters of one shard, by node id.
+// Membership statuses of a node in the cluster state.
+const (
+	StatusActive  = "active"
+	StatusLeaving = "leaving"
+	StatusRemoved = "removed"
+)
+
+// Placement lists the replicas of one shard, by node id: the voters, and
+// the learners (non-voters catching up before promotion). Every node
+// listed holds a replica; the reconciler adds a node here before it asks
+// the shard leader to add it to the Raft configuration, and drops it from
+// here only after the Raft configuration no longer has it.
 type Placement struct {
-	Shard  shard.ID `json:"shard"`
-	Voters []string `json:"voters"`
+	Shard    shard.ID `json:"shard"`
+	Voters   []string `json:"voters"`
+	Learners []string `json:"learners,omitempty"`
 }
 
-// State is the node's persisted view of the cluster, written to
-// <data-dir>/cluster.json when the cluster is bootstrapped and read back on
-// restart so that a node never bootstraps twice.
+// Holds reports whether node id holds a replica (voter or learner).
+func (p Placement) Holds(id string) bool {
+	return slices.Contains(p.Voters, id) || slices.Contains(p.Learners, id)
+}
+
+// State is the cluster state: members, shard map, placement and the meta
+// group's voters. Its authoritative copy is committed in the meta Raft
+// group (package doc); every node keeps the last copy it saw in
+// <data-dir>/cluster.json, written at bootstrap or admission and whenever
+// the meta copy changes, and read back on restart so that a node never
+// bootstraps twice and reopens its replicas before it reaches the meta
+// group.
 type State struct {
-	// FormatVersion of this file; currently 1.
+	// FormatVersion of this document; currently 2.
 	FormatVersion int `json:"format_version"`
 	// ClusterID is derived from the bootstrap members and shard count.
 	ClusterID string `json:"cluster_id"`
+	// Epoch counts committed changes of the meta copy (0 for a state
+	// computed at bootstrap and not yet committed).
+	Epoch uint64 `json:"epoch"`
+	// ReplicationFactor is the target number of voters per shard.
+	ReplicationFactor int `json:"replication_factor"`
+	// MetaVoters are the voters of the meta group (up to 5);
+	// MetaLearners are nodes being added to it (non-voters catching up).
+	MetaVoters   []string `json:"meta_voters"`
+	MetaLearners []string `json:"meta_learners,omitempty"`
 	// MapVersion and Slots are the shard map (Slots[s] = shard of slot s).
 	MapVersion uint64      `json:"map_version"`
 	NumShards  int         `json:"num_shards"`
@@ -46,7 +85,78 @@ type State struct {
 	Bootstrapped bool `json:"bootstrapped"`
 }
 
-const stateFile = "cluster.json"
+const (
+	stateFile   = "cluster.json"
+	stateFormat = 2
+)
+
+// Clone returns a deep copy of s.
+func (s *State) Clone() *State {
+	c := *s
+	c.Slots = slices.Clone(s.Slots)
+	c.MetaVoters = slices.Clone(s.MetaVoters)
+	c.MetaLearners = slices.Clone(s.MetaLearners)
+	c.Nodes = slices.Clone(s.Nodes)
+	c.Shards = make([]Placement, len(s.Shards))
+	for i, p := range s.Shards {
+		c.Shards[i] = Placement{Shard: p.Shard, Voters: slices.Clone(p.Voters), Learners: slices.Clone(p.Learners)}
+	}
+	return &c
+}
+
+// Placement returns a pointer to shard id's placement in s, or nil.
+func (s *State) Placement(id shard.ID) *Placement {
+	for i := range s.Shards {
+		if s.Shards[i].Shard == id {
+			return &s.Shards[i]
+		}
+	}
+	return nil
+}
+
+// member returns a pointer to node id's entry, or nil.
+func (s *State) member(id string) *NodeAddrs {
+	for i := range s.Nodes {
+		if s.Nodes[i].ID == id {
+			return &s.Nodes[i]
+		}
+	}
+	return nil
+}
+
+// Status returns node id's membership status ("" when not a member).
+func (s *State) Status(id string) string {
+	if m := s.member(id); m != nil {
+		if m.Status == "" {
+			return StatusActive
+		}
+		return m.Status
+	}
+	return ""
+}
+
+// ReplicaCount returns the number of replicas (voters and learners) node
+// id holds.
+func (s *State) ReplicaCount(id string) int {
+	c := 0
+	for _, p := range s.Shards {
+		if p.Holds(id) {
+			c++
+		}
+	}
+	return c
+}
+
+// metaVoterTarget is the meta group's size for n eligible nodes: up to 5,
+// odd when it can be (an even group tolerates no more failures than the
+// odd one below it).
+func metaVoterTarget(n int) int {
+	t := min(n, 5)
+	if t > 1 && t%2 == 0 {
+		t--
+	}
+	return t
+}
 
 // Map returns the shard map recorded in s.
 func (s *State) Map() (*shard.Map, error) {
@@ -114,8 +224,8 @@ func loadState(dir string) (*State, error) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("cluster: %s: %w", stateFile, err)
 	}
-	if s.FormatVersion != 1 {
-		return nil, fmt.Errorf("cluster: %s: unsupported format version %d", stateFile, s.FormatVersion)
+	if s.FormatVersion != stateFormat {
+		return nil, fmt.Errorf("cluster: %s: unsupported format version %d (this swarmnode reads %d; the data dir was made by another release)", stateFile, s.FormatVersion, stateFormat)
 	}
 	if _, err := s.Map(); err != nil {
 		return nil, fmt.Errorf("cluster: %s: %w", stateFile, err)
@@ -123,36 +233,11 @@ func loadState(dir string) (*State, error) {
 	return &s, nil
 }
 
-// saveState writes s atomically and durably: temp file, fsync, rename,
-// fsync of the directory.
+// saveState writes s to dir/cluster.json atomically and durably.
 func saveState(dir string, s *State) error {
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, stateFile+".tmp")
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, stateFile)); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return writeFileDurable(dir, stateFile, append(b, '\n'))
 }

@@ -155,7 +155,7 @@ func stState(t *testing.T, numShards int) *State {
 	}
 	ids := []string{"n1", "n2", "n3"}
 	s := &State{
-		FormatVersion: 1,
+		FormatVersion: stateFormat,
 		ClusterID:     "c-123",
 		MapVersion:    m.Version,
 		NumShards:     numShards,
@@ -261,12 +261,12 @@ func TestLoadStateErrors(t *testing.T) {
 			b, _ := json.Marshal(m)
 			return b
 		}, "unsupported format version 0"},
-		{"format version 2", func(t *testing.T) []byte {
+		{"format version 3", func(t *testing.T) []byte {
 			m := valid(t)
-			m["format_version"] = 2
+			m["format_version"] = 3
 			b, _ := json.Marshal(m)
 			return b
-		}, "unsupported format version 2"},
+		}, "unsupported format version 3"},
 		{"no slots", func(t *testing.T) []byte {
 			m := valid(t)
 			delete(m, "slots")

@@ -636,7 +636,7 @@ func TestStoresBillingLeaderChange(t *testing.T) {
 		t.Errorf("AddCredits again after the leader change = %d, %v; want 1000", bal, err)
 	}
 	waitFor(t, 20*time.Second, "a new leader", func() error {
-		if l := tc.leaderOf(sh); l < 0 || l == victim {
+		if l := tc.currentLeaderOf(sh); l < 0 || l == victim {
 			return fmt.Errorf("leader of shard %d: node %d", sh, l)
 		}
 		return nil

@@ -1,0 +1,588 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/swarmkv/swarmkv/rpc"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// adminServer implements the Admin gRPC service (node-to-node calls behind
+// the admin HTTP API and the reconciler).
+type adminServer struct {
+	rpc.UnimplementedAdminServer
+	node *Node
+}
+
+// adminStatus maps an error of this package to a gRPC status (status errors
+// pass through).
+func adminStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, ErrInvalidArgument):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, ErrNotLeader), errors.Is(err, errMetaNotLeader):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, ErrLeaderNotReady), errors.Is(err, ErrClosed), errors.Is(err, ErrOutcomeUnknown), errors.Is(err, errNotBootstrapped):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// onMetaLeader runs local when this node leads the meta group, else remote
+// against the meta leader (never forwarding a call that was forwarded).
+func (n *Node) onMetaLeader(ctx context.Context, local func() error, remote func(context.Context, rpc.AdminClient) error) error {
+	err := local()
+	if !errors.Is(err, errMetaNotLeader) {
+		return adminStatus(err)
+	}
+	if forwarded(ctx) {
+		return status.Error(codes.Unavailable, "cluster: meta leader moved; retry")
+	}
+	leader := ""
+	if r := n.metaReplica(); r != nil {
+		leader = r.leader()
+	}
+	if leader == "" || leader == n.cfg.ID {
+		for _, id := range n.metaCandidates() {
+			if id == n.cfg.ID {
+				continue
+			}
+			c, err := n.adminClient(id)
+			if err != nil {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			resp, err := c.MetaState(cctx, &rpc.MetaStateRequest{})
+			cancel()
+			if err == nil && resp.LeaderId != "" {
+				leader = resp.LeaderId
+				break
+			}
+		}
+	}
+	if leader == "" || leader == n.cfg.ID {
+		return status.Error(codes.Unavailable, "cluster: meta group has no leader right now; retry")
+	}
+	c, err := n.adminClient(leader)
+	if err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return remote(forwarding(ctx), c)
+}
+
+func (s *adminServer) MetaState(ctx context.Context, _ *rpc.MetaStateRequest) (*rpc.MetaStateResponse, error) {
+	n := s.node
+	var resp *rpc.MetaStateResponse
+	err := n.onMetaLeader(ctx, func() error {
+		_, b, err := n.metaRead(ctx)
+		if err == nil {
+			resp = &rpc.MetaStateResponse{StateJson: b, LeaderId: n.cfg.ID}
+		}
+		return err
+	}, func(ctx context.Context, c rpc.AdminClient) error {
+		var err error
+		resp, err = c.MetaState(ctx, &rpc.MetaStateRequest{})
+		return err
+	})
+	return resp, err
+}
+
+func (s *adminServer) JoinNode(ctx context.Context, req *rpc.JoinNodeRequest) (*rpc.JoinNodeResponse, error) {
+	st, err := s.node.JoinNode(ctx, req.NodeId)
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.JoinNodeResponse{Status: st.Status(req.NodeId), Epoch: st.Epoch}, nil
+}
+
+func (s *adminServer) RemoveNode(ctx context.Context, req *rpc.RemoveNodeRequest) (*rpc.RemoveNodeResponse, error) {
+	st, err := s.node.RemoveNode(ctx, req.NodeId)
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.RemoveNodeResponse{Status: st.Status(req.NodeId), Epoch: st.Epoch}, nil
+}
+
+func (s *adminServer) ReplicaStatus(ctx context.Context, req *rpc.ReplicaStatusRequest) (*rpc.ReplicaStatusResponse, error) {
+	r := s.node.groupReplica(req.Meta, shard.ID(req.Shard))
+	if r == nil {
+		return &rpc.ReplicaStatusResponse{NodeId: s.node.cfg.ID}, nil
+	}
+	return r.status(s.node.cfg.ID), nil
+}
+
+func (s *adminServer) ChangeReplica(ctx context.Context, req *rpc.ChangeReplicaRequest) (*rpc.ChangeReplicaResponse, error) {
+	r := s.node.groupReplica(req.Meta, shard.ID(req.Shard))
+	if r == nil {
+		return nil, adminStatus(ErrNotLeader)
+	}
+	idx, err := r.changeConfig(ctx, req.Change, req.NodeId, req.RaftAddr)
+	if err != nil {
+		return nil, adminStatus(err)
+	}
+	return &rpc.ChangeReplicaResponse{Index: idx}, nil
+}
+
+func (s *adminServer) TransferLeader(ctx context.Context, req *rpc.TransferLeaderRequest) (*rpc.TransferLeaderResponse, error) {
+	r := s.node.groupReplica(req.Meta, shard.ID(req.Shard))
+	if r == nil {
+		return nil, adminStatus(ErrNotLeader)
+	}
+	addr := ""
+	if req.ToNode != "" {
+		a, ok := s.node.nodeAddrs(req.ToNode)
+		if !ok {
+			return nil, status.Errorf(codes.NotFound, "cluster: unknown node %q", req.ToNode)
+		}
+		addr = a.RaftAddr
+	}
+	if err := r.transferLeadership(ctx, req.ToNode, addr); err != nil {
+		return nil, adminStatus(err)
+	}
+	return &rpc.TransferLeaderResponse{LeaderId: r.leader()}, nil
+}
+
+func (s *adminServer) Snapshot(ctx context.Context, req *rpc.SnapshotRequest) (*rpc.SnapshotResponse, error) {
+	r := s.node.groupReplica(req.Meta, shard.ID(req.Shard))
+	if r == nil {
+		return nil, status.Errorf(codes.NotFound, "cluster: node %s holds no replica of shard %d", s.node.cfg.ID, req.Shard)
+	}
+	idx, err := r.snapshot(ctx)
+	if err != nil {
+		return nil, adminStatus(err)
+	}
+	return &rpc.SnapshotResponse{NodeId: s.node.cfg.ID, Index: idx}, nil
+}
+
+// JoinNode admits node id, which gossip must know as alive (so it passed the
+// protocol version check), into the cluster. Idempotent: joining a member
+// changes nothing. A node id that is an active member with another data dir
+// is refused (remove it first); a removed id may join again with a new data
+// dir.
+func (n *Node) JoinNode(ctx context.Context, id string) (*State, error) {
+	if !idPattern.MatchString(id) {
+		return nil, status.Errorf(codes.InvalidArgument, "node id %q: want 1-64 letters, digits, '.', '_' or '-'", id)
+	}
+	var out *State
+	err := n.onMetaLeader(ctx, func() error {
+		var err error
+		out, err = n.metaUpdate(ctx, func(s *State) error {
+			g, ok := n.members.get(id)
+			m := s.member(id)
+			if m != nil && s.Status(id) != StatusRemoved && (!ok || g.meta.Inc == m.Incarnation) {
+				return errNoChange // already a member
+			}
+			if !ok || !g.alive {
+				return status.Errorf(codes.FailedPrecondition, "node %s is not alive in gossip: start it with --join <gossip address of a member> (a node with an unsupported protocol version is refused and never shows up)", id)
+			}
+			if g.meta.Cluster != "" && g.meta.Cluster != s.ClusterID {
+				return status.Errorf(codes.FailedPrecondition, "node %s belongs to cluster %s, not %s: wipe its data dir first", id, g.meta.Cluster, s.ClusterID)
+			}
+			addrs := NodeAddrs{ID: id, RaftAddr: g.meta.Raft, GRPCAddr: g.meta.GRPC, HTTPAddr: g.meta.HTTP, Incarnation: g.meta.Inc, Status: StatusActive}
+			if m != nil {
+				if s.Status(id) != StatusRemoved {
+					return status.Errorf(codes.FailedPrecondition, "node %s is a member with another data dir; run `swarmnode remove %s` and wait until it is removed before it joins with a new one", id, id)
+				}
+				if m.Incarnation == g.meta.Inc {
+					return status.Errorf(codes.FailedPrecondition, "node %s was removed and still has its old data dir: wipe it, restart the node, then join it", id)
+				}
+				*m = addrs
+				return nil
+			}
+			s.Nodes = append(s.Nodes, addrs)
+			slices.SortFunc(s.Nodes, func(a, b NodeAddrs) int { return cmpString(a.ID, b.ID) })
+			return nil
+		})
+		if err == nil {
+			n.log.Info("admin: node joined", "member", id, "epoch", out.Epoch)
+		}
+		return err
+	}, func(ctx context.Context, c rpc.AdminClient) error {
+		_, err := c.JoinNode(ctx, &rpc.JoinNodeRequest{NodeId: id})
+		if err == nil {
+			out, err = n.fetchMeta(ctx)
+		}
+		return err
+	})
+	return out, err
+}
+
+// RemoveNode starts decommissioning node id: it is marked leaving, the
+// reconciler moves its replicas (and its meta group seat) away, then marks
+// it removed. Idempotent.
+func (n *Node) RemoveNode(ctx context.Context, id string) (*State, error) {
+	var out *State
+	err := n.onMetaLeader(ctx, func() error {
+		var err error
+		out, err = n.metaUpdate(ctx, func(s *State) error {
+			m := s.member(id)
+			if m == nil {
+				return status.Errorf(codes.NotFound, "node %s is not a member", id)
+			}
+			if s.Status(id) != StatusActive {
+				return errNoChange
+			}
+			active := 0
+			for _, o := range s.Nodes {
+				if s.Status(o.ID) == StatusActive {
+					active++
+				}
+			}
+			if active <= 1 {
+				return status.Errorf(codes.FailedPrecondition, "node %s is the last active member; the cluster needs one", id)
+			}
+			m.Status = StatusLeaving
+			return nil
+		})
+		if err == nil {
+			n.log.Info("admin: node decommission requested", "member", id, "status", out.Status(id))
+		}
+		return err
+	}, func(ctx context.Context, c rpc.AdminClient) error {
+		_, err := c.RemoveNode(ctx, &rpc.RemoveNodeRequest{NodeId: id})
+		if err == nil {
+			out, err = n.fetchMeta(ctx)
+		}
+		return err
+	})
+	return out, err
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// MemberInfo is one member in the admin API's listing.
+type MemberInfo struct {
+	ID          string `json:"id"`
+	Status      string `json:"status"`       // active, leaving, removed
+	Gossip      string `json:"gossip"`       // alive, dead, unknown
+	Version     int    `json:"version"`      // protocol version announced in gossip (0: unknown)
+	RaftAddr    string `json:"raft_addr"`
+	GRPCAddr    string `json:"grpc_addr"`
+	HTTPAddr    string `json:"http_addr,omitempty"`
+	Replicas    int    `json:"replicas"`    // shard replicas placed on it
+	Leaderships int    `json:"leaderships"` // shards it leads
+	MetaVoter   bool   `json:"meta_voter"`
+	MetaLeader  bool   `json:"meta_leader"`
+}
+
+// ReplicaInfo is one replica of a shard in the admin API's status.
+type ReplicaInfo struct {
+	Node         string `json:"node"`
+	Role         string `json:"role"` // voter, nonvoter, learner (placed, not yet in the configuration)
+	State        string `json:"state,omitempty"`
+	AppliedIndex uint64 `json:"applied_index"`
+	Lag          uint64 `json:"lag"` // leader's commit index minus this replica's applied index
+	Reachable    bool   `json:"reachable"`
+}
+
+// ShardInfo is one group (a shard or the meta group) in the admin status.
+type ShardInfo struct {
+	Shard       string        `json:"shard"` // shard number, or "meta"
+	Leader      string        `json:"leader"`
+	Term        uint64        `json:"term"`
+	CommitIndex uint64        `json:"commit_index"`
+	Voters      []string      `json:"voters"`
+	Replicas    []ReplicaInfo `json:"replicas"`
+}
+
+// ClusterStatus is the admin API's overview.
+type ClusterStatus struct {
+	ClusterID         string       `json:"cluster_id"`
+	Epoch             uint64       `json:"epoch"`
+	ReplicationFactor int          `json:"replication_factor"`
+	NumShards         int          `json:"num_shards"`
+	Members           []MemberInfo `json:"members"`
+	Shards            []ShardInfo  `json:"shards"`
+}
+
+// Status gathers the cluster overview: the committed state, gossip, and
+// every group's replicas as their nodes report them.
+func (n *Node) Status(ctx context.Context) (*ClusterStatus, error) {
+	st, err := n.fetchMeta(ctx)
+	if err != nil {
+		return nil, adminStatus(err)
+	}
+	gs := groupsOf(st)
+	infos := make([]ShardInfo, len(gs))
+	var wg sync.WaitGroup
+	for i, g := range gs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			infos[i] = n.groupInfo(ctx, g)
+		}()
+	}
+	wg.Wait()
+	out := &ClusterStatus{ClusterID: st.ClusterID, Epoch: st.Epoch, ReplicationFactor: st.ReplicationFactor, NumShards: st.NumShards, Shards: infos}
+	gossip := n.members.all()
+	for _, m := range st.Nodes {
+		mi := MemberInfo{ID: m.ID, Status: st.Status(m.ID), Gossip: "unknown", RaftAddr: m.RaftAddr, GRPCAddr: m.GRPCAddr, HTTPAddr: m.HTTPAddr,
+			Replicas: st.ReplicaCount(m.ID), MetaVoter: slices.Contains(st.MetaVoters, m.ID)}
+		if g, ok := gossip[m.ID]; ok && g.meta.Inc == m.Incarnation {
+			mi.Gossip, mi.Version = "dead", g.meta.Version
+			if g.alive {
+				mi.Gossip = "alive"
+			}
+		}
+		if m.ID == n.cfg.ID {
+			mi.Gossip, mi.Version = "alive", n.localMeta().Version
+		}
+		for _, si := range infos {
+			if si.Leader != m.ID {
+				continue
+			}
+			if si.Shard == "meta" {
+				mi.MetaLeader = true
+			} else {
+				mi.Leaderships++
+			}
+		}
+		out.Members = append(out.Members, mi)
+	}
+	return out, nil
+}
+
+func (n *Node) groupInfo(ctx context.Context, g group) ShardInfo {
+	obs := n.observe(ctx, g)
+	si := ShardInfo{Shard: g.String(), Voters: g.voters}
+	if !g.meta {
+		si.Shard = fmt.Sprint(g.shard)
+	}
+	var commit uint64
+	roles := map[string]string{}
+	for _, v := range g.voters {
+		roles[v] = "voter"
+	}
+	for _, l := range g.learners {
+		roles[l] = "learner"
+	}
+	if obs.leader != nil {
+		si.Leader, si.Term, commit = obs.leader.NodeId, obs.leader.Term, obs.leader.CommitIndex
+		si.CommitIndex = commit
+		for _, s := range obs.leader.Servers {
+			roles[s.Id] = s.Suffrage
+		}
+	}
+	ids := make([]string, 0, len(roles))
+	for id := range roles {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		ri := ReplicaInfo{Node: id, Role: roles[id]}
+		if st := obs.replicas[id]; st != nil {
+			ri.Reachable, ri.State, ri.AppliedIndex = true, st.State, st.AppliedIndex
+			if commit > st.AppliedIndex {
+				ri.Lag = commit - st.AppliedIndex
+			}
+		}
+		si.Replicas = append(si.Replicas, ri)
+	}
+	return si
+}
+
+// groupByName resolves "meta" or a shard number.
+func (n *Node) groupByName(st *State, name string) (group, error) {
+	for _, g := range groupsOf(st) {
+		if g.meta && name == "meta" || !g.meta && name == fmt.Sprint(g.shard) {
+			return g, nil
+		}
+	}
+	return group{}, status.Errorf(codes.NotFound, "no shard %q (want 0..%d or meta)", name, st.NumShards-1)
+}
+
+// TransferLeader moves the leadership of a shard ("meta" for the meta
+// group) to node to (any up-to-date voter when empty) and returns the new
+// leader.
+func (n *Node) TransferLeader(ctx context.Context, name, to string) (string, error) {
+	st, err := n.fetchMeta(ctx)
+	if err != nil {
+		return "", adminStatus(err)
+	}
+	g, err := n.groupByName(st, name)
+	if err != nil {
+		return "", err
+	}
+	if to != "" && !slices.Contains(g.voters, to) {
+		return "", status.Errorf(codes.FailedPrecondition, "node %s is not a voter of %s (voters: %v)", to, g, g.voters)
+	}
+	obs := n.observe(ctx, g)
+	if obs.leader == nil {
+		return "", status.Errorf(codes.Unavailable, "%s has no leader right now; retry", g)
+	}
+	if to != "" && obs.leader.NodeId == to {
+		return to, nil
+	}
+	if err := n.transferGroup(ctx, g, obs, to); err != nil {
+		return "", adminStatus(err)
+	}
+	// Report the leader once a voter confirms it.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if o := n.observe(ctx, g); o.leader != nil && o.leader.NodeId != obs.leader.NodeId {
+			return o.leader.NodeId, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return "", status.Errorf(codes.Unavailable, "%s: leadership transfer started, no new leader confirmed yet", g)
+}
+
+// SnapshotResult is one replica's answer to a snapshot request.
+type SnapshotResult struct {
+	Node  string `json:"node"`
+	Index uint64 `json:"index,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// Snapshot makes every replica of a shard ("meta" for the meta group) take
+// a snapshot now.
+func (n *Node) Snapshot(ctx context.Context, name string) ([]SnapshotResult, error) {
+	st, err := n.fetchMeta(ctx)
+	if err != nil {
+		return nil, adminStatus(err)
+	}
+	g, err := n.groupByName(st, name)
+	if err != nil {
+		return nil, err
+	}
+	ids := g.holders()
+	out := make([]SnapshotResult, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i].Node = id
+			var err error
+			if id == n.cfg.ID {
+				r := n.groupReplica(g.meta, g.shard)
+				if r == nil {
+					err = fmt.Errorf("no local replica")
+				} else {
+					out[i].Index, err = r.snapshot(ctx)
+				}
+			} else if c, cerr := n.adminClient(id); cerr != nil {
+				err = cerr
+			} else {
+				var resp *rpc.SnapshotResponse
+				if resp, err = c.Snapshot(ctx, &rpc.SnapshotRequest{Shard: uint32(g.shard), Meta: g.meta}); err == nil {
+					out[i].Index = resp.Index
+				}
+			}
+			if err != nil {
+				out[i].Error = err.Error()
+			}
+		}()
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// adminRoutes registers the admin API on mux (see httpHandler).
+func (n *Node) adminRoutes(mux *http.ServeMux) {
+	const timeout = 30 * time.Second
+	handle := func(pattern string, fn func(ctx context.Context, r *http.Request) (any, error)) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithTimeout(r.Context(), timeout)
+			defer cancel()
+			v, err := fn(ctx, r)
+			w.Header().Set("Content-Type", "application/json")
+			if err != nil {
+				w.WriteHeader(httpCode(err))
+				json.NewEncoder(w).Encode(map[string]string{"error": status.Convert(err).Message()})
+				return
+			}
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			enc.Encode(v)
+		})
+	}
+	handle("GET /v1/status", func(ctx context.Context, r *http.Request) (any, error) { return n.Status(ctx) })
+	handle("GET /v1/members", func(ctx context.Context, r *http.Request) (any, error) {
+		st, err := n.Status(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return st.Members, nil
+	})
+	handle("GET /v1/shards", func(ctx context.Context, r *http.Request) (any, error) {
+		st, err := n.Status(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return st.Shards, nil
+	})
+	handle("GET /v1/state", func(ctx context.Context, r *http.Request) (any, error) {
+		st, err := n.fetchMeta(ctx)
+		return st, adminStatus(err)
+	})
+	memberResult := func(st *State, id string, err error) (any, error) {
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"id": id, "status": st.Status(id), "epoch": st.Epoch}, nil
+	}
+	handle("POST /v1/members/{id}/join", func(ctx context.Context, r *http.Request) (any, error) {
+		id := r.PathValue("id")
+		st, err := n.JoinNode(ctx, id)
+		return memberResult(st, id, err)
+	})
+	handle("POST /v1/members/{id}/remove", func(ctx context.Context, r *http.Request) (any, error) {
+		id := r.PathValue("id")
+		st, err := n.RemoveNode(ctx, id)
+		return memberResult(st, id, err)
+	})
+	handle("POST /v1/shards/{shard}/transfer-leader", func(ctx context.Context, r *http.Request) (any, error) {
+		leader, err := n.TransferLeader(ctx, r.PathValue("shard"), r.URL.Query().Get("to"))
+		if err != nil {
+			return nil, err
+		}
+		return map[string]string{"shard": r.PathValue("shard"), "leader": leader}, nil
+	})
+	handle("POST /v1/shards/{shard}/snapshot", func(ctx context.Context, r *http.Request) (any, error) {
+		return n.Snapshot(ctx, r.PathValue("shard"))
+	})
+}
+
+// httpCode maps a gRPC status to the admin API's HTTP status.
+func httpCode(err error) int {
+	switch status.Code(err) {
+	case codes.InvalidArgument:
+		return http.StatusBadRequest
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.FailedPrecondition, codes.AlreadyExists:
+		return http.StatusConflict
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}

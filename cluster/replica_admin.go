@@ -1,0 +1,155 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/swarmkv/swarmkv/rpc"
+)
+
+// status describes the replica for the admin API and the reconciler.
+func (r *replica) status(nodeID string) *rpc.ReplicaStatusResponse {
+	leader := r.leader()
+	st := &rpc.ReplicaStatusResponse{
+		Present:      true,
+		NodeId:       nodeID,
+		State:        r.raft.State().String(),
+		Term:         r.raft.CurrentTerm(),
+		LastIndex:    r.raft.LastIndex(),
+		CommitIndex:  r.raft.CommitIndex(),
+		AppliedIndex: r.fsm.AppliedIndex(),
+		LeaderId:     leader,
+		Ready:        r.readyTerm.Load() != 0 && r.readyTerm.Load() == r.raft.CurrentTerm(),
+	}
+	if v, err := strconv.ParseUint(r.raft.Stats()["last_snapshot_index"], 10, 64); err == nil {
+		st.LastSnapshotIndex = v
+	}
+	if f := r.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			suf := "voter"
+			if s.Suffrage != raft.Voter {
+				suf = "nonvoter"
+			}
+			st.Servers = append(st.Servers, &rpc.RaftServer{Id: string(s.ID), Address: string(s.Address), Suffrage: suf})
+		}
+	}
+	return st
+}
+
+const configChangeTimeout = 10 * time.Second
+
+// changeConfig adds a non-voter, adds or promotes a voter, or removes a
+// server; the replica must lead its group. Each change is idempotent: adding
+// a server that is already there (with that suffrage) or removing one that
+// is not changes nothing that matters.
+func (r *replica) changeConfig(ctx context.Context, change rpc.ReplicaChange, id, addr string) (uint64, error) {
+	if r.raft.State() != raft.Leader {
+		return 0, ErrNotLeader
+	}
+	if cur := r.raft.GetConfiguration(); cur.Error() == nil {
+		for _, s := range cur.Configuration().Servers {
+			if string(s.ID) != id {
+				continue
+			}
+			switch {
+			case change == rpc.ReplicaChange_REPLICA_CHANGE_ADD_NONVOTER && string(s.Address) == addr:
+				return cur.Index(), nil // already a member (voter or not)
+			case change == rpc.ReplicaChange_REPLICA_CHANGE_ADD_VOTER && s.Suffrage == raft.Voter && string(s.Address) == addr:
+				return cur.Index(), nil
+			}
+		}
+		if change == rpc.ReplicaChange_REPLICA_CHANGE_REMOVE && !hasServer(cur.Configuration(), id) {
+			return cur.Index(), nil
+		}
+	}
+	var f raft.IndexFuture
+	sid, saddr := raft.ServerID(id), raft.ServerAddress(addr)
+	switch change {
+	case rpc.ReplicaChange_REPLICA_CHANGE_ADD_NONVOTER:
+		f = r.raft.AddNonvoter(sid, saddr, 0, configChangeTimeout)
+	case rpc.ReplicaChange_REPLICA_CHANGE_ADD_VOTER:
+		f = r.raft.AddVoter(sid, saddr, 0, configChangeTimeout)
+	case rpc.ReplicaChange_REPLICA_CHANGE_REMOVE:
+		f = r.raft.RemoveServer(sid, 0, configChangeTimeout)
+	default:
+		return 0, fmt.Errorf("%w: unknown replica change %v", ErrInvalidArgument, change)
+	}
+	if err := waitFuture(ctx, f); err != nil {
+		return 0, err
+	}
+	r.log.Info("raft configuration changed", "change", change.String(), "server", id)
+	return f.Index(), nil
+}
+
+func hasServer(c raft.Configuration, id string) bool {
+	for _, s := range c.Servers {
+		if string(s.ID) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// transferLeadership hands leadership to node to (any up-to-date voter when
+// to is empty); the replica must lead its group.
+func (r *replica) transferLeadership(ctx context.Context, to, addr string) error {
+	if r.raft.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	if to == r.leader() && to != "" {
+		return nil
+	}
+	var f raft.Future
+	if to == "" {
+		f = r.raft.LeadershipTransfer()
+	} else {
+		f = r.raft.LeadershipTransferToServer(raft.ServerID(to), raft.ServerAddress(addr))
+	}
+	return waitFuture(ctx, f)
+}
+
+// snapshot takes a snapshot now and returns its index (the last one's when
+// nothing changed since).
+func (r *replica) snapshot(ctx context.Context) (uint64, error) {
+	f := r.raft.Snapshot()
+	err := waitFuture(ctx, f)
+	if errors.Is(err, raft.ErrNothingNewToSnapshot) {
+		err = nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	idx, _ := strconv.ParseUint(r.raft.Stats()["last_snapshot_index"], 10, 64)
+	return idx, nil
+}
+
+// waitFuture waits for a raft future or the context, mapping raft's errors
+// to this package's.
+func waitFuture(ctx context.Context, f raft.Future) error {
+	errc := make(chan error, 1)
+	go func() { errc <- f.Error() }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader):
+		return ErrNotLeader
+	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return ErrLeaderNotReady
+	case errors.Is(err, raft.ErrLeadershipLost):
+		return ErrOutcomeUnknown
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return ErrClosed
+	}
+	return err
+}

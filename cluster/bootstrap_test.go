@@ -14,7 +14,7 @@ func TestPlanBootstrapJoinsPeersOfTheSameBootstrap(t *testing.T) {
 	n.addrs = NodeAddrs{ID: "n3", RaftAddr: "r3", GRPCAddr: "g3"}
 	announce := func(id, cluster string) {
 		b, _ := json.Marshal(gossipMeta{Version: ProtocolVersion, ID: id, Raft: "r" + id, GRPC: "g" + id, Shards: 8, Expect: 3, Cluster: cluster})
-		n.members.set(id, b, true)
+		n.members.set(id, b, true, ProtocolVersion)
 	}
 	announce("n1", "")
 	if st, why := n.planBootstrap(); st != nil || !strings.Contains(why, "2 of 3") {

@@ -37,7 +37,9 @@ type gossipMeta struct {
 	Inc string `json:"inc,omitempty"`
 }
 
-func decodeGossipMeta(b []byte) (gossipMeta, error) {
+// decodeGossipMeta decodes a peer's metadata and checks that it speaks
+// protocol version want (the local node's).
+func decodeGossipMeta(b []byte, want int) (gossipMeta, error) {
 	var m gossipMeta
 	if len(b) == 0 {
 		return m, fmt.Errorf("cluster: peer announced no metadata (missing protocol version)")
@@ -48,8 +50,8 @@ func decodeGossipMeta(b []byte) (gossipMeta, error) {
 	if m.Version == 0 {
 		return m, fmt.Errorf("cluster: peer %q announced no protocol version", m.ID)
 	}
-	if m.Version != ProtocolVersion {
-		return m, fmt.Errorf("cluster: peer %q speaks protocol version %d, this node supports %d: refused", m.ID, m.Version, ProtocolVersion)
+	if m.Version != want {
+		return m, fmt.Errorf("cluster: peer %q speaks protocol version %d, this node supports %d: refused", m.ID, m.Version, want)
 	}
 	if m.ID == "" || m.Raft == "" || m.GRPC == "" {
 		return m, fmt.Errorf("cluster: peer metadata lacks id or addresses")
@@ -84,8 +86,8 @@ type member struct {
 	since time.Time // when alive last changed (or the member was first seen)
 }
 
-func (ms *members) set(name string, meta []byte, alive bool) {
-	m, err := decodeGossipMeta(meta)
+func (ms *members) set(name string, meta []byte, alive bool, version int) {
+	m, err := decodeGossipMeta(meta, version)
 	if err != nil {
 		return
 	}
@@ -133,9 +135,15 @@ func (ms *members) alive() []gossipMeta {
 	return out
 }
 
-func (d gossipDelegate) NotifyJoin(n *memberlist.Node)   { d.node.members.set(n.Name, n.Meta, true) }
-func (d gossipDelegate) NotifyUpdate(n *memberlist.Node) { d.node.members.set(n.Name, n.Meta, true) }
-func (d gossipDelegate) NotifyLeave(n *memberlist.Node)  { d.node.members.set(n.Name, n.Meta, false) }
+func (d gossipDelegate) NotifyJoin(n *memberlist.Node) {
+	d.node.members.set(n.Name, n.Meta, true, d.node.protocolVersion())
+}
+func (d gossipDelegate) NotifyUpdate(n *memberlist.Node) {
+	d.node.members.set(n.Name, n.Meta, true, d.node.protocolVersion())
+}
+func (d gossipDelegate) NotifyLeave(n *memberlist.Node) {
+	d.node.members.set(n.Name, n.Meta, false, d.node.protocolVersion())
+}
 
 func (d gossipDelegate) NodeMeta(limit int) []byte {
 	b, _ := json.Marshal(d.node.localMeta())
@@ -152,7 +160,7 @@ func (d gossipDelegate) LocalState(join bool) []byte                { return nil
 func (d gossipDelegate) MergeRemoteState(buf []byte, join bool)     {}
 
 func (d gossipDelegate) NotifyAlive(peer *memberlist.Node) error {
-	m, err := decodeGossipMeta(peer.Meta)
+	m, err := decodeGossipMeta(peer.Meta, d.node.protocolVersion())
 	if err != nil {
 		d.node.log.Warn("refusing gossip peer", "peer", peer.Name, "addr", peer.Address(), "err", err)
 		return err

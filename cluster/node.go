@@ -215,15 +215,22 @@ func (n *Node) localMeta() gossipMeta {
 		Version: ProtocolVersion, ID: n.cfg.ID, Raft: n.addrs.RaftAddr, GRPC: n.addrs.GRPCAddr,
 		HTTP: n.addrs.HTTPAddr, Shards: n.cfg.Shards, Expect: n.cfg.BootstrapExpect, Inc: n.inc,
 	}
-	if n.cfg.protocolVersion != 0 {
-		m.Version = n.cfg.protocolVersion
-	}
+	m.Version = n.protocolVersion()
 	n.mu.RLock()
 	if n.mu.state != nil {
 		m.Cluster = n.mu.state.ClusterID
 	}
 	n.mu.RUnlock()
 	return m
+}
+
+// protocolVersion is the version this node speaks (ProtocolVersion but in
+// tests of the version check).
+func (n *Node) protocolVersion() int {
+	if n.cfg.protocolVersion != 0 {
+		return n.cfg.protocolVersion
+	}
+	return ProtocolVersion
 }
 
 // joinLoop joins the seed addresses, retrying until one answers.

@@ -84,12 +84,18 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range n.mu.replicas {
 		replicas = append(replicas, r)
 	}
+	if n.mu.meta != nil {
+		replicas = append(replicas, n.mu.meta)
+	}
 	n.mu.RUnlock()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	for _, r := range replicas {
 		s := strconv.FormatUint(uint64(r.id), 10)
+		if r.id == metaShardID {
+			s = "meta"
+		}
 		state := r.raft.State()
 		gauge(descRaftState, float64(state), s)
 		gauge(descRaftTerm, float64(r.raft.CurrentTerm()), s)

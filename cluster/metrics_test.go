@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // TestMetricsEndpoint: /metrics exports raft, state machine, Pebble, gossip
@@ -30,9 +33,19 @@ func TestMetricsEndpoint(t *testing.T) {
 		return string(b)
 	}
 	body := get("/metrics")
+	// A Prometheus scraper's parser reads all of it.
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("/metrics does not parse: %v", err)
+	}
+	if f := fams["swarmkv_raft_commit_index"]; f == nil || len(f.Metric) != 3 {
+		t.Errorf("swarmkv_raft_commit_index: %v, want 3 series (2 shards and the meta group)", f)
+	}
 	for _, want := range []string{
 		`swarmkv_raft_state{shard="0"} 2`,
 		`swarmkv_raft_state{shard="1"} 2`,
+		`swarmkv_raft_state{shard="meta"} 2`,
 		`swarmkv_fsm_apply_lag{shard="0"} 0`,
 		`swarmkv_apply_duration_seconds_count{shard="`,
 		`swarmkv_pebble_disk_bytes{shard="0"}`,

@@ -3,6 +3,8 @@
 # docs/performance.md measures against. Ports: node i uses 127.0.0.1:<i>7100
 # (gRPC), <i>7101 (Raft), <i>7102 (HTTP), <i>7103 (gossip).
 #   scripts/loopback-cluster.sh up [nodes] [shards] [data-dir]
+#   scripts/loopback-cluster.sh add <i> [data-dir]   start node i, which waits
+#       to be admitted: then run `swarmnode join n<i> --admin 127.0.0.1:17102`
 #   scripts/loopback-cluster.sh down [data-dir]
 set -euo pipefail
 cmd=${1:-up}
@@ -16,7 +18,7 @@ up)
     "$bin" serve --id "n$i" --data-dir "$dir/n$i" \
       --grpc-addr "127.0.0.1:${i}7100" --raft-addr "127.0.0.1:${i}7101" \
       --http-addr "127.0.0.1:${i}7102" --gossip-addr "127.0.0.1:${i}7103" \
-      --join "$join" --bootstrap-expect "$n" --shards "$shards" >"$dir/n$i.log" 2>&1 &
+      --join "$join" --bootstrap-expect "$n" --shards "$shards" ${SWARM_EXTRA_FLAGS:-} >"$dir/n$i.log" 2>&1 &
     echo $! >>"$dir/pids"
   done
   for _ in $(seq 1 120); do
@@ -26,6 +28,15 @@ up)
     sleep 0.25
   done
   echo "cluster not ready after 30s; see $dir/n*.log" >&2; exit 1 ;;
+add)
+  i=${2:?node number}; dir=${3:-/tmp/swarmkv-loopback}
+  "$bin" serve --id "n$i" --data-dir "$dir/n$i" \
+    --grpc-addr "127.0.0.1:${i}7100" --raft-addr "127.0.0.1:${i}7101" \
+    --http-addr "127.0.0.1:${i}7102" --gossip-addr "127.0.0.1:${i}7103" \
+    --join "127.0.0.1:17103,127.0.0.1:27103,127.0.0.1:37103" ${SWARM_EXTRA_FLAGS:-} >>"$dir/n$i.log" 2>&1 &
+  echo $! >>"$dir/pids"
+  for _ in $(seq 1 40); do curl -sf "127.0.0.1:${i}7102/healthz" >/dev/null && { echo "n$i started; admit it with: swarmnode join n$i --admin 127.0.0.1:17102"; exit 0; }; sleep 0.25; done
+  echo "n$i did not start; see $dir/n$i.log" >&2; exit 1 ;;
 down)
   dir=${2:-/tmp/swarmkv-loopback}
   [ -f "$dir/pids" ] && kill $(cat "$dir/pids") 2>/dev/null || true
@@ -34,5 +45,5 @@ down)
     [ $alive = 0 ] && break; sleep 0.25
   done
   rm -rf "$dir" ;;
-*) echo "usage: $0 up [nodes] [shards] [data-dir] | down [data-dir]" >&2; exit 2 ;;
+*) echo "usage: $0 up [nodes] [shards] [data-dir] | add <i> [data-dir] | down [data-dir]" >&2; exit 2 ;;
 esac

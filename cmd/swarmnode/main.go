@@ -4,6 +4,7 @@
 //	swarmnode serve [flags]        a node (see `swarmnode serve -h`)
 //	swarmnode kv put|get|del|scan  debug client
 //	swarmnode registry|billing ... inspect the typed stores
+//	swarmnode members|status|join|remove|transfer-leader|snapshot  operate a cluster
 //	swarmnode version
 //
 // It is the composition root: it parses flags (each also settable as
@@ -61,6 +62,12 @@ Usage:
   swarmnode billing ...           inspect accounts, transactions, usage events
   swarmnode bench put|get|mixed|ledger   load generator (swarmnode bench -h)
   swarmnode health [--ready]      probe nodes' /healthz or /readyz (swarmnode health -h)
+  swarmnode members|status        list members / cluster overview with a shard table
+  swarmnode join|remove NODE_ID   admit a node / decommission one (moves its replicas first)
+  swarmnode transfer-leader SHARD [NODE_ID]   move a shard's leadership
+  swarmnode snapshot SHARD        snapshot every replica of a shard
+                                  (operator commands: --admin host:port of any member's
+                                  --http-addr, --json; swarmnode status -h)
   swarmnode version               print the version
 
 Every serve flag can also be set as an environment variable SWARM_<FLAG>,
@@ -84,6 +91,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return bench(ctx, args[1:], stdout, stderr)
 	case "health":
 		return health(ctx, args[1:], stdout, stderr)
+	case "members":
+		return members(ctx, args[1:], stdout, stderr)
+	case "status":
+		return status(ctx, args[1:], stdout, stderr)
+	case "join":
+		return join(ctx, args[1:], stdout, stderr)
+	case "remove":
+		return remove(ctx, args[1:], stdout, stderr)
+	case "transfer-leader":
+		return transferLeader(ctx, args[1:], stdout, stderr)
+	case "snapshot":
+		return snapshot(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "swarmnode", version)
 		return nil

@@ -34,7 +34,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.RaftAdvertise, "raft-advertise", "", "Raft address peers dial (default: raft-addr)")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:7100", "gRPC client API address")
 	fs.StringVar(&cfg.GRPCAdvertise, "grpc-advertise", "", "gRPC address given to clients (default: grpc-addr)")
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:7102", "HTTP address for /healthz and /readyz (empty: off)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:7102", "HTTP address of the admin API, /healthz, /readyz, /metrics and /debug/pprof (empty: off)")
 	fs.StringVar(&cfg.GossipAddr, "gossip-addr", "127.0.0.1:7103", "memberlist gossip address (TCP and UDP)")
 	fs.StringVar(&cfg.GossipAdvertise, "gossip-advertise", "", "gossip address peers use (default: gossip-addr)")
 	fs.StringVar(&join, "join", "", "comma-separated gossip addresses of nodes to join")

@@ -1,0 +1,364 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/swarmkv/swarmkv/cluster"
+)
+
+// The operator commands talk to a node's admin HTTP API (cluster/admin.go);
+// any member answers, forwarding to the meta group's leader as needed.
+
+const adminUsage = `Usage:
+  swarmnode members [flags]                   list members: status, gossip, version, replicas, leaderships
+  swarmnode status [flags]                    cluster overview and a per-shard table
+  swarmnode join [flags] NODE_ID              admit a node started with --join (it waits for this)
+  swarmnode remove [flags] NODE_ID            decommission a node: move its replicas away, then remove it
+  swarmnode transfer-leader [flags] SHARD [NODE_ID]
+                                              move a shard's leadership ("meta": the meta group's)
+  swarmnode snapshot [flags] SHARD            make every replica of a shard take a snapshot
+
+Flags (also SWARM_ADMIN, SWARM_JSON, ...):
+`
+
+type adminFlags struct {
+	admin   string
+	json    bool
+	timeout time.Duration
+	wait    bool
+}
+
+func parseAdmin(name string, args []string, stderr io.Writer, nargs [2]int) (*adminFlags, []string, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, adminUsage); fs.PrintDefaults() }
+	f := &adminFlags{}
+	fs.StringVar(&f.admin, "admin", "127.0.0.1:7102", "admin HTTP address of any member (its --http-addr)")
+	fs.BoolVar(&f.json, "json", false, "print the API's JSON")
+	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "how long to wait (remove --wait, join --wait)")
+	fs.BoolVar(&f.wait, "wait", true, "remove: wait until the node is removed; join: until it holds replicas")
+	// Flags may come before or after the arguments (`join n4 --admin ...`).
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, nil, usageError{err}
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if err := envDefaults(fs); err != nil {
+		return nil, nil, err
+	}
+	if len(pos) < nargs[0] || len(pos) > nargs[1] {
+		fs.Usage()
+		return nil, nil, usageError{fmt.Errorf("%s: want %d..%d arguments, got %d", name, nargs[0], nargs[1], len(pos))}
+	}
+	return f, pos, nil
+}
+
+// adminError is an error answered by the admin API.
+type adminError struct {
+	code int
+	msg  string
+}
+
+func (e *adminError) Error() string { return e.msg }
+
+// call sends one admin request and decodes the JSON answer into out
+// (returning the raw body too).
+func (f *adminFlags) call(ctx context.Context, method, path string, out any) ([]byte, error) {
+	u := f.admin
+	if !strings.Contains(u, "://") {
+		u = "http://" + u
+	}
+	ctx, cancel := context.WithTimeout(ctx, 40*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, u+path, nil)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("admin API at %s: %w", f.admin, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(body))
+		}
+		return body, &adminError{code: resp.StatusCode, msg: e.Error}
+	}
+	if out != nil {
+		if err := json.Unmarshal(body, out); err != nil {
+			return body, fmt.Errorf("admin API answer: %w", err)
+		}
+	}
+	return body, nil
+}
+
+func members(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, _, err := parseAdmin("members", args, stderr, [2]int{0, 0})
+	if err != nil {
+		return err
+	}
+	var ms []cluster.MemberInfo
+	body, err := f.call(ctx, "GET", "/v1/members", &ms)
+	if err != nil {
+		return err
+	}
+	if f.json {
+		_, err := stdout.Write(body)
+		return err
+	}
+	printMembers(stdout, ms)
+	return nil
+}
+
+func printMembers(w io.Writer, ms []cluster.MemberInfo) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTATUS\tGOSSIP\tVERSION\tREPLICAS\tLEADERS\tMETA\tGRPC\tRAFT")
+	for _, m := range ms {
+		meta := "-"
+		switch {
+		case m.MetaLeader:
+			meta = "leader"
+		case m.MetaVoter:
+			meta = "voter"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", m.ID, m.Status, m.Gossip, m.Version, m.Replicas, m.Leaderships, meta, m.GRPCAddr, m.RaftAddr)
+	}
+	tw.Flush()
+}
+
+func status(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, _, err := parseAdmin("status", args, stderr, [2]int{0, 0})
+	if err != nil {
+		return err
+	}
+	var st cluster.ClusterStatus
+	body, err := f.call(ctx, "GET", "/v1/status", &st)
+	if err != nil {
+		return err
+	}
+	if f.json {
+		_, err := stdout.Write(body)
+		return err
+	}
+	healthy := 0
+	for _, s := range st.Shards {
+		if shardHealthy(s, st.ReplicationFactor) {
+			healthy++
+		}
+	}
+	fmt.Fprintf(stdout, "cluster %s  epoch %d  %d members  %d shards (%d of %d groups settled)  replication factor %d\n\n",
+		st.ClusterID, st.Epoch, len(st.Members), st.NumShards, healthy, len(st.Shards), st.ReplicationFactor)
+	printMembers(stdout, st.Members)
+	fmt.Fprintln(stdout)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tLEADER\tTERM\tCOMMIT\tREPLICAS (node:role:lag)")
+	for _, s := range st.Shards {
+		var reps []string
+		for _, r := range s.Replicas {
+			lag := fmt.Sprint(r.Lag)
+			if !r.Reachable {
+				lag = "unreachable"
+			}
+			reps = append(reps, fmt.Sprintf("%s:%s:%s", r.Node, r.Role, lag))
+		}
+		leader := s.Leader
+		if leader == "" {
+			leader = "(none)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", s.Shard, leader, s.Term, s.CommitIndex, strings.Join(reps, " "))
+	}
+	return tw.Flush()
+}
+
+// shardHealthy: a leader, and every placed replica a reachable voter.
+func shardHealthy(s cluster.ShardInfo, rf int) bool {
+	if s.Leader == "" {
+		return false
+	}
+	for _, r := range s.Replicas {
+		if r.Role != "voter" || !r.Reachable {
+			return false
+		}
+	}
+	return len(s.Replicas) > 0
+}
+
+type memberResult struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	Epoch  uint64 `json:"epoch"`
+}
+
+func join(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, rest, err := parseAdmin("join", args, stderr, [2]int{1, 1})
+	if err != nil {
+		return err
+	}
+	id := rest[0]
+	var res memberResult
+	body, err := f.call(ctx, "POST", "/v1/members/"+url.PathEscape(id)+"/join", &res)
+	if err != nil {
+		return err
+	}
+	if f.json && !f.wait {
+		_, err := stdout.Write(body)
+		return err
+	}
+	if !f.json {
+		fmt.Fprintf(stdout, "%s: %s (epoch %d)\n", id, res.Status, res.Epoch)
+	}
+	if !f.wait {
+		return nil
+	}
+	// Wait for the reconciler to give it replicas.
+	return f.waitMember(ctx, stdout, id, func(m cluster.MemberInfo) (bool, string) {
+		return m.Replicas > 0, fmt.Sprintf("%s: %d replicas, gossip %s", id, m.Replicas, m.Gossip)
+	})
+}
+
+func remove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, rest, err := parseAdmin("remove", args, stderr, [2]int{1, 1})
+	if err != nil {
+		return err
+	}
+	id := rest[0]
+	var res memberResult
+	body, err := f.call(ctx, "POST", "/v1/members/"+url.PathEscape(id)+"/remove", &res)
+	if err != nil {
+		return err
+	}
+	if f.json && !f.wait {
+		_, err := stdout.Write(body)
+		return err
+	}
+	if !f.json {
+		fmt.Fprintf(stdout, "%s: %s (epoch %d)\n", id, res.Status, res.Epoch)
+	}
+	if !f.wait {
+		return nil
+	}
+	return f.waitMember(ctx, stdout, id, func(m cluster.MemberInfo) (bool, string) {
+		return m.Status == cluster.StatusRemoved, fmt.Sprintf("%s: %s, %d replicas left", id, m.Status, m.Replicas)
+	})
+}
+
+// waitMember polls the member listing until done says so, printing each new
+// progress line; with --json it prints the final member as JSON.
+func (f *adminFlags) waitMember(ctx context.Context, stdout io.Writer, id string, done func(cluster.MemberInfo) (bool, string)) error {
+	deadline := time.Now().Add(f.timeout)
+	last := ""
+	for {
+		var ms []cluster.MemberInfo
+		_, err := f.call(ctx, "GET", "/v1/members", &ms)
+		var ae *adminError
+		if err != nil && !errors.As(err, &ae) {
+			return err
+		}
+		for _, m := range ms {
+			if m.ID != id {
+				continue
+			}
+			ok, line := done(m)
+			if line != last && !f.json {
+				fmt.Fprintln(stdout, line)
+				last = line
+			}
+			if ok {
+				if f.json {
+					b, _ := json.MarshalIndent(m, "", "  ")
+					fmt.Fprintln(stdout, string(b))
+				}
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not done within %v (last: %s)", id, f.timeout, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func transferLeader(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, rest, err := parseAdmin("transfer-leader", args, stderr, [2]int{1, 2})
+	if err != nil {
+		return err
+	}
+	q := ""
+	if len(rest) == 2 {
+		q = "?to=" + url.QueryEscape(rest[1])
+	}
+	var res struct {
+		Shard  string `json:"shard"`
+		Leader string `json:"leader"`
+	}
+	body, err := f.call(ctx, "POST", "/v1/shards/"+url.PathEscape(rest[0])+"/transfer-leader"+q, &res)
+	if err != nil {
+		return err
+	}
+	if f.json {
+		_, err := stdout.Write(body)
+		return err
+	}
+	fmt.Fprintf(stdout, "shard %s: leader %s\n", res.Shard, res.Leader)
+	return nil
+}
+
+func snapshot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, rest, err := parseAdmin("snapshot", args, stderr, [2]int{1, 1})
+	if err != nil {
+		return err
+	}
+	var res []cluster.SnapshotResult
+	body, err := f.call(ctx, "POST", "/v1/shards/"+url.PathEscape(rest[0])+"/snapshot", &res)
+	if err != nil {
+		return err
+	}
+	if f.json {
+		_, err := stdout.Write(body)
+		return err
+	}
+	var buf bytes.Buffer
+	failed := 0
+	for _, r := range res {
+		if r.Error != "" {
+			failed++
+			fmt.Fprintf(&buf, "%s: error: %s\n", r.Node, r.Error)
+		} else {
+			fmt.Fprintf(&buf, "%s: snapshot at index %d\n", r.Node, r.Index)
+		}
+	}
+	stdout.Write(buf.Bytes())
+	if failed > 0 {
+		return fmt.Errorf("%d of %d replicas failed to snapshot", failed, len(res))
+	}
+	return nil
+}

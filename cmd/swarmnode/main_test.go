@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/swarmkv/swarmkv/client"
+	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
 )
@@ -390,6 +392,7 @@ func TestServeAndKV(t *testing.T) {
 
 	checkStoreCLI(ctx, t, grpcAddr)
 	checkBench(ctx, t, grpcAddr)
+	checkAdminCLI(ctx, t, httpAddr)
 
 	resp, err := http.Get("http://" + httpAddr + "/readyz")
 	if err != nil {
@@ -417,6 +420,60 @@ func TestServeAndKV(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", grpcAddr, time.Second); err == nil {
 		c.Close()
 		t.Errorf("gRPC address %s still accepts connections after shutdown", grpcAddr)
+	}
+}
+
+// checkAdminCLI runs the operator commands against the one-node cluster.
+func checkAdminCLI(ctx context.Context, t *testing.T, httpAddr string) {
+	t.Helper()
+	admin := func(args ...string) (string, error) {
+		out, _, err := runCmd(ctx, append(args, "--admin", httpAddr)...)
+		return out, err
+	}
+	out, err := admin("members")
+	if err != nil || !strings.Contains(out, "NODE") || !regexp.MustCompile(`t1\s+active\s+alive\s+1\s+2\s+2\s+leader`).MatchString(out) {
+		t.Fatalf("members = %v\n%s", err, out)
+	}
+	out, err = admin("members", "--json")
+	var ms []cluster.MemberInfo
+	if err != nil || json.Unmarshal([]byte(out), &ms) != nil || len(ms) != 1 || ms[0].ID != "t1" || ms[0].Replicas != 2 || !ms[0].MetaLeader {
+		t.Fatalf("members --json = %v, %s", err, out)
+	}
+	out, err = admin("status")
+	if err != nil || !strings.Contains(out, "1 members  2 shards (3 of 3 groups settled)") || !strings.Contains(out, "t1:voter:0") {
+		t.Fatalf("status = %v\n%s", err, out)
+	}
+	var st cluster.ClusterStatus
+	if out, err = admin("status", "--json"); err != nil || json.Unmarshal([]byte(out), &st) != nil || len(st.Shards) != 3 || st.Shards[1].Leader != "t1" {
+		t.Fatalf("status --json = %v, %s", err, out)
+	}
+	if out, err = admin("snapshot", "0"); err != nil || !strings.HasPrefix(out, "t1: snapshot at index ") {
+		t.Fatalf("snapshot 0 = %v, %q", err, out)
+	}
+	if out, err = admin("transfer-leader", "1", "t1"); err != nil || out != "shard 1: leader t1\n" {
+		t.Fatalf("transfer-leader to the leader itself = %v, %q", err, out)
+	}
+	// Refusals: clear errors, exit 1, nothing changed.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"remove", "t1"}, "last active member"},
+		{[]string{"remove", "ghost"}, "not a member"},
+		{[]string{"join", "ghost"}, "not alive in gossip"},
+		{[]string{"snapshot", "9"}, `no shard "9"`},
+		{[]string{"transfer-leader", "0", "ghost"}, "not a voter"},
+	} {
+		out, err := admin(tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || exitCode(err) != 1 {
+			t.Errorf("%q = %v, %q; want an error containing %q", tc.args, err, out, tc.want)
+		}
+	}
+	if _, err := admin("join"); exitCode(err) != 2 {
+		t.Errorf("join without a node id: %v, want a usage error", err)
+	}
+	if out, err = admin("members", "--json"); err != nil || !strings.Contains(out, `"status": "active"`) {
+		t.Fatalf("after refusals: %v %s", err, out)
 	}
 }
 

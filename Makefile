@@ -58,10 +58,12 @@ clean:
 
 # --- Docker compose cluster (docker-compose.cluster.yml) and Jepsen-style tests.
 # The image is FROM scratch around the static binary of `make build`.
+# Node i publishes gRPC on 127.0.0.1:i<D>100 and HTTP on 127.0.0.1:i<D>102
+# with D = SWARMKV_PORT_DIGIT (default 7: 17100/17102, 27100/27102, ...).
 COMPOSE      ?= docker-compose -f docker-compose.cluster.yml -p swarmkv
 IMAGE        ?= swarmkv:dev
-CLUSTER_HTTP := 127.0.0.1:17102,127.0.0.1:27102,127.0.0.1:37102
-CLUSTER_GRPC := 127.0.0.1:17100,127.0.0.1:27100,127.0.0.1:37100
+export SWARMKV_PORT_DIGIT ?= 7
+CLUSTER_HTTP := 127.0.0.1:1$(SWARMKV_PORT_DIGIT)102,127.0.0.1:2$(SWARMKV_PORT_DIGIT)102,127.0.0.1:3$(SWARMKV_PORT_DIGIT)102
 JEPSEN_FLAGS ?= --duration 10m --nemesis all
 
 .PHONY: image cluster-up cluster-down cluster-status jepsen
@@ -81,5 +83,11 @@ cluster-down:
 cluster-status:
 	@test -x $(BIN) || $(MAKE) build
 	@$(COMPOSE) --profile spare ps
-	@./$(BIN) health --ready --http-addr $(CLUSTER_HTTP)$$(for p in 47102 57102; do \
-	  docker inspect -f '{{.State.Running}}' swarmkv-n$${p%7102} 2>/dev/null | grep -q true && printf ',127.0.0.1:%s' $$p; done)
+	@./$(BIN) health --ready --http-addr $(CLUSTER_HTTP)$$(for i in 4 5; do \
+	  docker inspect -f '{{.State.Running}}' swarmkv-n$$i 2>/dev/null | grep -q true && printf ',127.0.0.1:%s%s102' $$i $(SWARMKV_PORT_DIGIT); done)
+
+# Jepsen-style run against the compose cluster (starts it if needed);
+# JEPSEN_FLAGS sets the schedule, e.g. JEPSEN_FLAGS='--duration 2m --nemesis kill,pause'.
+# The report lands in jepsen-report/<time>/; exits non-zero on any anomaly.
+jepsen: cluster-up
+	$(GO) run ./jepsen/cmd/jepsen --driver docker --port-digit $(SWARMKV_PORT_DIGIT) $(JEPSEN_FLAGS)

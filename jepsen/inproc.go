@@ -1,0 +1,269 @@
+package jepsen
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/internal/faultnet"
+)
+
+// InProcConfig configures an in-process cluster.
+type InProcConfig struct {
+	// Dir holds the nodes' data dirs (one folder per node).
+	Dir string
+	// Nodes is the number of nodes (default 3); Shards the shard count
+	// (default 8).
+	Nodes, Shards int
+	// Seed seeds faultnet's drop draws.
+	Seed int64
+	// Logger receives the nodes' logs; default discards them.
+	Logger *slog.Logger
+}
+
+// InProc is a Driver over nodes in this process on loopback, their Raft
+// traffic through faultnet. Kill closes a node (its data dir stays) and
+// Start reopens it on the same addresses; Pause cuts all of its Raft
+// traffic (the process cannot stop one node's goroutines).
+type InProc struct {
+	fn   *faultnet.Network
+	cfgs []cluster.Config
+	ids  []string
+
+	mu struct {
+		sync.Mutex
+		nodes  map[string]*cluster.Node
+		paused map[string]bool
+		// groups is the active partition, reapplied when a pause ends.
+		groups [][]string
+		blocks [][2]string
+	}
+}
+
+var _ Driver = (*InProc)(nil)
+
+// NewInProc starts the nodes and waits until they are ready.
+func NewInProc(ctx context.Context, cfg InProcConfig) (*InProc, error) {
+	if cfg.Nodes == 0 {
+		cfg.Nodes = 3
+	}
+	if cfg.Shards == 0 {
+		cfg.Shards = 8
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = discardLogger()
+	}
+	d := &InProc{fn: faultnet.New(cfg.Seed)}
+	d.mu.nodes = map[string]*cluster.Node{}
+	d.mu.paused = map[string]bool{}
+	for i := range cfg.Nodes {
+		name := fmt.Sprintf("n%d", i+1)
+		var addrs [3]string
+		for j := range addrs {
+			a, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			addrs[j] = a
+		}
+		c := cluster.Config{
+			ID:                 name,
+			DataDir:            filepath.Join(cfg.Dir, name),
+			RaftAddr:           addrs[0],
+			GRPCAddr:           addrs[1],
+			GossipAddr:         addrs[2],
+			BootstrapExpect:    cfg.Nodes,
+			Shards:             cfg.Shards,
+			HeartbeatTimeout:   200 * time.Millisecond,
+			ElectionTimeout:    200 * time.Millisecond,
+			LeaderLeaseTimeout: 100 * time.Millisecond,
+			GossipProfile:      "local",
+			Logger:             cfg.Logger.With("jepsen_node", name),
+			Dial:               d.fn.Dialer(name),
+		}
+		c.WrapRaftListener = func(ln net.Listener) net.Listener { return d.fn.Listen(name, ln) }
+		d.cfgs = append(d.cfgs, c)
+		d.ids = append(d.ids, name)
+	}
+	for i := range d.cfgs {
+		for j := range d.cfgs {
+			if i != j {
+				d.cfgs[i].Join = append(d.cfgs[i].Join, d.cfgs[j].GossipAddr)
+			}
+		}
+	}
+	for _, id := range d.ids {
+		if err := d.Start(ctx, id); err != nil {
+			d.Close()
+			return nil, err
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := waitReady(rctx, d, d.ids); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func (d *InProc) Name() string    { return "inproc" }
+func (d *InProc) Nodes() []string { return append([]string(nil), d.ids...) }
+
+func (d *InProc) Endpoints() []string {
+	var eps []string
+	for _, c := range d.cfgs {
+		eps = append(eps, c.GRPCAddr)
+	}
+	return eps
+}
+
+func (d *InProc) cfg(node string) (cluster.Config, error) {
+	for _, c := range d.cfgs {
+		if c.ID == node {
+			return c, nil
+		}
+	}
+	return cluster.Config{}, fmt.Errorf("jepsen: unknown node %q", node)
+}
+
+func (d *InProc) Ready(_ context.Context, node string) error {
+	d.mu.Lock()
+	n := d.mu.nodes[node]
+	d.mu.Unlock()
+	if n == nil {
+		return fmt.Errorf("%s is down", node)
+	}
+	return n.Ready()
+}
+
+func (d *InProc) Kill(_ context.Context, node string) error {
+	d.mu.Lock()
+	n := d.mu.nodes[node]
+	delete(d.mu.nodes, node)
+	d.mu.Unlock()
+	if n == nil {
+		return nil
+	}
+	return n.Close()
+}
+
+func (d *InProc) Start(_ context.Context, node string) error {
+	c, err := d.cfg(node)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mu.nodes[node] != nil {
+		return nil
+	}
+	n, err := cluster.New(c)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", node, err)
+	}
+	d.mu.nodes[node] = n
+	return nil
+}
+
+func (d *InProc) Pause(_ context.Context, node string) error {
+	d.mu.Lock()
+	d.mu.paused[node] = true
+	d.mu.Unlock()
+	d.fn.Isolate(node)
+	return nil
+}
+
+func (d *InProc) Resume(_ context.Context, node string) error {
+	d.mu.Lock()
+	delete(d.mu.paused, node)
+	d.mu.Unlock()
+	d.reapply()
+	return nil
+}
+
+// reapply rebuilds faultnet's cuts from the recorded partition, blocks and
+// pauses (faultnet's Heal clears isolation and blocks together).
+func (d *InProc) reapply() {
+	d.mu.Lock()
+	groups := d.mu.groups
+	blocks := append([][2]string(nil), d.mu.blocks...)
+	var paused []string
+	for n := range d.mu.paused {
+		paused = append(paused, n)
+	}
+	d.mu.Unlock()
+	d.fn.Heal()
+	if groups != nil {
+		d.fn.Partition(groups...)
+	}
+	for _, b := range blocks {
+		d.fn.Block(b[0], b[1])
+	}
+	for _, n := range paused {
+		d.fn.Isolate(n)
+	}
+}
+
+func (d *InProc) Partition(_ context.Context, groups [][]string) error {
+	d.mu.Lock()
+	d.mu.groups = groups
+	d.mu.Unlock()
+	d.fn.Partition(groups...)
+	return nil
+}
+
+func (d *InProc) Block(_ context.Context, from, to string) error {
+	d.mu.Lock()
+	d.mu.blocks = append(d.mu.blocks, [2]string{from, to})
+	d.mu.Unlock()
+	d.fn.Block(from, to)
+	return nil
+}
+
+func (d *InProc) Heal(context.Context) error {
+	d.mu.Lock()
+	d.mu.groups, d.mu.blocks = nil, nil
+	d.mu.Unlock()
+	d.reapply()
+	return nil
+}
+
+func (d *InProc) SetDelay(_ context.Context, dl time.Duration) error {
+	d.fn.SetDelay(faultnet.Any, faultnet.Any, dl)
+	return nil
+}
+
+func (d *InProc) SetDropRate(_ context.Context, p float64) error {
+	d.fn.SetDropRate(faultnet.Any, faultnet.Any, p)
+	return nil
+}
+
+// Close closes every node.
+func (d *InProc) Close() error {
+	d.mu.Lock()
+	nodes := d.mu.nodes
+	d.mu.nodes = map[string]*cluster.Node{}
+	d.mu.Unlock()
+	var err error
+	for _, n := range nodes {
+		if e := n.Close(); e != nil && err == nil {
+			err = e
+		}
+	}
+	return err
+}

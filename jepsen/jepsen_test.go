@@ -1,0 +1,208 @@
+package jepsen
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func allWorkloads(t *testing.T, runID string) []Workload {
+	t.Helper()
+	var out []Workload
+	for _, n := range WorkloadNames {
+		w, err := NewWorkload(n, runID, WorkloadOptions{Keys: 8, OpsPerKey: 60})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+func brokenConnect(inner Connect, stale, lose bool) Connect {
+	var n uint64
+	return func(ctx context.Context) (DB, error) {
+		db, err := inner(ctx)
+		if err != nil {
+			return nil, err
+		}
+		n++
+		return NewBroken(db, n, stale, lose), nil
+	}
+}
+
+// memRun runs every workload against connect without faults.
+func memRun(t *testing.T, connect Connect) *Result {
+	t.Helper()
+	dir := t.TempDir()
+	res, err := Run(context.Background(), Config{Connect: connect, Workloads: allWorkloads(t, "mem"),
+		Duration: 250 * time.Millisecond, WorkersPerWorkload: 3, Seed: 1, OutDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func verdictOf(t *testing.T, res *Result, checker string) Verdict {
+	t.Helper()
+	for _, v := range res.Verdicts {
+		if v.Checker == checker {
+			return v
+		}
+	}
+	t.Fatalf("no verdict of %s", checker)
+	return Verdict{}
+}
+
+// A correct store passes every checker.
+func TestCheckersAcceptCorrectStore(t *testing.T) {
+	res := memRun(t, NewMemDB(MemBugs{}).Connect())
+	if !res.Valid {
+		t.Fatalf("correct store judged invalid:\n%s", res.Summary())
+	}
+	for _, k := range []string{"register read", "register write", "register cas", "ledger credit", "ledger charge", "registry status", "registry list"} {
+		if res.Counts[k][OK] == 0 {
+			t.Errorf("no successful %q ops:\n%s", k, res.Summary())
+		}
+	}
+	if c := res.Counts["ledger recharge"]; c[Fail] == 0 || c[OK] > 0 {
+		t.Errorf("re-submitted events: want only refusals, got %v", c)
+	}
+}
+
+// The broken variants: each must make its checker report an anomaly.
+func TestCheckersCatchBrokenStores(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		connect func() Connect
+		checker string
+		want    string
+	}{
+		{"stale reads", func() Connect { return brokenConnect(NewMemDB(MemBugs{}).Connect(), true, false) }, "register", "not linearizable"},
+		{"lost writes", func() Connect { return brokenConnect(NewMemDB(MemBugs{}).Connect(), false, true) }, "register", "not linearizable"},
+		{"lost status updates", func() Connect { return brokenConnect(NewMemDB(MemBugs{}).Connect(), false, true) }, "registry", "could be last"},
+		{"double charge", func() Connect { return NewMemDB(MemBugs{NoEventDedup: true}).Connect() }, "ledger", "charged"},
+		{"stale status index", func() Connect { return NewMemDB(MemBugs{StaleStatusIndex: true}).Connect() }, "registry", "listed under status"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := memRun(t, tc.connect())
+			v := verdictOf(t, res, tc.checker)
+			if v.Valid {
+				t.Fatalf("%s not detected by %s:\n%s", tc.name, tc.checker, res.Summary())
+			}
+			if !strings.Contains(strings.Join(v.Anomalies, "\n"), tc.want) {
+				t.Errorf("anomalies do not mention %q:\n%s", tc.want, v)
+			}
+			if tc.checker == "register" {
+				if len(v.Files) == 0 {
+					t.Fatalf("no visualization written")
+				}
+				if st, err := os.Stat(v.Files[0]); err != nil || st.Size() == 0 {
+					t.Errorf("visualization %s: %v", v.Files[0], err)
+				}
+			}
+		})
+	}
+}
+
+// Hand-written register histories: indeterminate writes may take effect
+// late or never; a read may not see a value nobody wrote or an overwritten
+// one.
+func TestRegisterChecker(t *testing.T) {
+	op := func(i, proc int, f string, in RegIn, out RegOut, o Outcome, inv, comp int64) Op {
+		return Op{Index: i, Workload: "register", Process: proc, F: f, Input: in, Output: out, Outcome: o, Invoke: inv, Complete: comp}
+	}
+	k := "k"
+	for _, tc := range []struct {
+		name  string
+		h     History
+		valid bool
+	}{
+		{"info write seen late", History{
+			op(0, 0, "write", RegIn{Key: k, Value: 1}, RegOut{}, Info, 0, 10),
+			op(1, 1, "read", RegIn{Key: k}, RegOut{}, OK, 20, 30),
+			op(2, 1, "read", RegIn{Key: k}, RegOut{Value: 1}, OK, 40, 50),
+		}, true},
+		{"info write never seen", History{
+			op(0, 0, "write", RegIn{Key: k, Value: 1}, RegOut{}, Info, 0, 10),
+			op(1, 1, "read", RegIn{Key: k}, RegOut{}, OK, 20, 30),
+		}, true},
+		{"failed write seen", History{
+			op(0, 0, "write", RegIn{Key: k, Value: 1}, RegOut{}, Fail, 0, 10),
+			op(1, 1, "read", RegIn{Key: k}, RegOut{Value: 1}, OK, 20, 30),
+		}, false},
+		{"stale read", History{
+			op(0, 0, "write", RegIn{Key: k, Value: 1}, RegOut{}, OK, 0, 10),
+			op(1, 0, "write", RegIn{Key: k, Value: 2}, RegOut{}, OK, 20, 30),
+			op(2, 1, "read", RegIn{Key: k}, RegOut{Value: 1}, OK, 40, 50),
+		}, false},
+		{"cas applied on the right value", History{
+			op(0, 0, "write", RegIn{Key: k, Value: 1}, RegOut{}, OK, 0, 10),
+			op(1, 0, "cas", RegIn{Key: k, Value: 2, From: 1}, RegOut{Applied: true}, OK, 20, 30),
+			op(2, 1, "cas", RegIn{Key: k, Value: 3, From: 1}, RegOut{Applied: false}, OK, 40, 50),
+			op(3, 1, "read", RegIn{Key: k}, RegOut{Value: 2}, OK, 60, 70),
+		}, true},
+		{"cas applied twice", History{
+			op(0, 0, "write", RegIn{Key: k, Value: 1}, RegOut{}, OK, 0, 10),
+			op(1, 0, "cas", RegIn{Key: k, Value: 2, From: 1}, RegOut{Applied: true}, OK, 20, 30),
+			op(2, 1, "cas", RegIn{Key: k, Value: 3, From: 1}, RegOut{Applied: true}, OK, 40, 50),
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := NewRegister("t", 1, 10).Check(tc.h, t.TempDir())
+			if v.Valid != tc.valid {
+				t.Errorf("valid = %v, want %v: %s", v.Valid, tc.valid, v)
+			}
+		})
+	}
+}
+
+// The in-process cluster under every nemesis: no anomalies.
+func TestInProcNemeses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster run in -short mode")
+	}
+	runInProc(t, "all", 18*time.Second)
+}
+
+// A shorter run with partitions and kills, also in -short mode.
+func TestInProcShort(t *testing.T) {
+	runInProc(t, "isolate-leader,kill", 6*time.Second)
+}
+
+func runInProc(t *testing.T, nemeses string, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	drv, err := NewInProc(ctx, InProcConfig{Dir: t.TempDir(), Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	nems, err := Nemeses(nemeses)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "report")
+	res, err := Run(ctx, Config{Driver: drv, Connect: ClientConnect(drv.Endpoints(), time.Second),
+		Workloads: allWorkloads(t, "inproc"), Nemeses: nems, Duration: d,
+		Interval: 500 * time.Millisecond, FaultDuration: 1500 * time.Millisecond,
+		WorkersPerWorkload: 3, OpTimeout: 3 * time.Second, Seed: 7, OutDir: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", res.Summary())
+	if !res.Valid {
+		t.Fatalf("anomalies; report in %s", out)
+	}
+	if len(res.Faults) == 0 {
+		t.Errorf("no faults injected")
+	}
+	for _, f := range []string{"history.json", "summary.txt", "summary.json"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+}

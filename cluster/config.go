@@ -42,6 +42,10 @@ type Config struct {
 	// HTTPAddr serves /healthz, /readyz and /metrics; empty disables it.
 	// Default "127.0.0.1:7102".
 	HTTPAddr string
+	// RedisAddr is the RESP (Redis protocol) front's address: the asset
+	// catalogue of seed 002 for Redis clients (cluster/redis.go). Empty
+	// disables it; no default.
+	RedisAddr string
 	// GossipAddr is memberlist's bind address (TCP and UDP). Default
 	// "127.0.0.1:7103".
 	GossipAddr string
@@ -234,6 +238,11 @@ func (c Config) Validate() error {
 	if c.HTTPAddr != "" {
 		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 			return bad("http address %q: %v", c.HTTPAddr, err)
+		}
+	}
+	if c.RedisAddr != "" {
+		if _, _, err := net.SplitHostPort(c.RedisAddr); err != nil {
+			return bad("redis address %q: %v", c.RedisAddr, err)
 		}
 	}
 	if c.BootstrapExpect < 0 || (c.BootstrapExpect == 0 && len(c.Join) == 0) {

@@ -46,6 +46,7 @@ type Node struct {
 	grpcLn  net.Listener
 	httpSrv *http.Server
 	httpLn  net.Listener
+	redis   *redisFront // the RESP front (redis.go); nil without RedisAddr
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -156,6 +157,7 @@ func New(cfg Config) (_ *Node, err error) {
 	rpc.RegisterBillingServer(n.grpcSrv, &billingServer{server: srv})
 	rpc.RegisterPoolsServer(n.grpcSrv, &poolsServer{server: srv})
 	rpc.RegisterAdminServer(n.grpcSrv, &adminServer{node: n})
+	rpc.RegisterRedisServer(n.grpcSrv, &redisServer{server: srv})
 	n.metrics.grpc.InitializeMetrics(n.grpcSrv)
 	n.wg.Add(1)
 	go func() {
@@ -185,6 +187,11 @@ func New(cfg Config) (_ *Node, err error) {
 	n.wg.Add(2)
 	go n.syncLoop()
 	go n.reconcileLoop()
+	if cfg.RedisAddr != "" {
+		if n.redis, err = startRedis(n, cfg.RedisAddr); err != nil {
+			return nil, err
+		}
+	}
 	n.log.Info("node started", "raft", n.addrs.RaftAddr, "grpc", n.addrs.GRPCAddr,
 		"http", n.addrs.HTTPAddr, "gossip", n.addrs.GossipAddr, "data_dir", cfg.DataDir,
 		"bootstrapped", st != nil && st.Bootstrapped)
@@ -513,6 +520,9 @@ func (n *Node) nodeAddrs(id string) (NodeAddrs, bool) {
 // Idempotent; returns after every goroutine the node started has exited.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
+		if n.redis != nil {
+			n.redis.close()
+		}
 		if n.grpcSrv != nil {
 			stopped := make(chan struct{})
 			go func() { n.grpcSrv.GracefulStop(); close(stopped) }()

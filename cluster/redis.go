@@ -1,0 +1,691 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/swarmkv/swarmkv/client"
+	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/resp"
+	"github.com/swarmkv/swarmkv/rpc"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// The RESP front (seed 002): every node with Config.RedisAddr serves the
+// Redis protocol (RESP2, and RESP3 after HELLO 3; parsing by
+// tidwall/redcon). A command's keys route by keys.RedisRoutingKey; all
+// keys of one command, and of one MULTI/EXEC block with its WATCHed keys,
+// must be in one shard, else the reply is Redis Cluster's CROSSSLOT error.
+// The front runs the command on the shard leader: on this node when it
+// leads the shard, otherwise through the leader's internal Redis gRPC
+// service (redis_service.go), following NotLeader hints with the routing
+// client. KEYS and SCAN fan out over every shard.
+//
+// Threads: the redcon serve loop and one goroutine per connection (redcon
+// runs a connection's commands in order, one at a time), all joined by
+// close, which closes the listener and every connection.
+
+// redisVersion is the Redis version the front reports (HELLO, INFO): the
+// command semantics and error texts follow Redis 7.2.
+const redisVersion = "7.2.4"
+
+// redisCmdTimeout bounds one command, forwarding and retries included.
+const redisCmdTimeout = 10 * time.Second
+
+type redisFront struct {
+	n      *Node
+	srv    *redcon.Server
+	ln     net.Listener
+	ctx    context.Context
+	cancel context.CancelFunc
+	served chan struct{} // closed when the serve loop returned
+	conns  sync.WaitGroup
+	ids    atomic.Int64
+
+	cl struct {
+		sync.Mutex
+		c *client.Client // routes to other nodes; made on first use
+	}
+}
+
+// redisConn is one client connection's state.
+type redisConn struct {
+	id    int64
+	proto int
+	name  string
+
+	multi   bool
+	dirty   bool // a command failed to queue: EXEC aborts
+	queued  []fsm.RedisArgv
+	txShard shard.ID
+	txSet   bool // txShard is set (by a queued command or a WATCH)
+
+	watches []fsm.RedisWatch
+}
+
+func (c *redisConn) resetTx() {
+	c.multi, c.dirty, c.queued = false, false, nil
+	c.unwatch()
+}
+
+func (c *redisConn) unwatch() {
+	c.watches = nil
+	c.txSet = false
+}
+
+// startRedis binds addr and serves RESP until close.
+func startRedis(n *Node, addr string) (*redisFront, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: redis listen %s: %w", addr, err)
+	}
+	f := &redisFront{n: n, ln: ln, served: make(chan struct{})}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	f.srv = redcon.NewServerNetwork("tcp", addr, f.handle,
+		func(c redcon.Conn) bool {
+			f.conns.Add(1)
+			c.SetContext(&redisConn{id: f.ids.Add(1), proto: 2})
+			return true
+		},
+		func(c redcon.Conn, err error) { f.conns.Done() })
+	go func() {
+		defer close(f.served)
+		if err := f.srv.Serve(ln); err != nil {
+			n.log.Error("redis front stopped", "err", err)
+		}
+	}()
+	return f, nil
+}
+
+// Addr is the bound address.
+func (f *redisFront) Addr() string { return f.ln.Addr().String() }
+
+// close stops accepting, cancels running commands, closes every
+// connection and waits for their goroutines.
+func (f *redisFront) close() {
+	f.cancel()
+	_ = f.ln.Close() // (Server.Close fails if Serve has not stored ln yet)
+	<-f.served       // the serve loop closes every connection on its way out
+	f.conns.Wait()
+	f.cl.Lock()
+	if f.cl.c != nil {
+		_ = f.cl.c.Close()
+	}
+	f.cl.Unlock()
+}
+
+// RedisAddr returns the address the RESP front is bound to ("" when
+// Config.RedisAddr is empty).
+func (n *Node) RedisAddr() string {
+	if n.redis == nil {
+		return ""
+	}
+	return n.redis.Addr()
+}
+
+func (f *redisFront) handle(c redcon.Conn, cmd redcon.Command) {
+	st := c.Context().(*redisConn)
+	if len(cmd.Args) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, redisCmdTimeout)
+	v, quit := f.dispatch(ctx, st, cmd.Args)
+	cancel()
+	c.WriteRaw(v.Append(nil, st.proto))
+	if quit {
+		_ = c.Close()
+	}
+}
+
+func errReply(s string) resp.Value { return resp.Error(s) }
+
+// dispatch runs one command of a connection and returns its reply; quit
+// asks to close the connection after the reply.
+func (f *redisFront) dispatch(ctx context.Context, st *redisConn, argv [][]byte) (v resp.Value, quit bool) {
+	name := strings.ToLower(string(argv[0]))
+	arity := func(n int) bool { // Redis's arity convention
+		return (n > 0 && len(argv) == n) || (n < 0 && len(argv) >= -n)
+	}
+	switch name {
+	case "quit":
+		return resp.OK, true
+	case "multi":
+		switch {
+		case !arity(1):
+			return resp.WrongArgs(name), false
+		case st.multi:
+			return errReply("ERR MULTI calls can not be nested"), false
+		}
+		st.multi = true
+		return resp.OK, false
+	case "exec":
+		if !arity(1) {
+			return resp.WrongArgs(name), false
+		}
+		if !st.multi {
+			return errReply("ERR EXEC without MULTI"), false
+		}
+		return f.exec(ctx, st), false
+	case "discard":
+		if !arity(1) {
+			return resp.WrongArgs(name), false
+		}
+		if !st.multi {
+			return errReply("ERR DISCARD without MULTI"), false
+		}
+		st.resetTx()
+		return resp.OK, false
+	case "watch":
+		if !arity(-2) {
+			return resp.WrongArgs(name), false
+		}
+		if st.multi {
+			return errReply("ERR WATCH inside MULTI is not allowed"), false
+		}
+		return f.watch(ctx, st, argv[1:]), false
+	case "unwatch":
+		if !arity(1) {
+			return resp.WrongArgs(name), false
+		}
+		if !st.multi {
+			st.unwatch()
+		}
+		return resp.OK, false
+	}
+	if h, ok := redisConnCmds[name]; ok {
+		if st.multi && name != "ping" && name != "echo" {
+			st.dirty = true
+			return errReply("ERR swarmkv: " + strings.ToUpper(name) + " inside MULTI is not supported"), false
+		}
+		if !arity(h.arity) {
+			if st.multi {
+				st.dirty = true
+			}
+			return resp.WrongArgs(name), false
+		}
+		if !st.multi {
+			return h.run(f, ctx, st, argv), false
+		}
+	}
+	return f.command(ctx, st, argv), false
+}
+
+// command runs or queues a state machine command.
+func (f *redisFront) command(ctx context.Context, st *redisConn, argv [][]byte) resp.Value {
+	c := fsm.LookupRedis(argv[0])
+	if c == nil || c.Internal {
+		st.dirty = st.dirty || st.multi
+		return resp.UnknownCommand(argv)
+	}
+	if v := fsm.CheckRedis(argv, f.n.cfg.Limits.MaxValueSize); v != nil {
+		st.dirty = st.dirty || st.multi
+		return *v
+	}
+	id, has, errv := f.shardOfKeys(fsm.RedisKeys(argv))
+	if errv != nil {
+		st.dirty = st.dirty || st.multi
+		return *errv
+	}
+	if st.multi {
+		if has {
+			if st.txSet && st.txShard != id {
+				st.dirty = true
+				return errReply(resp.ErrCrossSlot)
+			}
+			st.txShard, st.txSet = id, true
+		}
+		if len(st.queued) >= fsm.MaxRedisTxCmds {
+			st.dirty = true
+			return errReply("ERR swarmkv: transaction too long")
+		}
+		cp := make(fsm.RedisArgv, len(argv))
+		for i, a := range argv {
+			cp[i] = bytes.Clone(a)
+		}
+		st.queued = append(st.queued, cp)
+		return resp.Queued
+	}
+	if !has { // PING and ECHO are answered by the connection commands
+		return errReply("ERR swarmkv: command without keys")
+	}
+	return f.run(ctx, &redisReq{shard: id, cmds: []fsm.RedisArgv{argv}})
+}
+
+// shardOfKeys returns the one shard of ks (has false when ks is empty),
+// or the CROSSSLOT error reply.
+func (f *redisFront) shardOfKeys(ks [][]byte) (id shard.ID, has bool, errv *resp.Value) {
+	f.n.mu.RLock()
+	smap := f.n.mu.smap
+	f.n.mu.RUnlock()
+	if len(ks) == 0 {
+		return 0, false, nil
+	}
+	if smap == nil {
+		v := errReply("CLUSTERDOWN swarmkv: cluster not bootstrapped yet")
+		return 0, false, &v
+	}
+	for i, k := range ks {
+		s := smap.ShardOf(keys.RedisRoutingKey(k))
+		if i > 0 && s != id {
+			v := errReply(resp.ErrCrossSlot)
+			return 0, false, &v
+		}
+		id = s
+	}
+	return id, true, nil
+}
+
+// watch records the current version of each key; EXEC sends them as
+// guards.
+func (f *redisFront) watch(ctx context.Context, st *redisConn, ks [][]byte) resp.Value {
+	for _, k := range ks {
+		if len(k) > keys.MaxRedisKeyLen {
+			return errReply(fmt.Sprintf("ERR key of %d bytes over swarmkv's limit of %d", len(k), keys.MaxRedisKeyLen))
+		}
+	}
+	id, _, errv := f.shardOfKeys(ks)
+	if errv != nil {
+		return *errv
+	}
+	if st.txSet && st.txShard != id {
+		return errReply(resp.ErrCrossSlot)
+	}
+	if len(st.watches)+len(ks) > fsm.MaxRedisWatches {
+		return errReply("ERR swarmkv: too many watched keys")
+	}
+	argv := append(fsm.RedisArgv{[]byte("swarmkv.versions")}, ks...)
+	v := f.run(ctx, &redisReq{shard: id, cmds: []fsm.RedisArgv{argv}})
+	if v.IsError() {
+		return v
+	}
+	if len(v.Elems) != len(ks) {
+		return errReply("ERR swarmkv: bad versions reply")
+	}
+	for i, k := range ks {
+		st.watches = append(st.watches, fsm.RedisWatch{Key: bytes.Clone(k), Version: uint64(v.Elems[i].Int)})
+	}
+	st.txShard, st.txSet = id, true
+	return resp.OK
+}
+
+// exec runs the queued block: one Raft command on the block's shard.
+func (f *redisFront) exec(ctx context.Context, st *redisConn) resp.Value {
+	defer st.resetTx()
+	if st.dirty {
+		return errReply(resp.ErrExecAbort)
+	}
+	if !st.txSet { // only PING and ECHO, nothing watched: nothing to replicate
+		out := make([]resp.Value, len(st.queued))
+		for i, argv := range st.queued {
+			out[i] = resp.Simple("PONG")
+			if len(argv) == 2 {
+				out[i] = resp.BulkBytes(argv[1])
+			}
+		}
+		return resp.Array(out...)
+	}
+	return f.run(ctx, &redisReq{shard: st.txShard, cmds: st.queued, multi: true, watches: st.watches})
+}
+
+// run executes a request on its shard's leader: locally when this node
+// leads the shard, else through the routing client. Cluster failures
+// become error replies: TRYAGAIN / CLUSTERDOWN when nothing was done
+// (clients retry those), ERR when a write's outcome is unknown.
+func (f *redisFront) run(ctx context.Context, req *redisReq) resp.Value {
+	if r := f.n.localReplica(req.shard); r != nil && r.isLeader() {
+		v, _, err := f.n.redisLocal(ctx, r, req)
+		switch {
+		case err == nil:
+			return v
+		case errors.Is(err, fsm.ErrInvalidCommand):
+			return errReply("ERR " + err.Error())
+		case !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrLeaderNotReady):
+			return clusterErrReply(err)
+		}
+		// Lost leadership before proposing: route like any other node.
+	}
+	c, err := f.client(ctx)
+	if err != nil {
+		return errReply("CLUSTERDOWN swarmkv: " + oneLine(err))
+	}
+	p := &rpc.RedisExecRequest{Shard: uint32(req.shard), Cmds: make([]*rpc.RedisArgv, len(req.cmds)), Multi: req.multi}
+	for i, a := range req.cmds {
+		p.Cmds[i] = &rpc.RedisArgv{Args: a}
+	}
+	for _, w := range req.watches {
+		p.Watches = append(p.Watches, &rpc.RedisWatch{Key: w.Key, Version: w.Version})
+	}
+	idempotent := !req.multi && !fsm.LookupRedis(req.cmds[0][0]).Write
+	v, err := c.RedisExecRequest(ctx, p, idempotent)
+	if err != nil {
+		return clusterErrReply(err)
+	}
+	return v
+}
+
+// client returns the routing client, connecting on first use.
+func (f *redisFront) client(ctx context.Context) (*client.Client, error) {
+	f.cl.Lock()
+	defer f.cl.Unlock()
+	if f.cl.c != nil {
+		return f.cl.c, nil
+	}
+	c, err := client.New(ctx, client.Config{Endpoints: []string{f.n.addrs.GRPCAddr}, Logger: f.n.log})
+	if err != nil {
+		return nil, err
+	}
+	f.cl.c = c
+	return c, nil
+}
+
+// clusterErrReply maps a cluster or client error to an error reply.
+func clusterErrReply(err error) resp.Value {
+	msg := oneLine(err)
+	var nl *client.NotLeaderError
+	switch {
+	case errors.Is(err, ErrOutcomeUnknown), errors.Is(err, client.ErrOutcomeUnknown):
+		return errReply("ERR swarmkv: outcome unknown (leadership changed): " + msg)
+	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrLeaderNotReady), errors.Is(err, client.ErrUnavailable),
+		errors.As(err, &nl), errors.Is(err, context.DeadlineExceeded), errors.Is(err, errNotBootstrapped):
+		return errReply("TRYAGAIN swarmkv: " + msg)
+	case errors.Is(err, ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, client.ErrClosed):
+		return errReply("ERR swarmkv: shutting down")
+	}
+	return errReply("ERR swarmkv: " + msg)
+}
+
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " ") }
+
+// ---- connection and server commands, answered by the front ----
+
+type redisConnCmd struct {
+	arity int
+	run   func(f *redisFront, ctx context.Context, st *redisConn, argv [][]byte) resp.Value
+}
+
+var redisConnCmds map[string]redisConnCmd
+
+func init() {
+	redisConnCmds = map[string]redisConnCmd{
+		"ping": {-1, cmdPing},
+		"echo": {2, func(_ *redisFront, _ context.Context, _ *redisConn, a [][]byte) resp.Value {
+			return resp.BulkBytes(a[1])
+		}},
+		"hello":   {-1, cmdHello},
+		"select":  {2, cmdSelect},
+		"client":  {-2, cmdClient},
+		"command": {-1, cmdCommand},
+		"info":    {-1, cmdInfo},
+		"config":  {-2, cmdConfig},
+		"keys":    {2, cmdKeys},
+		"scan":    {-2, cmdScan},
+		"dbsize":  {1, cmdDBSize},
+	}
+}
+
+func cmdPing(_ *redisFront, _ context.Context, _ *redisConn, a [][]byte) resp.Value {
+	switch len(a) {
+	case 1:
+		return resp.Simple("PONG")
+	case 2:
+		return resp.BulkBytes(a[1])
+	}
+	return resp.WrongArgs("ping")
+}
+
+func cmdHello(f *redisFront, _ context.Context, st *redisConn, a [][]byte) resp.Value {
+	proto := st.proto
+	if len(a) > 1 {
+		n, err := strconv.ParseInt(string(a[1]), 10, 64)
+		if err != nil {
+			return errReply("ERR Protocol version is not an integer or out of range")
+		}
+		if n < 2 || n > 3 {
+			return errReply("NOPROTO unsupported protocol version")
+		}
+		proto = int(n)
+		for i := 2; i < len(a); i++ {
+			switch opt := strings.ToLower(string(a[i])); {
+			case opt == "auth" && i+2 < len(a):
+				i += 2 // no users or passwords: the default user accepts any
+			case opt == "setname" && i+1 < len(a):
+				if !validClientName(a[i+1]) {
+					return errReply("ERR Client names cannot contain spaces, newlines or special characters.")
+				}
+				st.name = string(a[i+1])
+				i++
+			default:
+				return errReply("ERR Syntax error in HELLO option '" + string(a[i]) + "'")
+			}
+		}
+	}
+	st.proto = proto
+	return resp.Map(
+		resp.Bulk("server"), resp.Bulk("redis"),
+		resp.Bulk("version"), resp.Bulk(redisVersion),
+		resp.Bulk("proto"), resp.Int(int64(proto)),
+		resp.Bulk("id"), resp.Int(st.id),
+		resp.Bulk("mode"), resp.Bulk("standalone"),
+		resp.Bulk("role"), resp.Bulk("master"),
+		resp.Bulk("modules"), resp.Array(),
+	)
+}
+
+func validClientName(b []byte) bool {
+	for _, c := range b {
+		if c < '!' || c > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+func cmdSelect(_ *redisFront, _ context.Context, _ *redisConn, a [][]byte) resp.Value {
+	n, err := strconv.ParseInt(string(a[1]), 10, 64)
+	if err != nil {
+		return errReply(resp.ErrNotInteger)
+	}
+	if n != 0 {
+		return errReply("ERR DB index is out of range")
+	}
+	return resp.OK
+}
+
+func cmdClient(_ *redisFront, _ context.Context, st *redisConn, a [][]byte) resp.Value {
+	sub := strings.ToLower(string(a[1]))
+	switch {
+	case sub == "setname" && len(a) == 3:
+		if !validClientName(a[2]) {
+			return errReply("ERR Client names cannot contain spaces, newlines or special characters.")
+		}
+		st.name = string(a[2])
+		return resp.OK
+	case sub == "getname" && len(a) == 2:
+		if st.name == "" {
+			return resp.Null
+		}
+		return resp.Bulk(st.name)
+	case sub == "id" && len(a) == 2:
+		return resp.Int(st.id)
+	case sub == "setinfo" && len(a) == 4:
+		switch strings.ToLower(string(a[2])) {
+		case "lib-name", "lib-ver":
+			return resp.OK
+		}
+		return errReply("ERR Unrecognized option '" + string(a[2]) + "'")
+	case sub == "info" && len(a) == 2:
+		return resp.Bulk(fmt.Sprintf("id=%d name=%s db=0 resp=%d\n", st.id, st.name, st.proto))
+	case sub == "setname" || sub == "getname" || sub == "id" || sub == "setinfo" || sub == "info":
+		return resp.WrongArgs("client|" + sub)
+	}
+	return errReply("ERR unknown subcommand '" + string(a[1]) + "'. Try CLIENT HELP.")
+}
+
+// cmdCommand answers enough of COMMAND for clients to start: COMMAND and
+// COMMAND DOCS with nothing, COMMAND COUNT, COMMAND INFO with nulls.
+func cmdCommand(_ *redisFront, _ context.Context, _ *redisConn, a [][]byte) resp.Value {
+	if len(a) == 1 {
+		return resp.Array()
+	}
+	switch strings.ToLower(string(a[1])) {
+	case "count":
+		return resp.Int(int64(len(redisConnCmds) + 40))
+	case "docs":
+		return resp.Map()
+	case "info":
+		out := make([]resp.Value, len(a)-2)
+		for i := range out {
+			out[i] = resp.NullArray
+		}
+		return resp.Array(out...)
+	}
+	return errReply("ERR unknown subcommand '" + string(a[1]) + "'. Try COMMAND HELP.")
+}
+
+func cmdInfo(f *redisFront, _ context.Context, _ *redisConn, _ [][]byte) resp.Value {
+	_, port, _ := net.SplitHostPort(f.Addr())
+	var b strings.Builder
+	b.WriteString("# Server\r\n")
+	fmt.Fprintf(&b, "redis_version:%s\r\nredis_mode:standalone\r\nserver_name:swarmkv\r\n", redisVersion)
+	fmt.Fprintf(&b, "swarmkv_node:%s\r\nos:%s\r\narch_bits:64\r\nprocess_id:%d\r\ntcp_port:%s\r\n", f.n.cfg.ID, runtime.GOOS, os.Getpid(), port)
+	b.WriteString("\r\n# Replication\r\nrole:master\r\n")
+	return resp.Bulk(b.String())
+}
+
+// cmdConfig answers CONFIG GET for the few parameters tools read
+// (redis-benchmark reads save and appendonly).
+func cmdConfig(_ *redisFront, _ context.Context, _ *redisConn, a [][]byte) resp.Value {
+	if strings.ToLower(string(a[1])) != "get" {
+		return errReply("ERR swarmkv: CONFIG " + strings.ToUpper(string(a[1])) + " is not supported")
+	}
+	if len(a) < 3 {
+		return resp.WrongArgs("config|get")
+	}
+	params := [][2]string{{"appendonly", "no"}, {"databases", "1"}, {"save", ""}}
+	var out []resp.Value
+	for _, p := range params {
+		for _, pat := range a[2:] {
+			if resp.Match(bytes.ToLower(pat), []byte(p[0])) {
+				out = append(out, resp.Bulk(p[0]), resp.Bulk(p[1]))
+				break
+			}
+		}
+	}
+	return resp.Map(out...)
+}
+
+// numShards returns the number of shards, or the error reply.
+func (f *redisFront) numShards() (int, *resp.Value) {
+	f.n.mu.RLock()
+	defer f.n.mu.RUnlock()
+	if f.n.mu.smap == nil {
+		v := errReply("CLUSTERDOWN swarmkv: cluster not bootstrapped yet")
+		return 0, &v
+	}
+	return f.n.mu.smap.NumShards, nil
+}
+
+// fanOut runs argv on every shard in parallel and returns the replies in
+// shard order, or the first error reply.
+func (f *redisFront) fanOut(ctx context.Context, argv fsm.RedisArgv) ([]resp.Value, *resp.Value) {
+	n, errv := f.numShards()
+	if errv != nil {
+		return nil, errv
+	}
+	out := make([]resp.Value, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = f.run(ctx, &redisReq{shard: shard.ID(i), cmds: []fsm.RedisArgv{argv}})
+		}()
+	}
+	wg.Wait()
+	for i := range out {
+		if out[i].IsError() {
+			return nil, &out[i]
+		}
+	}
+	return out, nil
+}
+
+func cmdKeys(f *redisFront, ctx context.Context, _ *redisConn, a [][]byte) resp.Value {
+	replies, errv := f.fanOut(ctx, fsm.RedisArgv{[]byte("keys"), a[1]})
+	if errv != nil {
+		return *errv
+	}
+	var all []resp.Value
+	for _, r := range replies {
+		all = append(all, r.Elems...)
+	}
+	return resp.Array(all...)
+}
+
+func cmdDBSize(f *redisFront, ctx context.Context, _ *redisConn, _ [][]byte) resp.Value {
+	replies, errv := f.fanOut(ctx, fsm.RedisArgv{[]byte("keys"), []byte("*")})
+	if errv != nil {
+		return *errv
+	}
+	n := 0
+	for _, r := range replies {
+		n += len(r.Elems)
+	}
+	return resp.Int(int64(n))
+}
+
+// SCAN cursors: the shard in the top 8 bits, the shard's own cursor (a
+// creation index, below 2^56) in the rest. 0 starts at shard 0 and ends
+// the iteration.
+const scanShardShift = 56
+
+func cmdScan(f *redisFront, ctx context.Context, _ *redisConn, a [][]byte) resp.Value {
+	cursor, err := strconv.ParseUint(string(a[1]), 10, 64)
+	if err != nil {
+		return errReply(resp.ErrInvalidCursor)
+	}
+	if _, errv := fsm.ParseScanOptions(a[2:]); errv != nil {
+		return *errv
+	}
+	n, errv := f.numShards()
+	if errv != nil {
+		return *errv
+	}
+	id := int(cursor >> scanShardShift)
+	local := cursor & (1<<scanShardShift - 1)
+	if id >= n {
+		return errReply(resp.ErrInvalidCursor)
+	}
+	argv := append(fsm.RedisArgv{[]byte("swarmkv.scan"), []byte(strconv.FormatUint(local, 10))}, a[2:]...)
+	v := f.run(ctx, &redisReq{shard: shard.ID(id), cmds: []fsm.RedisArgv{argv}})
+	if v.IsError() {
+		return v
+	}
+	if len(v.Elems) != 2 {
+		return errReply("ERR swarmkv: bad scan reply")
+	}
+	next, err := strconv.ParseUint(v.Elems[0].String(), 10, 64)
+	if err != nil || next >= 1<<scanShardShift {
+		return errReply("ERR swarmkv: bad scan cursor from shard")
+	}
+	switch {
+	case next != 0:
+		next |= uint64(id) << scanShardShift
+	case id+1 < n:
+		next = uint64(id+1) << scanShardShift
+	}
+	return resp.Array(resp.Bulk(strconv.FormatUint(next, 10)), v.Elems[1])
+}

@@ -1,0 +1,133 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/resp"
+	"github.com/swarmkv/swarmkv/rpc"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// redisServer implements the internal Redis gRPC service (rpc/redis.proto)
+// on the shard leader: it checks the commands (Redis's error replies for
+// bad ones, nothing proposed), checks that every key routes to the
+// request's shard, then runs the request on the local replica. A node
+// that does not lead the shard answers NotLeader, so callers (the RESP
+// fronts of other nodes, the Go client) follow the hint.
+type redisServer struct {
+	rpc.UnimplementedRedisServer
+	*server
+}
+
+var _ rpc.RedisServer = (*redisServer)(nil)
+
+// redisReq is one request: one command, or a MULTI/EXEC block with its
+// watches.
+type redisReq struct {
+	shard   shard.ID
+	cmds    []fsm.RedisArgv
+	multi   bool
+	watches []fsm.RedisWatch
+}
+
+func (s *redisServer) Exec(ctx context.Context, p *rpc.RedisExecRequest) (*rpc.RedisExecResponse, error) {
+	req := redisReq{shard: shard.ID(p.GetShard()), multi: p.GetMulti()}
+	for _, a := range p.GetCmds() {
+		req.cmds = append(req.cmds, a.GetArgs())
+	}
+	for _, w := range p.GetWatches() {
+		req.watches = append(req.watches, fsm.RedisWatch{Key: w.GetKey(), Version: w.GetVersion()})
+	}
+	if v := s.node.checkRedisReq(&req); v != nil {
+		return &rpc.RedisExecResponse{Reply: rpc.ReplyToProto(*v)}, nil
+	}
+	r := s.node.localReplica(req.shard)
+	if r == nil {
+		return nil, s.notLeader(req.shard)
+	}
+	v, index, err := s.node.redisLocal(ctx, r, &req)
+	if errors.Is(err, fsm.ErrInvalidCommand) {
+		v, err = resp.Error("ERR "+err.Error()), nil
+	}
+	if err != nil {
+		return nil, s.statusErr(req.shard, err)
+	}
+	return &rpc.RedisExecResponse{Reply: rpc.ReplyToProto(v), Index: index}, nil
+}
+
+// checkRedisReq validates a request as the state machine will (so a bad
+// one costs no Raft round) and checks that its keys route to its shard
+// under this node's map. It returns the error reply, or nil.
+func (n *Node) checkRedisReq(req *redisReq) *resp.Value {
+	errv := func(s string) *resp.Value { v := resp.Error(s); return &v }
+	switch {
+	case !req.multi && (len(req.cmds) != 1 || len(req.watches) > 0):
+		return errv("ERR swarmkv: a request without multi carries exactly one command and no watches")
+	case len(req.cmds) > fsm.MaxRedisTxCmds:
+		return errv("ERR swarmkv: transaction too long")
+	case len(req.watches) > fsm.MaxRedisWatches:
+		return errv("ERR swarmkv: too many watched keys")
+	}
+	var ks [][]byte
+	for _, argv := range req.cmds {
+		if v := fsm.CheckRedis(argv, n.cfg.Limits.MaxValueSize); v != nil {
+			return v
+		}
+		if c := fsm.LookupRedis(argv[0]); req.multi && (c.ShardLocal || c.Internal) {
+			return errv("ERR swarmkv: " + c.Name + " is not allowed in MULTI")
+		}
+		ks = append(ks, fsm.RedisKeys(argv)...)
+	}
+	for _, w := range req.watches {
+		if len(w.Key) > keys.MaxRedisKeyLen {
+			return errv("ERR swarmkv: watched key too long")
+		}
+		ks = append(ks, w.Key)
+	}
+	n.mu.RLock()
+	smap := n.mu.smap
+	n.mu.RUnlock()
+	if smap == nil {
+		return errv("CLUSTERDOWN swarmkv: cluster not bootstrapped yet")
+	}
+	if int(req.shard) >= smap.NumShards {
+		return errv("ERR swarmkv: no such shard")
+	}
+	for _, k := range ks {
+		if smap.ShardOf(keys.RedisRoutingKey(k)) != req.shard {
+			return errv(resp.ErrCrossSlot)
+		}
+	}
+	return nil
+}
+
+// redisLocal runs a checked request on replica r, which must lead its
+// shard: a block or a write is proposed (one log entry), a single read is
+// answered from the state machine after the read barrier. index is the
+// entry's log index (0 for reads).
+func (n *Node) redisLocal(ctx context.Context, r *replica, req *redisReq) (resp.Value, uint64, error) {
+	if req.multi || fsm.LookupRedis(req.cmds[0][0]).Write {
+		op := fsm.OpRedis
+		if req.multi {
+			op = fsm.OpRedisMulti
+		}
+		res, err := r.propose(ctx, &fsm.Command{Op: op, Redis: &fsm.RedisTx{Cmds: req.cmds, Watch: req.watches}})
+		if err != nil {
+			return resp.Value{}, 0, err
+		}
+		return *res.Reply, res.Index, nil
+	}
+	if err := r.readBarrier(ctx); err != nil {
+		return resp.Value{}, 0, err
+	}
+	v, err := r.fsm.RedisRead(req.cmds[0])
+	return v, 0, err
+}
+
+// isLeader reports whether r is its shard's leader right now.
+func (r *replica) isLeader() bool { return r.raft.State() == raft.Leader }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts (up) or stops (down) an N-node swarmkv cluster on loopback, the one
 # docs/performance.md measures against. Ports: node i uses 127.0.0.1:<i>7100
-# (gRPC), <i>7101 (Raft), <i>7102 (HTTP), <i>7103 (gossip).
+# (gRPC), <i>7101 (Raft), <i>7102 (HTTP), <i>7103 (gossip), <i>7104 (Redis
+# protocol front).
 #   scripts/loopback-cluster.sh up [nodes] [shards] [data-dir]
 #   scripts/loopback-cluster.sh add <i> [data-dir]   start node i, which waits
 #       to be admitted: then run `swarmnode join n<i> --admin 127.0.0.1:17102`
@@ -18,6 +19,7 @@ up)
     "$bin" serve --id "n$i" --data-dir "$dir/n$i" \
       --grpc-addr "127.0.0.1:${i}7100" --raft-addr "127.0.0.1:${i}7101" \
       --http-addr "127.0.0.1:${i}7102" --gossip-addr "127.0.0.1:${i}7103" \
+      --redis-addr "127.0.0.1:${i}7104" \
       --join "$join" --bootstrap-expect "$n" --shards "$shards" ${SWARM_EXTRA_FLAGS:-} >"$dir/n$i.log" 2>&1 &
     echo $! >>"$dir/pids"
   done

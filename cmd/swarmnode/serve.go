@@ -36,6 +36,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.GRPCAdvertise, "grpc-advertise", "", "gRPC address given to clients (default: grpc-addr)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:7102", "HTTP address of the admin API, /healthz, /readyz, /metrics and /debug/pprof (empty: off)")
 	fs.StringVar(&cfg.GossipAddr, "gossip-addr", "127.0.0.1:7103", "memberlist gossip address (TCP and UDP)")
+	// The RESP front is off for `serve` unless asked for; the no-argument
+	// embedded node (run passes nil args) serves it on 127.0.0.1:7104.
+	redisDefault := ""
+	if args == nil {
+		redisDefault = "127.0.0.1:7104"
+	}
+	fs.StringVar(&cfg.RedisAddr, "redis-addr", redisDefault, "Redis protocol (RESP2/RESP3) address of the asset catalogue front (empty: off; default off for serve, 127.0.0.1:7104 for the no-argument node)")
 	fs.StringVar(&cfg.GossipAdvertise, "gossip-advertise", "", "gossip address peers use (default: gossip-addr)")
 	fs.StringVar(&join, "join", "", "comma-separated gossip addresses of nodes to join")
 	fs.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "number of nodes that bootstrap the cluster together (0: 1 without --join; with --join, wait to be admitted by `swarmnode join`)")
@@ -93,8 +100,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	a := node.Addrs()
-	fmt.Fprintf(stdout, "swarmnode %s: node %s serving\n  grpc   %s\n  http   %s\n  raft   %s\n  gossip %s\n  data   %s\n",
-		version, cfg.ID, a.GRPCAddr, a.HTTPAddr, a.RaftAddr, a.GossipAddr, cfg.DataDir)
+	fmt.Fprintf(stdout, "swarmnode %s: node %s serving\n  grpc   %s\n  http   %s\n  raft   %s\n  gossip %s\n  redis  %s\n  data   %s\n",
+		version, cfg.ID, a.GRPCAddr, a.HTTPAddr, a.RaftAddr, a.GossipAddr, node.RedisAddr(), cfg.DataDir)
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "swarmnode: shutting down")
 	return node.Close()

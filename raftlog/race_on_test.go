@@ -1,0 +1,5 @@
+//go:build race
+
+package raftlog
+
+const raceEnabled = true

@@ -1,0 +1,232 @@
+package raftlog
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+var (
+	// ErrKeyNotFound is returned by Get and GetUint64 for a missing key. Its
+	// message is exactly "not found": hashicorp/raft tells a missing key
+	// from a failure by comparing err.Error() with that string (as
+	// raft-boltdb's ErrKeyNotFound).
+	ErrKeyNotFound = errors.New("not found")
+	// ErrClosed is returned by every operation after Store.Close.
+	ErrClosed = errors.New("raftlog: closed")
+)
+
+// Options configures a Store.
+type Options struct {
+	// Dir is the Pebble directory; created if missing. Required.
+	Dir string
+	// Cache is the block cache; nil gives the store a private 8 MiB cache.
+	// Log reads are rare (hashicorp/raft's LogCache serves recent entries),
+	// so a node passes its shared cache.
+	Cache *pebble.Cache
+	// MemTableSize is Pebble's memtable size in bytes. Default 32 MiB.
+	// Entries are usually deleted (after a snapshot) before a second
+	// memtable flush.
+	MemTableSize uint64
+	// FS is the file system; nil means the OS's. Tests inject crashable
+	// in-memory file systems.
+	FS vfs.FS
+	// Logger receives Pebble's logs (at debug level) and errors; default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+const (
+	defaultMemTableSize = 32 << 20
+	privateCacheSize    = 8 << 20
+)
+
+// Store holds the Raft logs and stable stores of many groups in one Pebble
+// database. It is safe for concurrent use.
+type Store struct {
+	db     *pebble.DB
+	log    *slog.Logger
+	closed atomic.Bool
+
+	mu struct {
+		sync.Mutex
+		groups map[uint32]*Group
+	}
+}
+
+// Open opens (or creates) the store in opts.Dir.
+func Open(opts Options) (*Store, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("raftlog: Options.Dir is empty")
+	}
+	if opts.MemTableSize == 0 {
+		opts.MemTableSize = defaultMemTableSize
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	log := opts.Logger.With("component", "raftlog")
+	po := &pebble.Options{
+		Cache:              opts.Cache,
+		MemTableSize:       opts.MemTableSize,
+		FS:                 opts.FS,
+		FormatMajorVersion: pebble.FormatNewest,
+		Logger:             pebbleLogger{log},
+	}
+	if opts.Cache == nil {
+		po.CacheSize = privateCacheSize
+	}
+	db, err := pebble.Open(opts.Dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: open %s: %w", opts.Dir, err)
+	}
+	s := &Store{db: db, log: log}
+	s.mu.groups = make(map[uint32]*Group)
+	return s, nil
+}
+
+// Close closes the database. Every group's Raft instance must be shut down
+// first. Idempotent.
+func (s *Store) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	return s.db.Close()
+}
+
+// Group returns the log and stable store of group id (the same handle on
+// every call), loading its first and last index on the first call.
+func (s *Store) Group(id uint32) (*Group, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g, ok := s.mu.groups[id]; ok {
+		return g, nil
+	}
+	g := &Group{s: s, id: id}
+	first, last, err := s.bounds(id, 0, math.MaxUint64)
+	if err != nil {
+		return nil, err
+	}
+	g.mu.first, g.mu.last = first, last
+	s.mu.groups[id] = g
+	return g, nil
+}
+
+// Groups returns the ids of every group with state in the store (log
+// entries or stable keys), in increasing order.
+func (s *Store) Groups() ([]uint32, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return nil, err
+	}
+	var ids []uint32
+	for valid := it.First(); valid; {
+		k := it.Key()
+		if len(k) < 5 {
+			valid = it.Next()
+			continue
+		}
+		id := uint32(k[0])<<24 | uint32(k[1])<<16 | uint32(k[2])<<8 | uint32(k[3])
+		ids = append(ids, id)
+		if id == math.MaxUint32 {
+			break
+		}
+		_, next := groupBounds(id, 0)
+		valid = it.SeekGE(next)
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// DropGroup deletes every log entry and stable key of group id, durably
+// (one synced range deletion). The group's Raft instance must be shut
+// down; a handle from Group stays usable and sees an empty group.
+func (s *Store) DropGroup(id uint32) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	s.mu.Lock()
+	g := s.mu.groups[id]
+	s.mu.Unlock()
+	if g != nil {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+	}
+	lo, hi := groupBounds(id, 0)
+	if err := s.db.DeleteRange(lo, hi, pebble.Sync); err != nil {
+		return fmt.Errorf("raftlog: drop group %d: %w", id, err)
+	}
+	if g != nil {
+		g.mu.first, g.mu.last = 0, 0
+	}
+	return nil
+}
+
+// bounds returns the lowest and highest index of group id's entries within
+// [min, max] (0, 0 if none).
+func (s *Store) bounds(id uint32, min, max uint64) (first, last uint64, err error) {
+	lo := logKey(nil, id, min)
+	var hi []byte
+	if max == math.MaxUint64 {
+		_, hi = groupBounds(id, tagLog)
+	} else {
+		hi = logKey(nil, id, max+1)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return 0, 0, err
+	}
+	if it.First() {
+		first = indexOf(it.Key())
+		if it.Last() {
+			last = indexOf(it.Key())
+		}
+	}
+	if err := it.Close(); err != nil {
+		return 0, 0, fmt.Errorf("raftlog: group %d: %w", id, err)
+	}
+	return first, last, nil
+}
+
+func indexOf(key []byte) uint64 {
+	k := key[5:13]
+	return uint64(k[0])<<56 | uint64(k[1])<<48 | uint64(k[2])<<40 | uint64(k[3])<<32 |
+		uint64(k[4])<<24 | uint64(k[5])<<16 | uint64(k[6])<<8 | uint64(k[7])
+}
+
+// Metrics returns Pebble's metrics of the store.
+func (s *Store) Metrics() *pebble.Metrics { return s.db.Metrics() }
+
+// pebbleLogger adapts slog to pebble.Logger.
+type pebbleLogger struct{ log *slog.Logger }
+
+func (l pebbleLogger) Infof(format string, args ...interface{}) {
+	l.log.Debug(fmt.Sprintf(format, args...))
+}
+
+func (l pebbleLogger) Errorf(format string, args ...interface{}) {
+	l.log.Error(fmt.Sprintf(format, args...))
+}
+
+// Fatalf is called by Pebble on an unrecoverable storage error (a failed
+// WAL write or sync); Pebble does not expect it to return. It panics rather
+// than exit, so the caller's recovery and shutdown still run.
+func (l pebbleLogger) Fatalf(format string, args ...interface{}) {
+	msg := fmt.Sprintf(format, args...)
+	l.log.Error("pebble fatal: " + msg)
+	panic("pebble fatal: " + msg)
+}

@@ -30,6 +30,11 @@
 //	bots_by_pool           0x32    len(pool_id) u8, pool_id, agent_id         empty (index)
 //	runners                0x33    runner_id (1..128)                         Runner (CBOR)
 //	guild_settings         0x34    guild_id (1..128)                          GuildSettings (CBOR)
+//	redis_keys             0x40    key (0..1024)                              RedisMeta (binary)
+//	redis_scan             0x41    created u64 BE, key                        empty (index)
+//	redis_hash             0x42    len(key) u16 BE, key, field                field value
+//	redis_set              0x43    len(key) u16 BE, key, member               empty
+//	redis_list             0x44    len(key) u16 BE, key, pos u64 (int64^2^63) element
 //
 // Total key lengths: agents 65, agents_by_status 66, sessions 17,
 // sessions_by_agent 49, users 33, agent_owners 33, accounts 17, transactions 17,
@@ -54,6 +59,16 @@
 //     so the keys of routing key "ab" never interleave with those of routing
 //     key "a" (whose user keys may start with "b"): the encoded prefixes differ
 //     in the length field.
+//
+// The Redis tables (seed 002, served over RESP) keep one Pebble key per
+// hash field, set member and list element, under the Redis key's
+// length-prefixed name, so HGET, SISMEMBER and LINDEX are point lookups and
+// HSET of one field writes one key plus the key's RedisMeta record (type,
+// version = log index of the last change, creation index, count or list
+// head/tail; a string's value rides in the record). A Redis key routes by
+// RedisRoutingKey: the bytes inside its first non-empty "{...}", else the
+// text before its first ':' (the whole key without one), so every asset:*
+// key of the seed lives in the shard of "asset".
 //
 // Decoders check the table byte and the exact length and return an error
 // wrapping ErrMalformed otherwise. Whatever a decoder accepts re-encodes to

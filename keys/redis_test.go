@@ -111,7 +111,7 @@ func TestRedisDecodersRejectMalformed(t *testing.T) {
 	}
 }
 
-func second[A any](_ A, err error) error       { return err }
+func second[A any](_ A, err error) error        { return err }
 func third[A, B any](_ A, _ B, err error) error { return err }
 
 func FuzzDecodeRedisKey(f *testing.F) {

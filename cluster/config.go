@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/raftlog"
 	"github.com/swarmkv/swarmkv/secrets"
 	"github.com/swarmkv/swarmkv/shard"
 )
@@ -108,6 +109,16 @@ type Config struct {
 	BlockCacheSize int64
 	// MemTableSize is each replica's Pebble memtable size. Default 4 MiB.
 	MemTableSize uint64
+	// LogStore selects the Raft log and stable store: "pebble" (default),
+	// one raftlog.Store (<data-dir>/raftlog) shared by every local Raft
+	// group, so concurrent appends of all groups share WAL fsyncs; or
+	// "bolt", one raft-boltdb file per replica (shards/NNN/raft.db).
+	// Both fsync every append before it counts. A data dir keeps the store
+	// it was created with: a node refuses to start with the other one.
+	LogStore string
+	// logStore is the shared Raft log store New opens when LogStore is
+	// "pebble" (nil with "bolt"); every replica's Raft group uses it.
+	logStore *raftlog.Store
 
 	// TokenKeys seals and opens the agent pools' bot tokens (seed 004;
 	// package secrets): tokens are encrypted with its active key before a
@@ -136,6 +147,12 @@ type Config struct {
 	// the version check); 0 means ProtocolVersion.
 	protocolVersion int
 }
+
+// Config.LogStore values.
+const (
+	LogStorePebble = "pebble"
+	LogStoreBolt   = "bolt"
+)
 
 // Upper bounds of the configurable request limits.
 const (
@@ -206,6 +223,9 @@ func (c Config) WithDefaults() Config {
 	if c.MemTableSize == 0 {
 		c.MemTableSize = 4 << 20
 	}
+	if c.LogStore == "" {
+		c.LogStore = LogStorePebble
+	}
 	if c.Dial == nil {
 		d := &net.Dialer{}
 		c.Dial = d.DialContext
@@ -271,6 +291,9 @@ func (c Config) Validate() error {
 	}
 	if l := c.Limits; l.MaxKeySize > maxKeySizeLimit || l.MaxValueSize > maxValueSizeLimit || l.MaxBatchOps > maxBatchOpsLimit {
 		return bad("limits %+v: keys at most %d bytes, values %d, batches %d ops", l, maxKeySizeLimit, maxValueSizeLimit, maxBatchOpsLimit)
+	}
+	if c.LogStore != LogStorePebble && c.LogStore != LogStoreBolt {
+		return bad("log store %q: want %s or %s", c.LogStore, LogStorePebble, LogStoreBolt)
 	}
 	if c.MaxScanPage < 1 {
 		return bad("max scan page %d: want >= 1", c.MaxScanPage)

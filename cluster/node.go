@@ -102,6 +102,9 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("cluster: data dir: %w", err)
 	}
 	n.cache = pebble.NewCache(cfg.BlockCacheSize)
+	if n.cfg.logStore, err = openLogStore(n.cfg, n.cache); err != nil { // shared by every replica; closed after them
+		return nil, err
+	}
 
 	raftLn, err := net.Listen("tcp", cfg.RaftAddr)
 	if err != nil {
@@ -571,6 +574,9 @@ func (n *Node) Close() error {
 			}()
 		}
 		wg.Wait()
+		if n.cfg.logStore != nil { // after every replica (r.close leaves it open)
+			n.closeErr = errors.Join(n.closeErr, n.cfg.logStore.Close())
+		}
 		if n.mux != nil {
 			n.mux.Close()
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/raftlog"
 	"github.com/swarmkv/swarmkv/shard"
 )
 
@@ -37,7 +39,8 @@ var (
 )
 
 // replica is one local member of a shard's Raft group: its Raft instance,
-// log store (raft-boltdb), snapshot store and Pebble state machine.
+// log and stable store (a group of the node's shared raftlog.Store, or its
+// own raft-boltdb file), snapshot store and Pebble state machine.
 //
 // Threads: raft runs its own goroutines; the replica adds a leadership
 // watcher (consumes NotifyCh, runs a barrier on each new leadership) and a
@@ -49,7 +52,7 @@ type replica struct {
 	fsm    *fsm.FSM
 	raft   *raft.Raft
 	trans  *raft.NetworkTransport
-	bolt   *raftboltdb.BoltStore
+	bolt   *raftboltdb.BoltStore // LogStore "bolt" only; closed by close
 	notify chan bool
 
 	// readyTerm is the term in which this replica, as leader, has applied
@@ -76,7 +79,7 @@ type readResult struct {
 
 type replicaConfig struct {
 	id        shard.ID
-	dir       string // the replica's folder: raft.db, snapshots/, pebble/
+	dir       string // the replica's folder: snapshots/, pebble/ (and raft.db with LogStore "bolt")
 	localID   string
 	layer     raft.StreamLayer
 	cache     *pebble.Cache
@@ -93,6 +96,8 @@ type replicaConfig struct {
 
 func openReplica(rc replicaConfig) (_ *replica, err error) {
 	log := rc.node.Logger.With("shard", uint32(rc.id))
+	_, statErr := os.Stat(rc.dir)
+	fresh := errors.Is(statErr, fs.ErrNotExist)
 	if err := os.MkdirAll(rc.dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -120,14 +125,25 @@ func openReplica(rc replicaConfig) (_ *replica, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: state machine: %w", rc.id, err)
 	}
-	r.bolt, err = raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(rc.dir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: 2 * time.Second},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("shard %d: raft log %s: %w (is another swarmnode using this data dir?)", rc.id, filepath.Join(rc.dir, "raft.db"), err)
+	var store raft.LogStore
+	var stable raft.StableStore
+	if shared := rc.node.logStore; shared != nil {
+		g, err := openGroupLog(shared, rc.id, rc.dir, fresh)
+		if err != nil {
+			return nil, err
+		}
+		store, stable = g, g
+	} else {
+		r.bolt, err = raftboltdb.New(raftboltdb.Options{
+			Path:        filepath.Join(rc.dir, "raft.db"),
+			BoltOptions: &bbolt.Options{Timeout: 2 * time.Second},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("shard %d: raft log %s: %w (is another swarmnode using this data dir?)", rc.id, filepath.Join(rc.dir, "raft.db"), err)
+		}
+		store, stable = r.bolt, r.bolt
 	}
-	logs, err := raft.NewLogCache(1024, r.bolt)
+	logs, err := raft.NewLogCache(1024, store)
 	if err != nil {
 		return nil, err
 	}
@@ -157,20 +173,20 @@ func openReplica(rc replicaConfig) (_ *replica, err error) {
 	}
 
 	if rc.bootstrap {
-		has, err := raft.HasExistingState(logs, r.bolt, snaps)
+		has, err := raft.HasExistingState(logs, stable, snaps)
 		if err != nil {
 			r.trans.Close()
 			return nil, err
 		}
 		if !has {
 			log.Info("bootstrapping shard", "voters", len(rc.voters))
-			if err := raft.BootstrapCluster(c, logs, r.bolt, snaps, r.trans, raft.Configuration{Servers: rc.voters}); err != nil {
+			if err := raft.BootstrapCluster(c, logs, stable, snaps, r.trans, raft.Configuration{Servers: rc.voters}); err != nil {
 				r.trans.Close()
 				return nil, fmt.Errorf("shard %d: bootstrap: %w", rc.id, err)
 			}
 		}
 	}
-	r.raft, err = raft.NewRaft(c, r.fsm, logs, r.bolt, snaps, r.trans)
+	r.raft, err = raft.NewRaft(c, r.fsm, logs, stable, snaps, r.trans)
 	if err != nil {
 		r.trans.Close()
 		return nil, fmt.Errorf("shard %d: %w", rc.id, err)
@@ -179,6 +195,58 @@ func openReplica(rc replicaConfig) (_ *replica, err error) {
 	go r.watchLeadership()
 	go r.readLoop()
 	return r, nil
+}
+
+// openLogStore opens the node's shared Raft log store in
+// <data-dir>/raftlog when c.LogStore is "pebble" (nil, nil with "bolt"). A
+// data dir written with the other store is refused: a replica that came up
+// with an empty log would have lost the entries it acknowledged.
+func openLogStore(c Config, cache *pebble.Cache) (*raftlog.Store, error) {
+	dir := filepath.Join(c.DataDir, "raftlog")
+	if c.LogStore == LogStoreBolt {
+		if _, err := os.Stat(dir); err == nil {
+			return nil, fmt.Errorf("cluster: %s holds a pebble Raft log store; start with log store %q", dir, LogStorePebble)
+		}
+		return nil, nil
+	}
+	s, err := raftlog.Open(raftlog.Options{Dir: dir, Cache: cache, Logger: c.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: raft log store: %w (is another swarmnode using this data dir?)", err)
+	}
+	return s, nil
+}
+
+// openGroupLog returns shard id's group of the shared log store. A replica
+// folder that did not exist (fresh) means the replica is new on this node,
+// or was deleted when it moved away: any log state left in the shared
+// store under its id is stale (its snapshots and state machine are gone)
+// and is dropped first. A folder with a raft-boltdb log is refused.
+func openGroupLog(s *raftlog.Store, id shard.ID, dir string, fresh bool) (*raftlog.Group, error) {
+	if _, err := os.Stat(filepath.Join(dir, "raft.db")); err == nil {
+		return nil, fmt.Errorf("shard %d: %s holds a raft-boltdb log; start with log store %q", id, dir, LogStoreBolt)
+	}
+	if fresh {
+		if err := s.DropGroup(uint32(id)); err != nil {
+			return nil, fmt.Errorf("shard %d: %w", id, err)
+		}
+	}
+	g, err := s.Group(uint32(id))
+	if err != nil {
+		return nil, fmt.Errorf("shard %d: %w", id, err)
+	}
+	return g, nil
+}
+
+// dropReplicaLog deletes the Raft log and stable state of shard id's
+// replica from the node's shared log store (nothing with LogStore "bolt",
+// whose raft.db lives in the replica's folder). Call it once the replica
+// is closed, when it is removed from this node, before deleting its
+// folder.
+func (n *Node) dropReplicaLog(id shard.ID) error {
+	if n.cfg.logStore == nil {
+		return nil
+	}
+	return n.cfg.logStore.DropGroup(uint32(id))
 }
 
 // raftConfig is the hashicorp/raft configuration of a replica of this node.

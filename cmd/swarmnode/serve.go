@@ -50,6 +50,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.Shards, "shards", 8, "number of shards (Raft groups), fixed at bootstrap")
 	fs.IntVar(&cfg.ReplicationFactor, "replication-factor", 3, "voters per shard (fewer when the cluster is smaller)")
 	fs.IntVar(&maxValue, "max-value-size", 1<<20, "largest value accepted, in bytes")
+	fs.StringVar(&cfg.LogStore, "log-store", cluster.LogStorePebble, "Raft log store: pebble (one per node, shared by every shard) or bolt (raft-boltdb per replica); a data dir keeps the one it was created with")
 	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
 	fs.DurationVar(&snapEvery, "snapshot-interval", 30*time.Second, "how often replicas check the snapshot threshold")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", time.Second, "Raft heartbeat timeout")

@@ -110,6 +110,14 @@ func (d *Docker) Endpoints() []string {
 	return eps
 }
 
+func (d *Docker) AdminAddrs() []string {
+	var out []string
+	for _, n := range d.cfg.Nodes {
+		out = append(out, fmt.Sprintf("127.0.0.1:%d%d102", d.port[n], d.cfg.PortDigit))
+	}
+	return out
+}
+
 func (d *Docker) Ready(ctx context.Context, node string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%d102/readyz", d.port[node], d.cfg.PortDigit), nil)
 	if err != nil {

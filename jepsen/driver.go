@@ -21,6 +21,8 @@ type Driver interface {
 	Nodes() []string
 	// Endpoints returns the gRPC addresses clients use.
 	Endpoints() []string
+	// AdminAddrs returns the nodes' HTTP addresses (health, admin API).
+	AdminAddrs() []string
 	// Ready reports whether node serves (every local shard has a leader).
 	Ready(ctx context.Context, node string) error
 

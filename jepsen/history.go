@@ -31,8 +31,8 @@ const (
 // Op is one operation of a history: its invocation and completion.
 // Times are nanoseconds since the start of the run on the monotonic clock.
 type Op struct {
-	Index    int     `json:"index"`
-	Workload string  `json:"workload"`
+	Index    int    `json:"index"`
+	Workload string `json:"workload"`
 	// Process is the logical client. After an indeterminate (info)
 	// operation its worker continues as a new process, as in Jepsen, so a
 	// process never has two operations in flight.

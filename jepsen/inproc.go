@@ -63,7 +63,7 @@ func NewInProc(ctx context.Context, cfg InProcConfig) (*InProc, error) {
 	d.mu.paused = map[string]bool{}
 	for i := range cfg.Nodes {
 		name := fmt.Sprintf("n%d", i+1)
-		var addrs [3]string
+		var addrs [4]string
 		for j := range addrs {
 			a, err := freePort()
 			if err != nil {
@@ -77,6 +77,7 @@ func NewInProc(ctx context.Context, cfg InProcConfig) (*InProc, error) {
 			RaftAddr:           addrs[0],
 			GRPCAddr:           addrs[1],
 			GossipAddr:         addrs[2],
+			HTTPAddr:           addrs[3],
 			BootstrapExpect:    cfg.Nodes,
 			Shards:             cfg.Shards,
 			HeartbeatTimeout:   200 * time.Millisecond,
@@ -130,6 +131,14 @@ func (d *InProc) Endpoints() []string {
 		eps = append(eps, c.GRPCAddr)
 	}
 	return eps
+}
+
+func (d *InProc) AdminAddrs() []string {
+	var out []string
+	for _, c := range d.cfgs {
+		out = append(out, c.HTTPAddr)
+	}
+	return out
 }
 
 func (d *InProc) cfg(node string) (cluster.Config, error) {

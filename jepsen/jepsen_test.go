@@ -186,7 +186,7 @@ func runInProc(t *testing.T, nemeses string, d time.Duration) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "report")
-	res, err := Run(ctx, Config{Driver: drv, Connect: ClientConnect(drv.Endpoints(), time.Second),
+	res, err := Run(ctx, Config{Driver: drv, Connect: ClientConnect(drv.Endpoints(), time.Second, false),
 		Workloads: allWorkloads(t, "inproc"), Nemeses: nems, Duration: d,
 		Interval: 500 * time.Millisecond, FaultDuration: 1500 * time.Millisecond,
 		WorkersPerWorkload: 3, OpTimeout: 3 * time.Second, Seed: 7, OutDir: out})

@@ -245,10 +245,12 @@ func schedule(ctx context.Context, cfg Config, rec *Recorder) ([]Fault, []string
 	stopCtx := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.Background(), time.Minute)
 	}
+	skipSleep := false
 	for i := 0; len(nems) > 0; i++ {
-		if !sleep(cfg.Interval) {
+		if !skipSleep && !sleep(cfg.Interval) {
 			break
 		}
+		skipSleep = false
 		n := nems[i%len(nems)]
 		f := Fault{Nemesis: n.Name(), Start: rec.Now()}
 		sctx, cancel := stopCtx()
@@ -260,6 +262,7 @@ func schedule(ctx context.Context, cfg Config, rec *Recorder) ([]Fault, []string
 			skipped = append(skipped, n.Name())
 			nems = slices_delete(nems, i%len(nems))
 			i--
+			skipSleep = true
 			sctx, cancel := stopCtx()
 			_ = n.Stop(sctx, env)
 			cancel()
@@ -275,6 +278,9 @@ func schedule(ctx context.Context, cfg Config, rec *Recorder) ([]Fault, []string
 			f.Error = strings.TrimPrefix(f.Error+"; stop: "+err.Error(), "; ")
 		}
 		cancel()
+		if r, ok := n.(interface{ Result() string }); ok {
+			f.Description += "; " + r.Result()
+		}
 		f.End = rec.Now()
 		faults = append(faults, f)
 	}

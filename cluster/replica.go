@@ -409,10 +409,21 @@ func (r *replica) readBarrier(ctx context.Context) error {
 
 // apply proposes cmd and waits for its result. It returns ErrNotLeader when
 // the replica is not leader (nothing proposed), ErrOutcomeUnknown when
-// leadership was lost after proposing, or the context's error.
+// leadership was lost after proposing, or the context's error if it ends
+// before the proposal is handed to Raft.
+//
+// Once handed to Raft, a proposal cannot be withdrawn, and apply waits for
+// its outcome on the calling goroutine (no goroutine per call, which cost a
+// spawn and an extra wake-up on every write): Raft resolves every future,
+// when the entry is applied, when leadership is lost (at the latest one
+// LeaderLeaseTimeout after the leader stops hearing from a quorum), or on
+// shutdown. So the wait is bounded even if ctx is not.
 func (r *replica) apply(ctx context.Context, data []byte) (*fsm.Result, error) {
 	if r.raft.State() != raft.Leader {
 		return nil, ErrNotLeader
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	timeout := 10 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
@@ -422,14 +433,7 @@ func (r *replica) apply(ctx context.Context, data []byte) (*fsm.Result, error) {
 		}
 	}
 	f := r.raft.Apply(data, timeout)
-	errc := make(chan error, 1)
-	go func() { errc <- f.Error() }()
-	var err error
-	select {
-	case err = <-errc:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	err := f.Error()
 	switch {
 	case err == nil:
 	case errors.Is(err, raft.ErrNotLeader):

@@ -33,6 +33,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,7 +43,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
@@ -53,9 +53,16 @@ type Config struct {
 	// Endpoints are gRPC addresses (host:port) of one or more nodes; the
 	// client learns the rest from the cluster map.
 	Endpoints []string
-	// DialOptions are added to every connection; default insecure
-	// transport credentials.
+	// DialOptions are added to every connection, after the transport
+	// credentials made from TLS.
 	DialOptions []grpc.DialOption
+	// TLS, if set, secures every connection (LoadTLS reads the cluster CA
+	// and an optional client certificate); nil: plaintext, for a cluster
+	// listening on loopback without TLS.
+	TLS *tls.Config
+	// Token, if set, is sent with every call as "authorization: Bearer
+	// <token>" (a token made by `swarmnode token create`).
+	Token string
 	// AttemptTimeout bounds one attempt on one node, so that a hung node
 	// (paused, partitioned) does not eat the caller's whole deadline.
 	// Default 3s.
@@ -150,7 +157,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if cc := c.mu.conns[addr]; cc != nil {
 		return cc, nil
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, c.cfg.DialOptions...)
+	opts := append(c.transportOptions(), c.cfg.DialOptions...)
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("swarmkv: dial %s: %w", addr, err)

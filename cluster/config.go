@@ -139,6 +139,24 @@ type Config struct {
 	// "local" (fast, for loopback clusters and tests).
 	GossipProfile string
 
+	// TLS is the node's certificate and the cluster CA (tls.go). With it
+	// every listener speaks TLS 1.3 (client gRPC, admin HTTP, RESP), the
+	// Raft port and node-to-node gRPC require a node certificate of the CA
+	// on both sides, and client authentication is on (auth.go). Without
+	// it, every listen address must be loopback unless Insecure is set.
+	TLS TLSFiles
+	// Insecure allows listening on non-loopback addresses without TLS and
+	// gossip encryption (trusted networks and tests only).
+	Insecure bool
+	// GossipKeys is memberlist's keyring (16, 24 or 32 bytes each; the
+	// first encrypts, all decrypt; see LoadGossipKeys). Required with TLS
+	// on a non-loopback gossip address unless Insecure is set. Nodes with
+	// another key are not heard.
+	GossipKeys [][]byte
+	// Auth turns client authentication and roles on without TLS (bearer
+	// tokens only; tests). It is always on with TLS.
+	Auth bool
+
 	// Logger receives structured logs; default slog.Default(). Records
 	// carry node (and shard) attributes.
 	Logger *slog.Logger
@@ -297,6 +315,43 @@ func (c Config) Validate() error {
 	}
 	if c.MaxScanPage < 1 {
 		return bad("max scan page %d: want >= 1", c.MaxScanPage)
+	}
+	if err := c.TLS.validate(); err != nil {
+		return bad("%v", err)
+	}
+	if err := validGossipKeys(c.GossipKeys); err != nil {
+		return bad("%v", err)
+	}
+	return c.checkSecure()
+}
+
+// ErrInsecure is returned by Validate (wrapping ErrConfig) for a node that
+// would listen on a non-loopback address without TLS or gossip encryption.
+var ErrInsecure = errors.New("cluster: insecure listener")
+
+// insecureError is one clear line; it matches ErrInsecure and ErrConfig.
+type insecureError struct{ msg string }
+
+func (e *insecureError) Error() string   { return e.msg }
+func (e *insecureError) Unwrap() []error { return []error{ErrInsecure, ErrConfig} }
+
+// checkSecure refuses non-loopback listeners without TLS (and a gossip
+// address without a key) unless Insecure is set.
+func (c Config) checkSecure() error {
+	if c.Insecure {
+		return nil
+	}
+	listeners := [][2]string{{"grpc", c.GRPCAddr}, {"raft", c.RaftAddr}, {"http", c.HTTPAddr}, {"gossip", c.GossipAddr}, {"redis", c.RedisAddr}}
+	for _, l := range listeners {
+		if l[1] == "" || isLoopback(l[1]) {
+			continue
+		}
+		if !c.TLS.Enabled() {
+			return &insecureError{fmt.Sprintf("refusing to listen on %s (%s) without TLS: set --tls-ca, --tls-cert and --tls-key (swarmnode certs makes them) or pass --insecure", l[1], l[0])}
+		}
+		if l[0] == "gossip" && len(c.GossipKeys) == 0 {
+			return &insecureError{fmt.Sprintf("refusing to gossip on %s unencrypted: set --gossip-key-file (swarmnode certs ca writes one) or pass --insecure", l[1])}
+		}
 	}
 	return nil
 }

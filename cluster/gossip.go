@@ -197,6 +197,14 @@ func newMemberlist(n *Node) (*memberlist.Memberlist, error) {
 	c.Alive = gossipDelegate{node: n}
 	c.Events = gossipDelegate{node: n}
 	c.Logger = log.New(logWriter{logger: n.log.With("component", "gossip")}, "", 0)
+	if len(n.cfg.GossipKeys) > 0 { // encrypt and verify every message (tls_gossip.go)
+		kr, err := memberlist.NewKeyring(n.cfg.GossipKeys[1:], n.cfg.GossipKeys[0])
+		if err != nil {
+			return nil, err
+		}
+		c.Keyring = kr
+		c.GossipVerifyIncoming, c.GossipVerifyOutgoing = true, true
+	}
 	return memberlist.Create(c)
 }
 

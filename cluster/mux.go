@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -67,8 +68,15 @@ type MuxConfig struct {
 	// level, accept failures at warn). Default: discard.
 	Logger *slog.Logger
 	// HandshakeTimeout bounds how long an accepted connection may take to
-	// send its 6-byte header before it is closed. Default 5s.
+	// send its 6-byte header (after the TLS handshake, within the same
+	// time) before it is closed. Default 5s.
 	HandshakeTimeout time.Duration
+	// ServerTLS, if set, makes every accepted connection a TLS server
+	// connection (handshake before the header); ClientTLS, if set, makes
+	// every dialed connection a TLS client connection. Both or neither
+	// (tls.go: both sides present node certificates of the cluster CA).
+	ServerTLS *tls.Config
+	ClientTLS *tls.Config
 }
 
 // withDefaults returns c with zero fields set to their defaults.
@@ -94,6 +102,9 @@ func (c MuxConfig) Validate() error {
 	c = c.withDefaults()
 	if c.Listener == nil {
 		return fmt.Errorf("%w: Listener is nil", ErrMuxConfig)
+	}
+	if (c.ServerTLS == nil) != (c.ClientTLS == nil) {
+		return fmt.Errorf("%w: ServerTLS and ClientTLS go together", ErrMuxConfig)
 	}
 	if c.HandshakeTimeout < 0 {
 		return fmt.Errorf("%w: HandshakeTimeout %s is negative", ErrMuxConfig, c.HandshakeTimeout)
@@ -151,6 +162,8 @@ type Mux struct {
 	dial             DialFunc
 	log              *slog.Logger
 	handshakeTimeout time.Duration
+	serverTLS        *tls.Config
+	clientTLS        *tls.Config
 
 	done chan struct{}  // closed by Close
 	wg   sync.WaitGroup // the accept goroutine and every handshake goroutine
@@ -178,6 +191,8 @@ func NewMux(cfg MuxConfig) (*Mux, error) {
 		dial:             cfg.Dial,
 		log:              cfg.Logger.With("raft_addr", cfg.Advertise),
 		handshakeTimeout: cfg.HandshakeTimeout,
+		serverTLS:        cfg.ServerTLS,
+		clientTLS:        cfg.ClientTLS,
 		done:             make(chan struct{}),
 	}
 	m.mu.layers = make(map[uint32]*Layer)
@@ -300,18 +315,25 @@ func (m *Mux) acceptLoop() {
 }
 
 // handshake reads c's header and hands c to its group's Layer, or closes it.
-func (m *Mux) handshake(c net.Conn) {
+func (m *Mux) handshake(raw net.Conn) {
 	defer m.wg.Done()
+	c := raw
+	if m.serverTLS != nil {
+		c = tls.Server(raw, m.serverTLS)
+	}
 	group, err := m.readHeader(c)
 
 	m.mu.Lock()
-	delete(m.mu.pending, c)
+	delete(m.mu.pending, raw)
 	closed := m.mu.closed
 	l := m.mu.layers[group]
 	m.mu.Unlock()
 
 	switch {
 	case closed:
+		_ = c.Close()
+	case errors.As(err, new(*tlsHandshakeError)):
+		m.log.Warn("raft mux: refused connection: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
 		_ = c.Close()
 	case err != nil:
 		m.log.Debug("raft mux: rejected connection", "remote", c.RemoteAddr().String(), "err", err)
@@ -326,8 +348,13 @@ func (m *Mux) handshake(c net.Conn) {
 
 // readHeader reads and parses c's header within the handshake timeout.
 func (m *Mux) readHeader(c net.Conn) (uint32, error) {
-	if err := c.SetReadDeadline(time.Now().Add(m.handshakeTimeout)); err != nil {
+	if err := c.SetDeadline(time.Now().Add(m.handshakeTimeout)); err != nil {
 		return 0, err
+	}
+	if tc, ok := c.(*tls.Conn); ok {
+		if err := tc.Handshake(); err != nil {
+			return 0, &tlsHandshakeError{err}
+		}
 	}
 	var hdr [muxHeaderLen]byte
 	if _, err := io.ReadFull(c, hdr[:]); err != nil {
@@ -337,11 +364,18 @@ func (m *Mux) readHeader(c net.Conn) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := c.SetReadDeadline(time.Time{}); err != nil {
+	if err := c.SetDeadline(time.Time{}); err != nil {
 		return 0, err
 	}
 	return group, nil
 }
+
+// tlsHandshakeError is a failed TLS handshake on the Raft port (a peer
+// without a node certificate of the cluster CA).
+type tlsHandshakeError struct{ err error }
+
+func (e *tlsHandshakeError) Error() string { return "cluster: mux tls handshake: " + e.err.Error() }
+func (e *tlsHandshakeError) Unwrap() error { return e.err }
 
 // unregister removes l from the group table if it is still registered.
 func (m *Mux) unregister(l *Layer) {
@@ -451,10 +485,22 @@ func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 		}
 		return nil, fmt.Errorf("cluster: mux dial group %d at %s: %w", l.group, address, err)
 	}
-	c := l.track(raw) // from here on Close aborts the header write
+	if l.m.clientTLS != nil {
+		raw = tls.Client(raw, l.m.clientTLS)
+	}
+	c := l.track(raw) // from here on Close aborts the handshake and the header write
 	if c == nil {
 		_ = raw.Close()
 		return nil, ErrLayerClosed
+	}
+	if tc, ok := raw.(*tls.Conn); ok {
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = c.Close()
+			if l.ctx.Err() != nil {
+				return nil, ErrLayerClosed
+			}
+			return nil, fmt.Errorf("cluster: mux dial group %d at %s: tls: %w", l.group, address, err)
+		}
 	}
 	if err := l.writeHeader(ctx, c); err != nil {
 		_ = c.Close()

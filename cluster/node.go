@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"lukechampine.com/blake3"
 
 	"github.com/swarmkv/swarmkv/rpc"
@@ -47,6 +49,7 @@ type Node struct {
 	httpSrv *http.Server
 	httpLn  net.Listener
 	redis   *redisFront // the RESP front (redis.go); nil without RedisAddr
+	tls     *nodeTLS    // the node's TLS identity (tls.go); nil without Config.TLS
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -101,6 +104,12 @@ func New(cfg Config) (_ *Node, err error) {
 	if n.inc, err = loadIncarnation(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("cluster: data dir: %w", err)
 	}
+	if cfg.TLS.Enabled() {
+		if n.tls, err = loadNodeTLS(cfg.TLS, cfg.ID, n.log); err != nil {
+			return nil, err
+		}
+		n.peers.creds = credentials.NewTLS(n.tls.peerConfig())
+	}
 	n.cache = pebble.NewCache(cfg.BlockCacheSize)
 	if n.cfg.logStore, err = openLogStore(n.cfg, n.cache); err != nil { // shared by every replica; closed after them
 		return nil, err
@@ -115,7 +124,11 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	n.addrs.ID = cfg.ID
 	n.addrs.RaftAddr = advertised(cfg.RaftAdvertise, raftLn.Addr())
-	n.mux, err = NewMux(MuxConfig{Listener: raftLn, Advertise: n.addrs.RaftAddr, Dial: cfg.Dial, Logger: n.log})
+	mcfg := MuxConfig{Listener: raftLn, Advertise: n.addrs.RaftAddr, Dial: cfg.Dial, Logger: n.log}
+	if n.tls != nil {
+		mcfg.ServerTLS, mcfg.ClientTLS = n.tls.serverConfig(true), n.tls.peerConfig()
+	}
+	n.mux, err = NewMux(mcfg)
 	if err != nil {
 		raftLn.Close()
 		return nil, err
@@ -148,11 +161,11 @@ func New(cfg Config) (_ *Node, err error) {
 	n.addrs.GossipAddr = net.JoinHostPort(ln.Addr.String(), fmt.Sprint(ln.Port))
 
 	n.metrics = newMetrics(n)
-	n.grpcSrv = grpc.NewServer(
-		grpc.ChainUnaryInterceptor(n.metrics.grpc.UnaryServerInterceptor()),
+	n.grpcSrv = grpc.NewServer(append(n.grpcServerOptions(),
+		grpc.ChainUnaryInterceptor(n.metrics.grpc.UnaryServerInterceptor(), n.authUnary),
 		grpc.MaxRecvMsgSize(n.maxRequestBytes()),
 		grpc.MaxSendMsgSize(n.maxRequestBytes()+cfg.MaxScanPage*(cfg.Limits.MaxKeySize+cfg.Limits.MaxValueSize)),
-	)
+	)...)
 	srv := &server{node: n}
 	rpc.RegisterKVServer(n.grpcSrv, srv)
 	rpc.RegisterClusterServer(n.grpcSrv, srv)
@@ -170,11 +183,17 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}()
 	if n.httpLn != nil {
-		n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+		n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second,
+			ErrorLog: log.New(logWriter{logger: n.log.With("component", "http")}, "", 0)}
+		serveHTTP := n.httpSrv.Serve
+		if n.tls != nil {
+			n.httpSrv.TLSConfig = n.tls.serverConfig(false)
+			serveHTTP = func(ln net.Listener) error { return n.httpSrv.ServeTLS(ln, "", "") }
+		}
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			if err := n.httpSrv.Serve(n.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := serveHTTP(n.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				n.log.Error("http server stopped", "err", err)
 			}
 		}()
@@ -197,7 +216,7 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	n.log.Info("node started", "raft", n.addrs.RaftAddr, "grpc", n.addrs.GRPCAddr,
 		"http", n.addrs.HTTPAddr, "gossip", n.addrs.GossipAddr, "data_dir", cfg.DataDir,
-		"bootstrapped", st != nil && st.Bootstrapped)
+		"bootstrapped", st != nil && st.Bootstrapped, "tls", n.tls != nil, "gossip_encrypted", len(cfg.GossipKeys) > 0, "auth", n.authOn())
 	return n, nil
 }
 

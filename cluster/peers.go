@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
@@ -15,6 +16,11 @@ import (
 // peers keeps one gRPC connection per peer address for node-to-node Admin
 // calls (meta state, replica status and configuration changes).
 type peers struct {
+	// creds are the transport credentials of every connection: mTLS with
+	// the node certificate (nodeTLS.peerConfig) or, without TLS, insecure.
+	// Set by New before any call.
+	creds credentials.TransportCredentials
+
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 }
@@ -28,7 +34,11 @@ func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
 	if p.conns == nil {
 		p.conns = map[string]*grpc.ClientConn{}
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := p.creds
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return nil, err
 	}

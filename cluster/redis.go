@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -91,6 +92,9 @@ func startRedis(n *Node, addr string) (*redisFront, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: redis listen %s: %w", addr, err)
+	}
+	if n.tls != nil {
+		ln = tls.NewListener(ln, n.tls.serverConfig(false))
 	}
 	f := &redisFront{n: n, ln: ln, served: make(chan struct{})}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
@@ -383,7 +387,11 @@ func (f *redisFront) client(ctx context.Context) (*client.Client, error) {
 	if f.cl.c != nil {
 		return f.cl.c, nil
 	}
-	c, err := client.New(ctx, client.Config{Endpoints: []string{f.n.addrs.GRPCAddr}, Logger: f.n.log})
+	cfg := client.Config{Endpoints: []string{f.n.addrs.GRPCAddr}, Logger: f.n.log}
+	if f.n.tls != nil {
+		cfg.TLS = f.n.tls.peerConfig() // the node's own identity: full access
+	}
+	c, err := client.New(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

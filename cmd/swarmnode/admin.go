@@ -37,6 +37,7 @@ type adminFlags struct {
 	json    bool
 	timeout time.Duration
 	wait    bool
+	conn    *connFlags
 }
 
 func parseAdmin(name string, args []string, stderr io.Writer, nargs [2]int) (*adminFlags, []string, error) {
@@ -48,6 +49,7 @@ func parseAdmin(name string, args []string, stderr io.Writer, nargs [2]int) (*ad
 	fs.BoolVar(&f.json, "json", false, "print the API's JSON")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "how long to wait (remove --wait, join --wait)")
 	fs.BoolVar(&f.wait, "wait", true, "remove: wait until the node is removed; join: until it holds replicas")
+	f.conn = addConnFlags(fs)
 	// Flags may come before or after the arguments (`join n4 --admin ...`).
 	var pos []string
 	for {
@@ -81,17 +83,38 @@ func (e *adminError) Error() string { return e.msg }
 // call sends one admin request and decodes the JSON answer into out
 // (returning the raw body too).
 func (f *adminFlags) call(ctx context.Context, method, path string, out any) ([]byte, error) {
+	return f.callBody(ctx, method, path, nil, out)
+}
+
+// callBody is call with a JSON request body (nil: none).
+func (f *adminFlags) callBody(ctx context.Context, method, path string, in, out any) ([]byte, error) {
+	hc, scheme, err := f.conn.httpClient(0)
+	if err != nil {
+		return nil, err
+	}
 	u := f.admin
 	if !strings.Contains(u, "://") {
-		u = "http://" + u
+		u = scheme + "://" + u
 	}
 	ctx, cancel := context.WithTimeout(ctx, 40*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, u+path, nil)
+	var reqBody io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		reqBody = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u+path, reqBody)
 	if err != nil {
 		return nil, usageError{err}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	f.conn.authorize(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("admin API at %s: %w", f.admin, err)
 	}

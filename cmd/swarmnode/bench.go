@@ -42,6 +42,7 @@ Flags:
 type benchConfig struct {
 	workload    string
 	endpoints   []string
+	client      client.Config // endpoints and credentials
 	clients     int
 	conns       int
 	total       int
@@ -82,6 +83,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Usage = func() { fmt.Fprint(stderr, benchUsage); fs.PrintDefaults() }
 	var c benchConfig
 	endpoints := fs.String("endpoints", "127.0.0.1:7100", "comma-separated gRPC addresses of nodes")
+	conn := addConnFlags(fs)
 	fs.IntVar(&c.clients, "clients", 100, "concurrent callers")
 	fs.IntVar(&c.conns, "conns", 4, "client connections (callers share them round-robin)")
 	fs.IntVar(&c.total, "total", 100000, "operations to run (ignored with --duration)")
@@ -109,6 +111,9 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usageError{fmt.Errorf("bench: unexpected argument %q", pos[0])}
 	}
 	c.endpoints = strings.Split(*endpoints, ",")
+	if c.client, err = conn.clientConfig(*endpoints); err != nil {
+		return err
+	}
 	if err := c.validate(); err != nil {
 		fs.Usage()
 		return usageError{err}
@@ -284,7 +289,7 @@ func (c benchConfig) prefill(ctx context.Context, cls []*client.Client, value []
 func runBench(ctx context.Context, c benchConfig, stderr io.Writer) (*BenchResult, error) {
 	cls := make([]*client.Client, c.conns)
 	for i := range cls {
-		cl, err := client.New(ctx, client.Config{Endpoints: c.endpoints})
+		cl, err := client.New(ctx, c.client)
 		if err != nil {
 			return nil, err
 		}

@@ -32,6 +32,7 @@ func health(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	wait := fs.Duration("wait", 0, "poll until every node answers 200, for at most this long (0: ask once)")
 	timeout := fs.Duration("timeout", 2*time.Second, "timeout of each request")
 	quiet := fs.Bool("quiet", false, "print nothing; only the exit code tells")
+	conn := addConnFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
@@ -51,10 +52,13 @@ func health(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if len(targets) == 0 {
 		return usageError{errors.New("health: --http-addr is empty")}
 	}
-	hc := &http.Client{Timeout: *timeout}
+	hc, scheme, err := conn.httpClient(*timeout)
+	if err != nil {
+		return err
+	}
 	deadline := time.Now().Add(*wait)
 	for {
-		lines, bad := probeAll(ctx, hc, targets, path)
+		lines, bad := probeAll(ctx, hc, scheme, targets, path)
 		if bad == 0 || *wait <= 0 || time.Now().After(deadline) || ctx.Err() != nil {
 			if !*quiet {
 				for _, l := range lines {
@@ -75,9 +79,9 @@ func health(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // probeAll asks every target for path and returns one line per target and
 // the number that did not answer 200.
-func probeAll(ctx context.Context, hc *http.Client, targets []string, path string) (lines []string, bad int) {
+func probeAll(ctx context.Context, hc *http.Client, scheme string, targets []string, path string) (lines []string, bad int) {
 	for _, a := range targets {
-		msg, ok := probe(ctx, hc, "http://"+a+path)
+		msg, ok := probe(ctx, hc, scheme+"://"+a+path)
 		if !ok {
 			bad++
 		}

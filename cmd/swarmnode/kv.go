@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/swarmkv/swarmkv/client"
@@ -51,6 +50,7 @@ func kv(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	stale := fs.Bool("stale", false, "read from any replica (may lag the leader)")
 	limit := fs.Int("limit", 100, "scan: at most this many keys")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
+	conn := addConnFlags(fs)
 	if len(args) == 0 {
 		fs.Usage()
 		return usageError{errors.New("kv: missing verb")}
@@ -74,7 +74,11 @@ func kv(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	c, err := client.New(ctx, client.Config{Endpoints: strings.Split(*endpoints, ",")})
+	ccfg, err := conn.clientConfig(*endpoints)
+	if err != nil {
+		return err
+	}
+	c, err := client.New(ctx, ccfg)
 	if err != nil {
 		return err
 	}

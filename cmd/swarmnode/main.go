@@ -43,6 +43,8 @@ func main() {
 // usageError marks errors caused by bad command-line input (exit code 2).
 type usageError struct{ error }
 
+func (u usageError) Unwrap() error { return u.error }
+
 func exitCode(err error) int {
 	var ue usageError
 	if errors.As(err, &ue) || errors.Is(err, flag.ErrHelp) {
@@ -68,6 +70,7 @@ Usage:
   swarmnode snapshot SHARD        snapshot every replica of a shard
                                   (operator commands: --admin host:port of any member's
                                   --http-addr, --json; swarmnode status -h)
+  swarmnode certs ca|node|client  make a cluster CA, node and client certificates (swarmnode certs -h)
   swarmnode version               print the version
 
 Every serve flag can also be set as an environment variable SWARM_<FLAG>,
@@ -103,6 +106,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return transferLeader(ctx, args[1:], stdout, stderr)
 	case "snapshot":
 		return snapshot(ctx, args[1:], stdout, stderr)
+	case "certs":
+		return certs(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "swarmnode", version)
 		return nil

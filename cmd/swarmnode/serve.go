@@ -27,6 +27,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		maxValue  int
 		snapEvery time.Duration
 		keysFile  string
+		gossipKey string
 	)
 	fs.StringVar(&cfg.ID, "id", "node1", "stable node id (never reuse one for another data dir)")
 	fs.StringVar(&cfg.DataDir, "data-dir", "./data", "data directory")
@@ -61,6 +62,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"the first seals new tokens, the others stay readable (rotate by prepending a key); '#' comments.\n"+
 		"Every node needs the same ring. "+tokenKeysEnv+" may hold the same text instead. Without a ring,\n"+
 		"registering bots fails")
+	fs.StringVar(&cfg.TLS.CAFile, "tls-ca", "", "cluster CA file (PEM): TLS 1.3 on every listener, mTLS between nodes, client authentication on")
+	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "this node's certificate (PEM, SAN URI swarmkv://node/<id>; `swarmnode certs node`); re-read when it changes")
+	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "this node's key (PEM); re-read when it changes")
+	fs.StringVar(&gossipKey, "gossip-key-file", "", "`PATH` of the gossip keyring: base64 16/24/32-byte keys, one per line, the first encrypts (swarmnode certs ca writes one)")
+	fs.BoolVar(&cfg.Insecure, "insecure", false, "allow non-loopback listen addresses without TLS and gossip encryption")
+	fs.BoolVar(&cfg.Auth, "auth", false, "require client authentication (tokens) even without TLS (always on with TLS)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
@@ -79,6 +86,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if j = strings.TrimSpace(j); j != "" {
 				cfg.Join = append(cfg.Join, j)
 			}
+		}
+	}
+	if gossipKey != "" {
+		if cfg.GossipKeys, err = cluster.LoadGossipKeys(gossipKey); err != nil {
+			return usageError{err}
 		}
 	}
 	cfg.Limits.MaxValueSize = maxValue

@@ -50,6 +50,7 @@ type storeFlags struct {
 	timeout   *time.Duration
 	limit     *int
 	offset    *int
+	conn      *connFlags
 }
 
 func newStoreFlags(name, usage string, stderr io.Writer) *storeFlags {
@@ -63,6 +64,7 @@ func newStoreFlags(name, usage string, stderr io.Writer) *storeFlags {
 		limit:     fs.Int("limit", 50, "transactions: page size"),
 		offset:    fs.Int("offset", 0, "transactions: skip this many newest"),
 	}
+	f.conn = addConnFlags(fs)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	return f
 }
@@ -92,7 +94,12 @@ func (f *storeFlags) parse(args []string, want map[string]int) (string, []string
 // connect bounds ctx by --timeout and connects; done closes both.
 func (f *storeFlags) connect(ctx context.Context) (context.Context, *client.Client, func(), error) {
 	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
-	c, err := client.New(ctx, client.Config{Endpoints: strings.Split(*f.endpoints, ",")})
+	ccfg, err := f.conn.clientConfig(*f.endpoints)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	c, err := client.New(ctx, ccfg)
 	if err != nil {
 		cancel()
 		return nil, nil, nil, err

@@ -1,0 +1,211 @@
+package cluster
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/swarmkv/swarmkv/internal/pki"
+)
+
+// TLSFiles names the PEM files of a node's TLS identity (swarmnode certs
+// makes them). All three or none.
+type TLSFiles struct {
+	// CAFile is the cluster CA: peers' node certificates and clients'
+	// certificates must chain to it.
+	CAFile string
+	// CertFile and KeyFile are this node's certificate (with the SAN URI
+	// swarmkv://node/<id> of Config.ID) and key. They are re-read when
+	// their modification time changes, so a renewed certificate is used
+	// by new connections without a restart.
+	CertFile string
+	KeyFile  string
+}
+
+// Enabled reports whether any file is set.
+func (t TLSFiles) Enabled() bool { return t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" }
+
+func (t TLSFiles) validate() error {
+	if t.Enabled() && (t.CAFile == "" || t.CertFile == "" || t.KeyFile == "") {
+		return errors.New("tls: want all of CA, certificate and key files")
+	}
+	return nil
+}
+
+// tlsReloadEvery is how often a handshake may stat the certificate files.
+const tlsReloadEvery = time.Second
+
+// nodeTLS is a node's TLS identity: the cluster CA and its own certificate,
+// reloaded when the files change. It makes the tls.Configs of every
+// listener and of node-to-node dialing.
+//
+// Who must present what:
+//
+//	Raft port        both sides a node certificate of the cluster CA
+//	node-to-node gRPC the dialing node its node certificate; the server a node certificate
+//	client gRPC, HTTP, RESP  the server its node certificate; the client a certificate
+//	                 of the CA if it has one (else a token, see auth.go)
+type nodeTLS struct {
+	files TLSFiles
+	id    string
+	pool  *x509.CertPool
+	log   *slog.Logger
+
+	mu struct {
+		sync.Mutex
+		cert            *tls.Certificate
+		certMod, keyMod time.Time
+		checked         time.Time
+	}
+}
+
+// loadNodeTLS reads the CA and the node certificate and checks that the
+// certificate chains to the CA and is bound to node id.
+func loadNodeTLS(files TLSFiles, id string, log *slog.Logger) (*nodeTLS, error) {
+	caPEM, err := os.ReadFile(files.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: tls CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("cluster: tls CA %s: no PEM certificate", files.CAFile)
+	}
+	t := &nodeTLS{files: files, id: id, pool: pool, log: log}
+	cert, cm, km, err := t.read()
+	if err != nil {
+		return nil, err
+	}
+	t.mu.cert, t.mu.certMod, t.mu.keyMod, t.mu.checked = cert, cm, km, time.Now()
+	return t, nil
+}
+
+// read loads the certificate files and checks them.
+func (t *nodeTLS) read() (*tls.Certificate, time.Time, time.Time, error) {
+	cs, err := os.Stat(t.files.CertFile)
+	if err != nil {
+		return nil, time.Time{}, time.Time{}, fmt.Errorf("cluster: tls certificate: %w", err)
+	}
+	ks, err := os.Stat(t.files.KeyFile)
+	if err != nil {
+		return nil, time.Time{}, time.Time{}, fmt.Errorf("cluster: tls key: %w", err)
+	}
+	cert, err := tls.LoadX509KeyPair(t.files.CertFile, t.files.KeyFile)
+	if err != nil {
+		return nil, time.Time{}, time.Time{}, fmt.Errorf("cluster: tls certificate %s: %w", t.files.CertFile, err)
+	}
+	leaf := cert.Leaf
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: t.pool, Intermediates: intermediates(cert.Certificate[1:]),
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		return nil, time.Time{}, time.Time{}, fmt.Errorf("cluster: tls certificate %s is not a server certificate of the CA %s: %w", t.files.CertFile, t.files.CAFile, err)
+	}
+	if got := pki.NodeID(leaf); got != t.id {
+		return nil, time.Time{}, time.Time{}, fmt.Errorf("cluster: tls certificate %s is bound to node %q, this node is %q (make one with: swarmnode certs node --id %s)", t.files.CertFile, got, t.id, t.id)
+	}
+	return &cert, cs.ModTime(), ks.ModTime(), nil
+}
+
+func intermediates(ders [][]byte) *x509.CertPool {
+	p := x509.NewCertPool()
+	for _, d := range ders {
+		if c, err := x509.ParseCertificate(d); err == nil {
+			p.AddCert(c)
+		}
+	}
+	return p
+}
+
+// certificate returns the node's certificate, reloading the files when
+// their modification time changed (checked at most every tlsReloadEvery).
+// A reload that fails keeps the previous certificate and logs why.
+func (t *nodeTLS) certificate() (*tls.Certificate, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if time.Since(t.mu.checked) < tlsReloadEvery {
+		return t.mu.cert, nil
+	}
+	t.mu.checked = time.Now()
+	cs, err1 := os.Stat(t.files.CertFile)
+	ks, err2 := os.Stat(t.files.KeyFile)
+	if err1 != nil || err2 != nil || (cs.ModTime().Equal(t.mu.certMod) && ks.ModTime().Equal(t.mu.keyMod)) {
+		return t.mu.cert, nil
+	}
+	cert, cm, km, err := t.read()
+	if err != nil {
+		t.log.Warn("tls: keeping the previous certificate", "err", err)
+		return t.mu.cert, nil
+	}
+	t.mu.cert, t.mu.certMod, t.mu.keyMod = cert, cm, km
+	t.log.Info("tls: certificate reloaded", "file", t.files.CertFile, "not_after", cert.Leaf.NotAfter)
+	return cert, nil
+}
+
+// serverConfig is the configuration of a listener. With nodesOnly the
+// peer must present a node certificate of the CA (Raft port); otherwise a
+// client certificate is verified if given (client gRPC, HTTP, RESP).
+func (t *nodeTLS) serverConfig(nodesOnly bool) *tls.Config {
+	c := &tls.Config{
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return t.certificate() },
+		ClientCAs:      t.pool,
+		ClientAuth:     tls.VerifyClientCertIfGiven,
+	}
+	if nodesOnly {
+		c.ClientAuth = tls.RequireAndVerifyClientCert
+		c.VerifyConnection = requireNodeCert
+	}
+	return c
+}
+
+// peerConfig is the configuration for dialing another node (Raft port and
+// node-to-node gRPC): this node's certificate as client certificate, and
+// the peer must present a node certificate of the CA. A node's identity is
+// the swarmkv://node/ URI, not its address: the chain is verified against
+// the CA without a host name check (peers are dialed at advertised
+// addresses a certificate need not list).
+func (t *nodeTLS) peerConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion:           tls.VersionTLS13,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return t.certificate() },
+		InsecureSkipVerify:   true, // replaced by VerifyConnection: chain to the CA, node URI
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("cluster: tls: peer presented no certificate")
+			}
+			opts := x509.VerifyOptions{Roots: t.pool, Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+			for _, c := range cs.PeerCertificates[1:] {
+				opts.Intermediates.AddCert(c)
+			}
+			if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+				return fmt.Errorf("cluster: tls: peer certificate: %w", err)
+			}
+			return requireNodeCert(cs)
+		},
+	}
+}
+
+// requireNodeCert refuses a connection whose peer is not a node.
+func requireNodeCert(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 || pki.NodeID(cs.PeerCertificates[0]) == "" {
+		return errors.New("cluster: tls: peer certificate is not a node certificate")
+	}
+	return nil
+}
+
+// isLoopback reports whether a listen address binds loopback only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/swarmkv/swarmkv/cluster"
+)
+
+func TestServeRefusesInsecureListener(t *testing.T) {
+	_, _, err := runCmd(context.Background(), "serve", "--data-dir", t.TempDir(), "--grpc-addr", "0.0.0.0:0")
+	if err == nil || exitCode(err) != 2 || !errors.Is(err, cluster.ErrInsecure) {
+		t.Fatalf("serve on 0.0.0.0 without TLS: %v (exit %d)", err, exitCode(err))
+	}
+	if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, "--insecure") || !strings.Contains(msg, "0.0.0.0:0") {
+		t.Fatalf("want one line naming the address and --insecure: %q", msg)
+	}
+}
+
+func TestCertsCommand(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	if _, _, err := runCmd(ctx, "certs", "node", "--dir", dir, "--id", "n1"); err == nil {
+		t.Fatal("node certificate without a CA")
+	}
+	if out, _, err := runCmd(ctx, "certs", "ca", "--dir", dir); err != nil || !strings.Contains(out, "ca.pem") {
+		t.Fatalf("certs ca: %v %q", err, out)
+	}
+	if _, _, err := runCmd(ctx, "certs", "ca", "--dir", dir); err == nil {
+		t.Fatal("certs ca overwrote a CA")
+	}
+	out, _, err := runCmd(ctx, "certs", "node", "--dir", dir, "--id", "n1", "--addr", "n1,10.0.0.1")
+	if err != nil || !strings.Contains(out, "node n1 hosts n1,localhost,10.0.0.1,127.0.0.1") {
+		t.Fatalf("certs node: %v %q", err, out)
+	}
+	if out, _, err := runCmd(ctx, "certs", "client", "--dir", dir, "--name", "alice", "--role", "registry:read"); err != nil || !strings.Contains(out, "client alice roles registry:read") {
+		t.Fatalf("certs client: %v %q", err, out)
+	}
+	for _, f := range []string{"ca.pem", "ca-key.pem", "gossip.key", "n1.pem", "n1-key.pem", "alice.pem", "alice-key.pem"} {
+		st, err := os.Stat(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(f, "key.pem") || f == "gossip.key" {
+			if st.Mode().Perm() != 0o600 {
+				t.Errorf("%s: mode %v, want 0600", f, st.Mode().Perm())
+			}
+		}
+	}
+	if _, err := cluster.LoadGossipKeys(filepath.Join(dir, "gossip.key")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startTLSNode runs `serve` with certificates from `certs` in dir and
+// returns its gRPC and HTTP addresses; extra flags are appended.
+func startTLSNode(t *testing.T, dir string, extra ...string) (grpcAddr, httpAddr, redisAddr string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, args := range [][]string{{"certs", "ca", "--dir", dir}, {"certs", "node", "--dir", dir, "--id", "t1"}} {
+		if _, _, err := runCmd(ctx, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grpcAddr, httpAddr, redisAddr = freeAddr(t), freeAddr(t), freeAddr(t)
+	var serveOut, serveErr lockedBuffer
+	serveCtx, stop := context.WithCancel(ctx)
+	exited := make(chan error, 1)
+	go func() {
+		exited <- run(serveCtx, append([]string{"serve", "--id", "t1", "--data-dir", filepath.Join(dir, "data"),
+			"--grpc-addr", grpcAddr, "--raft-addr", freeAddr(t), "--http-addr", httpAddr, "--gossip-addr", freeAddr(t),
+			"--redis-addr", redisAddr, "--shards", "2", "--gossip-profile", "local", "--log-level", "info",
+			"--heartbeat-timeout", "200ms", "--election-timeout", "200ms",
+			"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "t1.pem"), "--tls-key", filepath.Join(dir, "t1-key.pem"),
+			"--gossip-key-file", filepath.Join(dir, "gossip.key")}, extra...), &serveOut, &serveErr)
+	}()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("serve did not stop")
+		}
+		if t.Failed() {
+			t.Logf("serve stderr:\n%s", serveErr.String())
+		}
+	})
+	pollUntil(t, 30*time.Second, "TLS node ready", func() error {
+		_, _, err := runCmd(ctx, "health", "--ready", "--quiet", "--http-addr", httpAddr, "--tls-ca", filepath.Join(dir, "ca.pem"))
+		return err
+	})
+	return grpcAddr, httpAddr, redisAddr
+}
+
+func TestCLIOverTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a node")
+	}
+	dir := t.TempDir()
+	grpcAddr, httpAddr, _ := startTLSNode(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, _, err := runCmd(ctx, "certs", "client", "--dir", dir, "--name", "ops", "--role", "admin,*:write"); err != nil {
+		t.Fatal(err)
+	}
+	tlsArgs := []string{"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "ops.pem"), "--tls-key", filepath.Join(dir, "ops-key.pem")}
+	kv := func(args ...string) (string, error) {
+		out, _, err := runCmd(ctx, append(append([]string{"kv", args[0], "--endpoints", grpcAddr, "--user", "alice", "--timeout", "5s"}, tlsArgs...), args[1:]...)...)
+		return out, err
+	}
+	if out, err := kv("put", "k", "v"); err != nil || out != "OK\n" {
+		t.Fatalf("kv put over TLS: %v %q", err, out)
+	}
+	if out, err := kv("get", "k"); err != nil || out != "v\n" {
+		t.Fatalf("kv get over TLS: %v %q", err, out)
+	}
+	// Plaintext against a TLS node fails.
+	if _, _, err := runCmd(ctx, "kv", "get", "k", "--endpoints", grpcAddr, "--user", "alice", "--timeout", "2s"); err == nil {
+		t.Fatal("plaintext kv get served")
+	}
+	// The admin CLI over https; the CA may also come from the environment.
+	t.Setenv("SWARM_TLS_CA", filepath.Join(dir, "ca.pem"))
+	t.Setenv("SWARM_TLS_CERT", filepath.Join(dir, "ops.pem"))
+	t.Setenv("SWARM_TLS_KEY", filepath.Join(dir, "ops-key.pem"))
+	if out, _, err := runCmd(ctx, "members", "--admin", httpAddr); err != nil || !strings.Contains(out, "t1") {
+		t.Fatalf("members over https: %v %q", err, out)
+	}
+}

@@ -49,8 +49,31 @@ func adminStatus(err error) error {
 }
 
 // onMetaLeader runs local when this node leads the meta group, else remote
-// against the meta leader (never forwarding a call that was forwarded).
+// against the meta leader (never forwarding a call that was forwarded). While
+// the meta group has no reachable leader (an election, a leadership move) it
+// retries for up to 15 s: every admin change is idempotent, so running one
+// again after an unknown outcome is safe.
 func (n *Node) onMetaLeader(ctx context.Context, local func() error, remote func(context.Context, rpc.AdminClient) error) error {
+	if forwarded(ctx) {
+		return n.onMetaLeaderOnce(ctx, local, remote)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	backoff := 50 * time.Millisecond
+	for {
+		err := n.onMetaLeaderOnce(ctx, local, remote)
+		if status.Code(err) != codes.Unavailable || time.Now().Add(backoff).After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+func (n *Node) onMetaLeaderOnce(ctx context.Context, local func() error, remote func(context.Context, rpc.AdminClient) error) error {
 	err := local()
 	if !errors.Is(err, errMetaNotLeader) {
 		return adminStatus(err)
@@ -220,7 +243,7 @@ func (n *Node) JoinNode(ctx context.Context, id string) (*State, error) {
 	}, func(ctx context.Context, c rpc.AdminClient) error {
 		_, err := c.JoinNode(ctx, &rpc.JoinNodeRequest{NodeId: id})
 		if err == nil {
-			out, err = n.fetchMeta(ctx)
+			out, err = n.adminMeta(ctx)
 		}
 		return err
 	})
@@ -261,11 +284,30 @@ func (n *Node) RemoveNode(ctx context.Context, id string) (*State, error) {
 	}, func(ctx context.Context, c rpc.AdminClient) error {
 		_, err := c.RemoveNode(ctx, &rpc.RemoveNodeRequest{NodeId: id})
 		if err == nil {
-			out, err = n.fetchMeta(ctx)
+			out, err = n.adminMeta(ctx)
 		}
 		return err
 	})
 	return out, err
+}
+
+// adminMeta fetches the committed cluster state for an admin call,
+// retrying for up to 10 s while the meta group has no reachable leader.
+func (n *Node) adminMeta(ctx context.Context) (*State, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := n.fetchMeta(ctx)
+		if err == nil {
+			return st, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func cmpString(a, b string) int {
@@ -326,9 +368,9 @@ type ClusterStatus struct {
 // Status gathers the cluster overview: the committed state, gossip, and
 // every group's replicas as their nodes report them.
 func (n *Node) Status(ctx context.Context) (*ClusterStatus, error) {
-	st, err := n.fetchMeta(ctx)
+	st, err := n.adminMeta(ctx)
 	if err != nil {
-		return nil, adminStatus(err)
+		return nil, err
 	}
 	gs := groupsOf(st)
 	infos := make([]ShardInfo, len(gs))
@@ -423,9 +465,9 @@ func (n *Node) groupByName(st *State, name string) (group, error) {
 // group) to node to (any up-to-date voter when empty) and returns the new
 // leader.
 func (n *Node) TransferLeader(ctx context.Context, name, to string) (string, error) {
-	st, err := n.fetchMeta(ctx)
+	st, err := n.adminMeta(ctx)
 	if err != nil {
-		return "", adminStatus(err)
+		return "", err
 	}
 	g, err := n.groupByName(st, name)
 	if err != nil {
@@ -465,9 +507,9 @@ type SnapshotResult struct {
 // Snapshot makes every replica of a shard ("meta" for the meta group) take
 // a snapshot now.
 func (n *Node) Snapshot(ctx context.Context, name string) ([]SnapshotResult, error) {
-	st, err := n.fetchMeta(ctx)
+	st, err := n.adminMeta(ctx)
 	if err != nil {
-		return nil, adminStatus(err)
+		return nil, err
 	}
 	g, err := n.groupByName(st, name)
 	if err != nil {
@@ -541,8 +583,7 @@ func (n *Node) adminRoutes(mux *http.ServeMux) {
 		return st.Shards, nil
 	})
 	handle("GET /v1/state", func(ctx context.Context, r *http.Request) (any, error) {
-		st, err := n.fetchMeta(ctx)
-		return st, adminStatus(err)
+		return n.adminMeta(ctx)
 	})
 	memberResult := func(st *State, id string, err error) (any, error) {
 		if err != nil {

@@ -310,8 +310,18 @@ func (r *replica) watchLeadership() {
 			r.wg.Add(1)
 			go func() {
 				defer r.wg.Done()
-				if err := r.raft.Apply(noopCommand, 0).Error(); err != nil {
-					r.log.Debug("leader no-op failed", "err", err)
+				// Not f.Error() alone: with BatchApplyCh a future still in
+				// raft's apply channel at shutdown is never answered.
+				f := r.raft.Apply(noopCommand, 0)
+				errc := make(chan error, 1)
+				go func() { errc <- f.Error() }()
+				select {
+				case err := <-errc:
+					if err != nil {
+						r.log.Debug("leader no-op failed", "err", err)
+						return
+					}
+				case <-r.done:
 					return
 				}
 				if r.raft.State() == raft.Leader && r.raft.CurrentTerm() == term {
@@ -412,12 +422,11 @@ func (r *replica) readBarrier(ctx context.Context) error {
 // leadership was lost after proposing, or the context's error if it ends
 // before the proposal is handed to Raft.
 //
-// Once handed to Raft, a proposal cannot be withdrawn, and apply waits for
-// its outcome on the calling goroutine (no goroutine per call, which cost a
-// spawn and an extra wake-up on every write): Raft resolves every future,
-// when the entry is applied, when leadership is lost (at the latest one
-// LeaderLeaseTimeout after the leader stops hearing from a quorum), or on
-// shutdown. So the wait is bounded even if ctx is not.
+// Once handed to Raft, a proposal cannot be withdrawn; apply waits for its
+// outcome, the context, or the replica's close. The future is waited on in
+// a goroutine because Raft does not answer every future: with BatchApplyCh a
+// proposal still in Raft's buffered apply channel when Raft shuts down is
+// never resolved, and a caller blocked on it would hang Close.
 func (r *replica) apply(ctx context.Context, data []byte) (*fsm.Result, error) {
 	if r.raft.State() != raft.Leader {
 		return nil, ErrNotLeader
@@ -433,7 +442,16 @@ func (r *replica) apply(ctx context.Context, data []byte) (*fsm.Result, error) {
 		}
 	}
 	f := r.raft.Apply(data, timeout)
-	err := f.Error()
+	errc := make(chan error, 1)
+	go func() { errc <- f.Error() }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-r.done:
+		return nil, ErrClosed
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, raft.ErrNotLeader):

@@ -239,9 +239,10 @@ func openGroupLog(s *raftlog.Store, id shard.ID, dir string, fresh bool) (*raftl
 
 // dropReplicaLog deletes the Raft log and stable state of shard id's
 // replica from the node's shared log store (nothing with LogStore "bolt",
-// whose raft.db lives in the replica's folder). Call it once the replica
-// is closed, when it is removed from this node, before deleting its
-// folder.
+// whose raft.db lives in the replica's folder). The sync loop calls it
+// when a replica moves off this node, after closing the replica and
+// deleting its folder (a folder missing at open drops the group's stale
+// state, so a crash between the two steps is safe).
 func (n *Node) dropReplicaLog(id shard.ID) error {
 	if n.cfg.logStore == nil {
 		return nil

@@ -183,7 +183,7 @@ func (n *Node) placeLocal(st *State) error {
 		n.mu.meta = nil
 		n.mu.Unlock()
 		n.log.Info("leaving the meta group: closing and deleting its replica")
-		errs = append(errs, r.close(), os.RemoveAll(n.metaDir()))
+		errs = append(errs, r.close(), os.RemoveAll(n.metaDir()), n.dropReplicaLog(metaShardID))
 	}
 	for _, p := range st.Shards {
 		if !p.Holds(n.cfg.ID) || n.localReplica(p.Shard) != nil {
@@ -218,7 +218,9 @@ func (n *Node) dropShard(id shard.ID) error {
 		return nil
 	}
 	n.log.Info("replica moved off this node: closing and deleting it", "shard", uint32(id))
-	return errors.Join(r.close(), os.RemoveAll(n.shardDir(id)))
+	// The folder goes first: a replica folder that is missing at open has
+	// its stale log state dropped, so a crash between the two steps is safe.
+	return errors.Join(r.close(), os.RemoveAll(n.shardDir(id)), n.dropReplicaLog(id))
 }
 
 func (n *Node) shardDir(id shard.ID) string {

@@ -238,40 +238,29 @@ type memberResult struct {
 }
 
 func join(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f, rest, err := parseAdmin("join", args, stderr, [2]int{1, 1})
-	if err != nil {
-		return err
-	}
-	id := rest[0]
-	var res memberResult
-	body, err := f.call(ctx, "POST", "/v1/members/"+url.PathEscape(id)+"/join", &res)
-	if err != nil {
-		return err
-	}
-	if f.json && !f.wait {
-		_, err := stdout.Write(body)
-		return err
-	}
-	if !f.json {
-		fmt.Fprintf(stdout, "%s: %s (epoch %d)\n", id, res.Status, res.Epoch)
-	}
-	if !f.wait {
-		return nil
-	}
-	// Wait for the reconciler to give it replicas.
-	return f.waitMember(ctx, stdout, id, func(m cluster.MemberInfo) (bool, string) {
+	// Waits until the reconciler has given the node replicas.
+	return memberChange(ctx, "join", args, stdout, stderr, func(id string, m cluster.MemberInfo) (bool, string) {
 		return m.Replicas > 0, fmt.Sprintf("%s: %d replicas, gossip %s", id, m.Replicas, m.Gossip)
 	})
 }
 
 func remove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f, rest, err := parseAdmin("remove", args, stderr, [2]int{1, 1})
+	// Waits until every replica has moved away and the node is removed.
+	return memberChange(ctx, "remove", args, stdout, stderr, func(id string, m cluster.MemberInfo) (bool, string) {
+		return m.Status == cluster.StatusRemoved, fmt.Sprintf("%s: %s, %d replicas left", id, m.Status, m.Replicas)
+	})
+}
+
+// memberChange posts /v1/members/{id}/{verb} and, with --wait, polls until
+// done says the change is complete.
+func memberChange(ctx context.Context, verb string, args []string, stdout, stderr io.Writer, done func(string, cluster.MemberInfo) (bool, string)) error {
+	f, rest, err := parseAdmin(verb, args, stderr, [2]int{1, 1})
 	if err != nil {
 		return err
 	}
 	id := rest[0]
 	var res memberResult
-	body, err := f.call(ctx, "POST", "/v1/members/"+url.PathEscape(id)+"/remove", &res)
+	body, err := f.call(ctx, "POST", "/v1/members/"+url.PathEscape(id)+"/"+verb, &res)
 	if err != nil {
 		return err
 	}
@@ -285,9 +274,7 @@ func remove(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if !f.wait {
 		return nil
 	}
-	return f.waitMember(ctx, stdout, id, func(m cluster.MemberInfo) (bool, string) {
-		return m.Status == cluster.StatusRemoved, fmt.Sprintf("%s: %s, %d replicas left", id, m.Status, m.Replicas)
-	})
+	return f.waitMember(ctx, stdout, id, func(m cluster.MemberInfo) (bool, string) { return done(id, m) })
 }
 
 // waitMember polls the member listing until done says so, printing each new

@@ -70,4 +70,3 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 func (b bearer) RequireTransportSecurity() bool { return b.secure }
 
 var _ credentials.PerRPCCredentials = bearer{}
-

@@ -611,6 +611,7 @@ func (n *Node) adminRoutes(mux *http.ServeMux) {
 	handle("POST /v1/shards/{shard}/snapshot", func(ctx context.Context, r *http.Request) (any, error) {
 		return n.Snapshot(ctx, r.PathValue("shard"))
 	})
+	n.adminAuthRoutes(mux) // /v1/tokens (admin_auth.go)
 }
 
 // httpCode maps a gRPC status to the admin API's HTTP status.

@@ -183,7 +183,7 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}()
 	if n.httpLn != nil {
-		n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second,
+		n.httpSrv = &http.Server{Handler: n.authHTTP(n.httpHandler()), ReadHeaderTimeout: 5 * time.Second,
 			ErrorLog: log.New(logWriter{logger: n.log.With("component", "http")}, "", 0)}
 		serveHTTP := n.httpSrv.Serve
 		if n.tls != nil {

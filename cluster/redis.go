@@ -75,6 +75,8 @@ type redisConn struct {
 	txSet   bool // txShard is set (by a queued command or a WATCH)
 
 	watches []fsm.RedisWatch
+
+	auth redisAuth // auth_redis.go
 }
 
 func (c *redisConn) resetTx() {
@@ -145,7 +147,11 @@ func (f *redisFront) handle(c redcon.Conn, cmd redcon.Command) {
 	if len(cmd.Args) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(f.ctx, redisCmdTimeout)
+	if v, answered := f.authGate(c, st, cmd.Args); answered {
+		c.WriteRaw(v.Append(nil, st.proto))
+		return
+	}
+	ctx, cancel := context.WithTimeout(f.forwardCreds(f.ctx, st), redisCmdTimeout)
 	v, quit := f.dispatch(ctx, st, cmd.Args)
 	cancel()
 	c.WriteRaw(v.Append(nil, st.proto))

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/swarmkv/swarmkv/shard"
 )
@@ -83,6 +84,19 @@ type State struct {
 	// after that a replica with empty Raft state is never bootstrapped
 	// again (it waits for its leader to send it the log).
 	Bootstrapped bool `json:"bootstrapped"`
+	// Tokens are the clients' bearer tokens (auth.go, admin_auth.go): only
+	// the SHA-256 of each secret is stored.
+	Tokens []Token `json:"tokens,omitempty"`
+}
+
+// Token is a bearer token's record in the cluster state.
+type Token struct {
+	ID      string     `json:"id"`
+	Name    string     `json:"name"`
+	Roles   []string   `json:"roles"`
+	Hash    string     `json:"hash"` // hex SHA-256 of the secret
+	Created time.Time  `json:"created"`
+	Revoked *time.Time `json:"revoked,omitempty"`
 }
 
 const (
@@ -97,6 +111,14 @@ func (s *State) Clone() *State {
 	c.MetaVoters = slices.Clone(s.MetaVoters)
 	c.MetaLearners = slices.Clone(s.MetaLearners)
 	c.Nodes = slices.Clone(s.Nodes)
+	c.Tokens = make([]Token, len(s.Tokens))
+	for i, t := range s.Tokens {
+		c.Tokens[i] = t
+		c.Tokens[i].Roles = slices.Clone(t.Roles)
+	}
+	if s.Tokens == nil {
+		c.Tokens = nil
+	}
 	c.Shards = make([]Placement, len(s.Shards))
 	for i, p := range s.Shards {
 		c.Shards[i] = Placement{Shard: p.Shard, Voters: slices.Clone(p.Voters), Learners: slices.Clone(p.Learners)}

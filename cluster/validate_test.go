@@ -668,7 +668,10 @@ func TestConfigValidate(t *testing.T) {
 		}, ""},
 		{"limits at the caps", func(c *Config) { c.Limits = valCaps }, ""},
 		{"local gossip", func(c *Config) { c.GossipProfile = "local" }, ""},
-		{"port 0", func(c *Config) { c.RaftAddr, c.GRPCAddr, c.GossipAddr, c.HTTPAddr = ":0", ":0", ":0", ":0"; c.Insecure = true }, ""},
+		{"port 0", func(c *Config) {
+			c.RaftAddr, c.GRPCAddr, c.GossipAddr, c.HTTPAddr = ":0", ":0", ":0", ":0"
+			c.Insecure = true
+		}, ""},
 
 		{"empty id", func(c *Config) { c.ID = "" }, `id ""`},
 		{"id with a space", func(c *Config) { c.ID = "n 1" }, `id "n 1"`},

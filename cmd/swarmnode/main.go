@@ -71,6 +71,7 @@ Usage:
                                   (operator commands: --admin host:port of any member's
                                   --http-addr, --json; swarmnode status -h)
   swarmnode certs ca|node|client  make a cluster CA, node and client certificates (swarmnode certs -h)
+  swarmnode token create|list|revoke   bearer tokens and their roles (swarmnode token -h)
   swarmnode version               print the version
 
 Every serve flag can also be set as an environment variable SWARM_<FLAG>,
@@ -108,6 +109,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return snapshot(ctx, args[1:], stdout, stderr)
 	case "certs":
 		return certs(ctx, args[1:], stdout, stderr)
+	case "token":
+		return token(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "swarmnode", version)
 		return nil

@@ -60,6 +60,11 @@ func TestCertsCommand(t *testing.T) {
 // startTLSNode runs `serve` with certificates from `certs` in dir and
 // returns its gRPC and HTTP addresses; extra flags are appended.
 func startTLSNode(t *testing.T, dir string, extra ...string) (grpcAddr, httpAddr, redisAddr string) {
+	grpcAddr, httpAddr, redisAddr, _ = startTLSNodeLog(t, dir, extra...)
+	return
+}
+
+func startTLSNodeLog(t *testing.T, dir string, extra ...string) (grpcAddr, httpAddr, redisAddr string, logs *lockedBuffer) {
 	t.Helper()
 	ctx := context.Background()
 	for _, args := range [][]string{{"certs", "ca", "--dir", dir}, {"certs", "node", "--dir", dir, "--id", "t1"}} {
@@ -97,7 +102,7 @@ func startTLSNode(t *testing.T, dir string, extra ...string) (grpcAddr, httpAddr
 		_, _, err := runCmd(ctx, "health", "--ready", "--quiet", "--http-addr", httpAddr, "--tls-ca", filepath.Join(dir, "ca.pem"))
 		return err
 	})
-	return grpcAddr, httpAddr, redisAddr
+	return grpcAddr, httpAddr, redisAddr, &serveErr
 }
 
 func TestCLIOverTLS(t *testing.T) {
@@ -105,7 +110,7 @@ func TestCLIOverTLS(t *testing.T) {
 		t.Skip("starts a node")
 	}
 	dir := t.TempDir()
-	grpcAddr, httpAddr, _ := startTLSNode(t, dir)
+	grpcAddr, httpAddr, _, serveLog := startTLSNodeLog(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if _, _, err := runCmd(ctx, "certs", "client", "--dir", dir, "--name", "ops", "--role", "admin,*:write"); err != nil {
@@ -132,5 +137,66 @@ func TestCLIOverTLS(t *testing.T) {
 	t.Setenv("SWARM_TLS_KEY", filepath.Join(dir, "ops-key.pem"))
 	if out, _, err := runCmd(ctx, "members", "--admin", httpAddr); err != nil || !strings.Contains(out, "t1") {
 		t.Fatalf("members over https: %v %q", err, out)
+	}
+
+	// Tokens: made by the admin, refused once revoked, read-only refused on writes.
+	out, _, err := runCmd(ctx, "token", "create", "--admin", httpAddr, "--name", "ci", "--role", "kv:read")
+	if err != nil {
+		t.Fatalf("token create: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	tok := lines[len(lines)-1]
+	if !strings.HasPrefix(tok, "swk_") {
+		t.Fatalf("token create printed %q", out)
+	}
+	id := tok[4:20]
+	if out, _, err := runCmd(ctx, "token", "list", "--admin", httpAddr); err != nil || !strings.Contains(out, id) || strings.Contains(out, tok) {
+		t.Fatalf("token list: %v %q", err, out)
+	}
+	if _, _, err := runCmd(ctx, "token", "create", "--admin", httpAddr, "--name", "x", "--role", "root"); err == nil || exitCode(err) != 2 {
+		t.Fatalf("bad role: %v", err)
+	}
+	// From here on the client has no certificate: only the token.
+	t.Setenv("SWARM_TLS_CERT", "")
+	t.Setenv("SWARM_TLS_KEY", "")
+	kvTok := func(args ...string) (string, error) {
+		out, _, err := runCmd(ctx, append([]string{"kv", args[0], "--endpoints", grpcAddr, "--user", "alice", "--timeout", "5s"}, args[1:]...)...)
+		return out, err
+	}
+	if _, err := kvTok("get", "k"); err == nil || !strings.Contains(err.Error(), "authentication required") {
+		t.Fatalf("kv get without credentials: %v", err)
+	}
+	t.Setenv("SWARM_TOKEN", tok)
+	pollUntil(t, 10*time.Second, "token known", func() error { _, err := kvTok("get", "k"); return err })
+	if _, err := kvTok("put", "k", "evil"); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("read-only token put: %v", err)
+	}
+	if out, err := kvTok("get", "k"); err != nil || out != "v\n" {
+		t.Fatalf("value after a refused put: %q %v", out, err)
+	}
+	if _, _, err := runCmd(ctx, "members", "--admin", httpAddr); err == nil {
+		t.Fatal("admin API with a kv:read token")
+	}
+	t.Setenv("SWARM_TLS_CERT", filepath.Join(dir, "ops.pem"))
+	t.Setenv("SWARM_TLS_KEY", filepath.Join(dir, "ops-key.pem"))
+	if out, _, err := runCmd(ctx, "token", "revoke", "--admin", httpAddr, id); err != nil || !strings.Contains(out, "revoked") {
+		t.Fatalf("token revoke: %v %q", err, out)
+	}
+	t.Setenv("SWARM_TLS_CERT", "")
+	t.Setenv("SWARM_TLS_KEY", "")
+	pollUntil(t, 10*time.Second, "token revoked", func() error {
+		if _, err := kvTok("get", "k"); err == nil {
+			return errString("still accepted")
+		}
+		return nil
+	})
+	if _, err := kvTok("get", "k"); err == nil || strings.Contains(err.Error(), tok[21:]) {
+		t.Fatalf("revoked token: %v", err)
+	}
+	if strings.Contains(serveLog.String(), tok[21:]) {
+		t.Fatal("the token's secret appears in the node's log")
+	}
+	if !strings.Contains(serveLog.String(), "audit=true") {
+		t.Error("no audit records in the node's log")
 	}
 }

@@ -99,3 +99,5 @@ func (e errString) Error() string { return string(e) }
 
 // checkRoles validates role names (auth.ParseRoles once auth lands).
 var checkRoles = func([]string) error { return nil }
+
+func lookupEnv(k string) (string, bool) { return os.LookupEnv(k) }

@@ -1,0 +1,240 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+
+	"github.com/swarmkv/swarmkv/auth"
+	"github.com/swarmkv/swarmkv/client"
+	"github.com/swarmkv/swarmkv/rpc"
+)
+
+// TestGRPCPermsCoverEveryMethod: every method of every service the node
+// registers has a permission, so a new RPC cannot be left open or
+// forgotten.
+func TestGRPCPermsCoverEveryMethod(t *testing.T) {
+	s := grpc.NewServer()
+	srv := &server{}
+	rpc.RegisterKVServer(s, srv)
+	rpc.RegisterClusterServer(s, srv)
+	rpc.RegisterRegistryServer(s, &registryServer{server: srv})
+	rpc.RegisterBillingServer(s, &billingServer{server: srv})
+	rpc.RegisterPoolsServer(s, &poolsServer{server: srv})
+	rpc.RegisterAdminServer(s, &adminServer{})
+	rpc.RegisterRedisServer(s, &redisServer{server: srv})
+	seen := 0
+	for name, info := range s.GetServiceInfo() {
+		for _, m := range info.Methods {
+			full := "/" + name + "/" + m.Name
+			if _, ok := grpcPerms[full]; !ok {
+				t.Errorf("%s has no entry in grpcPerms", full)
+			}
+			seen++
+		}
+	}
+	if seen != len(grpcPerms) {
+		t.Errorf("grpcPerms has %d entries, the server %d methods", len(grpcPerms), seen)
+	}
+	for m, p := range grpcPerms {
+		if strings.HasPrefix(m, "/swarmkv.v1.Admin/") != (p.Keyspace == auth.Node) {
+			t.Errorf("%s: %v; the Admin service and only it is node-to-node", m, p)
+		}
+	}
+}
+
+// syncBuffer collects log output from every node.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.WriteString(string(p))
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestAuthTokensRolesAndRefusals(t *testing.T) {
+	ca := newTestCA(t)
+	var logs syncBuffer
+	tc := newTLSCluster(t, 3, ca, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test_node", c.ID)
+		c.RedisAddr = freePort(t)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ops := &tlsHTTP{cfg: ca.client("ops", "admin")}
+	plain := &tlsHTTP{cfg: ca.client("")}
+
+	// Tokens are made through any node (a non-leader forwards to the meta leader).
+	var secrets []string
+	create := func(node int, name string, roles ...string) TokenInfo {
+		t.Helper()
+		b, _ := json.Marshal(map[string]any{"name": name, "roles": roles})
+		code, body, err := ops.do("POST", "https://"+tc.nodes[node].Addrs().HTTPAddr+"/v1/tokens", strings.NewReader(string(b)))
+		if err != nil || code != 200 {
+			t.Fatalf("create token on %d: %d %s %v", node, code, body, err)
+		}
+		var ti TokenInfo
+		if err := json.Unmarshal([]byte(body), &ti); err != nil || ti.Token == "" {
+			t.Fatalf("create answer %q: %v", body, err)
+		}
+		_, sec, _ := auth.ParseToken(ti.Token)
+		secrets = append(secrets, ti.Token, hexString(sec))
+		return ti
+	}
+	reader, writer := create(0, "reader", "kv:read"), create(1, "writer", "kv:write", "assets:write")
+	create(2, "third", "billing:read")
+	// Every node learns the tokens through the sync loop.
+	waitFor(t, 10*time.Second, "tokens on every node", func() error {
+		for _, n := range tc.nodes {
+			if _, ok := n.identifyToken(writer.Token); !ok {
+				return errors.New(n.ID() + " does not know the token yet")
+			}
+		}
+		return nil
+	})
+
+	rk := []byte("alice")
+	write := func(c *client.Client, v string) error { return c.Put(ctx, rk, []byte("k"), []byte(v)) }
+	admin, err := tlsClient(t, tc, client.Config{TLS: ca.client("ops2", "*:write")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := write(admin, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	// No credentials: ClusterMap is refused too, so New fails.
+	if _, err := tlsClient(t, tc, client.Config{TLS: plain.cfg}); !errors.Is(err, client.ErrUnavailable) || !strings.Contains(err.Error(), "authentication required") {
+		t.Fatalf("client without credentials: %v", err)
+	}
+	// A bad token.
+	if _, err := tlsClient(t, tc, client.Config{TLS: plain.cfg, Token: "swk_0000000000000000_" + strings.Repeat("0", 64)}); err == nil {
+		t.Fatal("unknown token accepted")
+	}
+	// Read-only role: reads work, writes are refused and change nothing.
+	rc, err := tlsClient(t, tc, client.Config{TLS: plain.cfg, Token: reader.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := rc.Get(ctx, rk, []byte("k")); err != nil || string(v) != "v1" {
+		t.Fatalf("reader get: %q %v", v, err)
+	}
+	if err := write(rc, "evil"); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("reader put: %v, want ErrPermissionDenied", err)
+	}
+	if _, err := rc.Billing().GetAccount(ctx, [16]byte{1}); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("reader on billing: %v, want ErrPermissionDenied", err)
+	}
+	if v, _ := admin.Get(ctx, rk, []byte("k")); string(v) != "v1" {
+		t.Fatalf("value after a refused write: %q", v)
+	}
+	// Writer, then revoked.
+	wc, err := tlsClient(t, tc, client.Config{TLS: plain.cfg, Token: writer.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := write(wc, "v2"); err != nil {
+		t.Fatal(err)
+	}
+	if code, body, err := ops.do("POST", "https://"+tc.nodes[2].Addrs().HTTPAddr+"/v1/tokens/"+writer.ID+"/revoke", nil); err != nil || code != 200 {
+		t.Fatalf("revoke: %d %s %v", code, body, err)
+	}
+	waitFor(t, 10*time.Second, "revoked everywhere", func() error {
+		for _, n := range tc.nodes {
+			if _, ok := n.identifyToken(writer.Token); ok {
+				return errors.New(n.ID() + " still accepts the token")
+			}
+		}
+		return nil
+	})
+	if err := write(wc, "v3"); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("revoked token put: %v", err)
+	}
+
+	// The admin HTTP API: 401 without credentials, 403 without admin.
+	url := "https://" + tc.nodes[0].Addrs().HTTPAddr + "/v1/members"
+	if code, _ := plain.get(url); code != 401 {
+		t.Fatalf("admin API without credentials: %d", code)
+	}
+	if code, _ := (&tlsHTTP{cfg: plain.cfg, token: reader.Token}).get(url); code != 403 {
+		t.Fatalf("admin API with a kv:read token: %d", code)
+	}
+	if code, _ := plain.get("https://" + tc.nodes[0].Addrs().HTTPAddr + "/readyz"); code != 200 {
+		t.Fatalf("readyz must stay open: %d", code)
+	}
+	code, body, _ := ops.do("GET", "https://"+tc.nodes[1].Addrs().HTTPAddr+"/v1/tokens", nil)
+	if code != 200 || !strings.Contains(body, reader.ID) || strings.Contains(body, "hash") {
+		t.Fatalf("token list: %d %s", code, body)
+	}
+
+	// RESP: NOAUTH, WRONGPASS, NOPERM, then allowed.
+	rdb := redis.NewClient(&redis.Options{Addr: tc.nodes[0].RedisAddr(), TLSConfig: plain.cfg, MaxRetries: -1})
+	defer rdb.Close()
+	if err := rdb.Set(ctx, "asset:1", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOAUTH") {
+		t.Fatalf("RESP before AUTH: %v", err)
+	}
+	rdbAs := func(tok string) *redis.Client {
+		return redis.NewClient(&redis.Options{Addr: tc.nodes[1].RedisAddr(), TLSConfig: plain.cfg, MaxRetries: -1, Username: "u", Password: tok})
+	}
+	bad := rdbAs(strings.Repeat("x", 20))
+	defer bad.Close()
+	if err := bad.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Fatalf("RESP with a bad token: %v", err)
+	}
+	ro := rdbAs(reader.Token)
+	defer ro.Close()
+	if err := ro.Set(ctx, "asset:1", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+		t.Fatalf("RESP SET with kv:read: %v", err)
+	}
+	full := create(0, "assets", "assets:write")
+	waitFor(t, 10*time.Second, "assets token known", func() error {
+		if _, ok := tc.nodes[1].identifyToken(full.Token); !ok {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	rw := rdbAs(full.Token)
+	defer rw.Close()
+	for i := range 8 { // keys on every shard: some forwarded to another node
+		key := "asset:" + string(rune('a'+i))
+		if err := rw.Set(ctx, key, "x", 0).Err(); err != nil {
+			t.Fatalf("RESP SET %s with assets:write: %v", key, err)
+		}
+	}
+
+	// Denials are audit-logged; no token or secret appears in any log.
+	out := logs.String()
+	if !strings.Contains(out, "audit=true") || !strings.Contains(out, "allowed=false") || !strings.Contains(out, "who=token:"+reader.ID) {
+		t.Error("no audit record of the denials")
+	}
+	for _, s := range secrets {
+		if strings.Contains(out, s) {
+			t.Fatalf("a token or secret appears in the logs")
+		}
+	}
+}
+
+func hexString(b []byte) string {
+	const d = "0123456789abcdef"
+	out := make([]byte, 0, 2*len(b))
+	for _, c := range b {
+		out = append(out, d[c>>4], d[c&15])
+	}
+	return string(out)
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -147,7 +148,7 @@ func (n *Node) forwardToMetaLeader(ctx context.Context, w http.ResponseWriter, r
 		tr.TLSClientConfig = n.tls.peerConfig()
 		hc.Transport, scheme = tr, "https"
 	}
-	req, err := http.NewRequestWithContext(ctx, r.Method, scheme+"://"+a.HTTPAddr+r.URL.RequestURI(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, r.Method, scheme+"://"+httpDialAddr(a)+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		fail(err.Error())
 		return
@@ -191,6 +192,22 @@ func (n *Node) findMetaLeader(ctx context.Context) string {
 		}
 	}
 	return ""
+}
+
+// httpDialAddr is where another node reaches a's HTTP server: its
+// announced HTTP address, or, when that is bound to every interface
+// (0.0.0.0:7102, [::]:7102), its advertised gRPC host with the HTTP port.
+func httpDialAddr(a NodeAddrs) string {
+	h, p, err := net.SplitHostPort(a.HTTPAddr)
+	if err != nil {
+		return a.HTTPAddr
+	}
+	if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
+		if gh, _, err := net.SplitHostPort(a.GRPCAddr); err == nil {
+			return net.JoinHostPort(gh, p)
+		}
+	}
+	return a.HTTPAddr
 }
 
 var errTokenNotFound = errors.New("cluster: no such token")

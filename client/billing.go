@@ -117,7 +117,7 @@ func (b *Billing) PutAccount(ctx context.Context, a *records.Account) error {
 	if err := a.Validate(); err != nil {
 		return invalidArg(err)
 	}
-	return b.routed(ctx, a.UserID, idempotent, func(ctx context.Context, bc rpc.BillingClient) error {
+	return b.routed(ctx, a.UserID, writeOnce, func(ctx context.Context, bc rpc.BillingClient) error {
 		_, err := bc.PutAccount(ctx, &rpc.PutAccountRequest{Account: rpc.AccountToProto(a)})
 		return err
 	})
@@ -146,7 +146,7 @@ func (b *Billing) GetAccount(ctx context.Context, user keys.AccountID, opts ...R
 // answer was lost, the retry answers ErrNotFound although this call deleted
 // the account.
 func (b *Billing) DeleteAccount(ctx context.Context, user keys.AccountID) error {
-	return b.routed(ctx, user, idempotent, func(ctx context.Context, bc rpc.BillingClient) error {
+	return b.routed(ctx, user, writeOnce, func(ctx context.Context, bc rpc.BillingClient) error {
 		_, err := bc.DeleteAccount(ctx, &rpc.AccountRef{UserId: user[:]})
 		return err
 	})
@@ -184,7 +184,7 @@ func (b *Billing) PutTransaction(ctx context.Context, t *records.CreditTransacti
 	if err := t.Validate(); err != nil {
 		return invalidArg(err)
 	}
-	return b.routed(ctx, t.UserID, idempotent, func(ctx context.Context, bc rpc.BillingClient) error {
+	return b.routed(ctx, t.UserID, writeOnce, func(ctx context.Context, bc rpc.BillingClient) error {
 		_, err := bc.PutTransaction(ctx, &rpc.PutTransactionRequest{Transaction: rpc.TransactionToProto(t)})
 		return err
 	})
@@ -374,7 +374,7 @@ func (b *Billing) PutUsageEvent(ctx context.Context, e *records.UsageEvent) erro
 	if err := e.Validate(); err != nil {
 		return invalidArg(err)
 	}
-	return b.routed(ctx, e.UserID, idempotent, func(ctx context.Context, bc rpc.BillingClient) error {
+	return b.routed(ctx, e.UserID, writeOnce, func(ctx context.Context, bc rpc.BillingClient) error {
 		_, err := bc.PutUsageEvent(ctx, &rpc.PutUsageEventRequest{Event: rpc.UsageEventToProto(e)})
 		return err
 	})

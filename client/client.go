@@ -26,9 +26,12 @@
 // Retries: a request that the server did not execute (NotLeader, no leader
 // yet, node without the shard) is retried on the right node. A request whose
 // outcome is unknown (leadership lost after proposing, connection broken) is
-// retried only if it is idempotent: Get, Scan, Put and Delete are; Batch is
-// not (its guards may see its own earlier effect), so it returns
-// ErrOutcomeUnknown instead.
+// retried only when sending it twice is safe: reads, and the ledger's
+// ProcessUsage and AddCredits, which the state machine deduplicates by
+// transaction id. Every other write (Put, Delete, Batch, the registry's and
+// pools' updates) returns ErrOutcomeUnknown instead: sent again, it could
+// land after another client's write and undo it, which no single execution
+// could have done.
 package client
 
 import (
@@ -356,6 +359,9 @@ func (c *Client) CallShard(ctx context.Context, id shard.ID, opts CallOptions, c
 			// back off and try again, keeping the cached leader.
 		case classAmbiguous:
 			if !opts.Idempotent {
+				if !errors.Is(cerr, ErrOutcomeUnknown) {
+					cerr = fmt.Errorf("%w: %w", ErrOutcomeUnknown, cerr)
+				}
 				return cerr
 			}
 			c.setLeader(id, "")

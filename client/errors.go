@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -137,6 +138,11 @@ func classify(err error) (error, errClass, *rpc.NotLeader) {
 				// The server says it did not execute the request.
 				return fmt.Errorf("%w: %s", ErrUnavailable, st.Message()), classRetry, nil
 			}
+		}
+		if strings.Contains(st.Message(), "Error while dialing") {
+			// No connection to the node: the request never left, so it
+			// is safe to send elsewhere (as to a node that is not leader).
+			return fmt.Errorf("%w: %s", ErrUnavailable, st.Message()), classNotLeader, nil
 		}
 		// A transport failure: the request may have been sent.
 		return fmt.Errorf("%w: %s", ErrUnavailable, st.Message()), classAmbiguous, nil

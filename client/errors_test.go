@@ -173,6 +173,10 @@ func TestClassify(t *testing.T) {
 			err: func(t *testing.T) error { return statusErr(t, codes.Unavailable, "no leader", notLeader, retry) }},
 		{name: "unavailable from the transport", sentinel: "ErrUnavailable", class: classAmbiguous, msg: "connection reset",
 			err: func(t *testing.T) error { return statusErr(t, codes.Unavailable, "connection reset") }},
+		{name: "unavailable: dial failed, never sent", sentinel: "ErrUnavailable", class: classNotLeader, msg: "connection refused",
+			err: func(t *testing.T) error {
+				return statusErr(t, codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:1: connect: connection refused"`)
+			}},
 		{name: "unavailable with a not-leader detail", sentinel: "ErrUnavailable", class: classAmbiguous,
 			err: func(t *testing.T) error { return statusErr(t, codes.Unavailable, "closing", notLeader) }},
 		{name: "aborted", sentinel: "ErrOutcomeUnknown", class: classAmbiguous, msg: "leadership lost",

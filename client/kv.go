@@ -54,18 +54,16 @@ func (c *Client) Get(ctx context.Context, routingKey, key []byte, opts ...ReadOp
 // Put sets key to value under routingKey. It returns once the write is
 // committed by a majority of the shard's replicas.
 func (c *Client) Put(ctx context.Context, routingKey, key, value []byte) error {
-	return c.routed(ctx, routingKey, CallOptions{Idempotent: true}, func(ctx context.Context, kv rpc.KVClient) error {
+	return c.routed(ctx, routingKey, writeOnce, func(ctx context.Context, kv rpc.KVClient) error {
 		_, err := kv.Put(ctx, &rpc.PutRequest{RoutingKey: routingKey, Key: key, Value: value})
 		return err
 	})
 }
 
-// Delete removes key under routingKey and reports whether it existed (after
-// a retry of an ambiguous first attempt, false can mean the first attempt
-// deleted it).
+// Delete removes key under routingKey and reports whether it existed.
 func (c *Client) Delete(ctx context.Context, routingKey, key []byte) (bool, error) {
 	var resp *rpc.DeleteResponse
-	err := c.routed(ctx, routingKey, CallOptions{Idempotent: true}, func(ctx context.Context, kv rpc.KVClient) (err error) {
+	err := c.routed(ctx, routingKey, writeOnce, func(ctx context.Context, kv rpc.KVClient) (err error) {
 		resp, err = kv.Delete(ctx, &rpc.DeleteRequest{RoutingKey: routingKey, Key: key})
 		return err
 	})

@@ -331,7 +331,7 @@ func (p *Pools) UpdatePool(ctx context.Context, actor string, s PoolSpec) (*reco
 		return nil, err
 	}
 	var resp *rpc.PoolResponse
-	err := p.call(ctx, idempotent, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
+	err := p.call(ctx, writeOnce, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
 		resp, err = pc.UpdatePool(ctx, &rpc.UpdatePoolRequest{Actor: actor, Pool: poolSpecToProto(s)})
 		return err
 	})
@@ -425,7 +425,7 @@ func (p *Pools) UpdateBot(ctx context.Context, actor string, b BotSpec) (*BotInf
 		return nil, err
 	}
 	var resp *rpc.BotResponse
-	err := p.call(ctx, idempotent, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
+	err := p.call(ctx, writeOnce, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
 		resp, err = pc.UpdateBot(ctx, &rpc.UpdateBotRequest{Actor: actor, Bot: botSpecToProto(b)})
 		return err
 	})
@@ -617,7 +617,7 @@ func (p *Pools) SetGuildPool(ctx context.Context, actor, guildID, poolID string)
 	if err := checkPoolID(poolID); err != nil {
 		return err
 	}
-	return p.call(ctx, idempotent, func(ctx context.Context, pc rpc.PoolsClient) error {
+	return p.call(ctx, writeOnce, func(ctx context.Context, pc rpc.PoolsClient) error {
 		_, err := pc.SetGuildPool(ctx, &rpc.SetGuildPoolRequest{Actor: actor, GuildId: guildID, PoolId: poolID})
 		return err
 	})

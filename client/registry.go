@@ -47,9 +47,12 @@ const shardPageLimit = 1000
 
 var (
 	idempotent = CallOptions{Idempotent: true}
-	// writeOnce is for writes that must not run twice: not retried when
-	// their outcome is unknown (ErrOutcomeUnknown).
-	writeOnce = CallOptions{}
+	// writeOnce: a write that is not deduplicated by the state machine is
+	// never sent twice. Sending it again after an unknown outcome could
+	// apply it a second time after another client's write, which would
+	// undo that write (a lost update the first attempt never caused), so
+	// the caller gets ErrOutcomeUnknown and decides.
+	writeOnce = CallOptions{Idempotent: false}
 )
 
 func invalidArg(err error) error { return fmt.Errorf("%w: %w", ErrInvalidArgument, err) }
@@ -228,7 +231,7 @@ func (r *Registry) PutAgent(ctx context.Context, a *records.AgentRecord) error {
 	if err := a.Validate(); err != nil {
 		return invalidArg(err)
 	}
-	return r.routed(ctx, a.UserID, idempotent, func(ctx context.Context, rc rpc.RegistryClient) error {
+	return r.routed(ctx, a.UserID, writeOnce, func(ctx context.Context, rc rpc.RegistryClient) error {
 		_, err := rc.PutAgent(ctx, &rpc.PutAgentRequest{Agent: rpc.AgentToProto(a)})
 		return err
 	})
@@ -277,7 +280,7 @@ func (r *Registry) GetAgent(ctx context.Context, agentID keys.AgentID, opts ...R
 // first attempt applied but its answer was lost, the retry answers
 // ErrNotFound although this call deleted the agent.
 func (r *Registry) DeleteAgentOf(ctx context.Context, user keys.UserID, agentID keys.AgentID) error {
-	return r.routed(ctx, user, idempotent, func(ctx context.Context, rc rpc.RegistryClient) error {
+	return r.routed(ctx, user, writeOnce, func(ctx context.Context, rc rpc.RegistryClient) error {
 		_, err := rc.DeleteAgent(ctx, &rpc.AgentRef{Target: userTarget(user), AgentId: agentID[:]})
 		return err
 	})
@@ -333,7 +336,7 @@ func (r *Registry) UpdateAgentStatusOf(ctx context.Context, user keys.UserID, ag
 		return nil, invalidf("agent status %s", s)
 	}
 	var resp *rpc.UpdateAgentStatusResponse
-	err := r.routed(ctx, user, idempotent, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
+	err := r.routed(ctx, user, writeOnce, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
 		resp, err = rc.UpdateAgentStatus(ctx, &rpc.UpdateAgentStatusRequest{UserId: user[:], AgentId: agentID[:], Status: uint32(s)})
 		return err
 	})
@@ -423,7 +426,7 @@ func (r *Registry) PutSession(ctx context.Context, s *records.SessionRecord) err
 	if err := s.Validate(); err != nil {
 		return invalidArg(err)
 	}
-	return r.routed(ctx, s.UserID, idempotent, func(ctx context.Context, rc rpc.RegistryClient) error {
+	return r.routed(ctx, s.UserID, writeOnce, func(ctx context.Context, rc rpc.RegistryClient) error {
 		_, err := rc.PutSession(ctx, &rpc.PutSessionRequest{Session: rpc.SessionToProto(s)})
 		return err
 	})
@@ -482,7 +485,7 @@ func (r *Registry) UpdateSessionStatusOf(ctx context.Context, user keys.UserID, 
 		return nil, invalidf("session status %s", s)
 	}
 	var resp *rpc.UpdateSessionStatusResponse
-	err := r.routed(ctx, user, idempotent, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
+	err := r.routed(ctx, user, writeOnce, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
 		resp, err = rc.UpdateSessionStatus(ctx, &rpc.UpdateSessionStatusRequest{Target: userTarget(user), SessionId: id[:], Status: uint32(s)})
 		return err
 	})
@@ -503,7 +506,7 @@ func (r *Registry) UpdateSessionStatus(ctx context.Context, id keys.SessionID, s
 	}
 	_, err := fanLookup(ctx, r.c, fmt.Sprintf("session %x", id[:]), func(ctx context.Context, sid shard.ID) (*rpc.Session, error) {
 		var resp *rpc.UpdateSessionStatusResponse
-		err := r.onShard(ctx, sid, idempotent, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
+		err := r.onShard(ctx, sid, writeOnce, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
 			resp, err = rc.UpdateSessionStatus(ctx, &rpc.UpdateSessionStatusRequest{Target: shardTarget(sid), SessionId: id[:], Status: uint32(s)})
 			return err
 		})
@@ -565,7 +568,7 @@ func (r *Registry) PutUser(ctx context.Context, u *records.UserRecord) error {
 	if err := u.Validate(); err != nil {
 		return invalidArg(err)
 	}
-	return r.routed(ctx, u.UserID, idempotent, func(ctx context.Context, rc rpc.RegistryClient) error {
+	return r.routed(ctx, u.UserID, writeOnce, func(ctx context.Context, rc rpc.RegistryClient) error {
 		_, err := rc.PutUser(ctx, &rpc.PutUserRequest{User: rpc.UserToProto(u)})
 		return err
 	})

@@ -222,7 +222,11 @@ func TestPartitionedLeader(t *testing.T) {
 	rk := routingKeyFor(c.Map(), sh)
 	old := tc.leaderOf(sh)
 	tc.net.Isolate(tc.cfgs[old].ID)
-	if err := c.Put(ctx, rk, []byte("during"), []byte("1")); err != nil {
+	// The first attempt may reach the isolated leader, which accepts it and
+	// then loses leadership: its outcome is unknown, and the client leaves
+	// the decision to resend to the caller. Writing the same value again is
+	// what this caller wants.
+	if err := putUntilKnown(ctx, c, rk, []byte("during"), []byte("1")); err != nil {
 		t.Fatalf("write with the old leader isolated: %v", err)
 	}
 	waitFor(t, 10*time.Second, "new leader", func() error {

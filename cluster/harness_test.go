@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -197,3 +198,14 @@ func routingKeyFor(m *shard.Map, id shard.ID) []byte {
 }
 
 func kvKey(rk []byte, k string) []byte { return keys.KV(rk, []byte(k)) }
+
+// putUntilKnown puts key=value, sending it again while the outcome is
+// unknown (safe for a test that alone writes that key).
+func putUntilKnown(ctx context.Context, c *client.Client, rk, key, value []byte) error {
+	for {
+		err := c.Put(ctx, rk, key, value)
+		if !errors.Is(err, client.ErrOutcomeUnknown) || ctx.Err() != nil {
+			return err
+		}
+	}
+}

@@ -323,9 +323,9 @@ func cmpString(a, b string) int {
 // MemberInfo is one member in the admin API's listing.
 type MemberInfo struct {
 	ID          string `json:"id"`
-	Status      string `json:"status"`       // active, leaving, removed
-	Gossip      string `json:"gossip"`       // alive, dead, unknown
-	Version     int    `json:"version"`      // protocol version announced in gossip (0: unknown)
+	Status      string `json:"status"`  // active, leaving, removed
+	Gossip      string `json:"gossip"`  // alive, dead, unknown
+	Version     int    `json:"version"` // protocol version announced in gossip (0: unknown)
 	RaftAddr    string `json:"raft_addr"`
 	GRPCAddr    string `json:"grpc_addr"`
 	HTTPAddr    string `json:"http_addr,omitempty"`

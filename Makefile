@@ -6,8 +6,9 @@ BIN       := bin/swarmnode
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 # Packages whose code runs goroutines get the race detector in `make test`.
-RACE_PKGS := ./fsm/... ./cluster/... ./client/... ./internal/...
-PURE_PKGS := ./keys/... ./resp/... ./shard/... ./records/... ./secrets/... ./rpc/... ./cmd/... ./e2e/... ./examples/...
+# Every package is in one of the two lists (make vet checks).
+RACE_PKGS := ./fsm/... ./cluster/... ./client/... ./internal/... ./raftlog/...
+PURE_PKGS := ./keys/... ./resp/... ./shard/... ./records/... ./secrets/... ./auth/... ./rpc/... ./cmd/... ./e2e/... ./examples/... ./jepsen/...
 FUZZTIME  ?= 10s
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
@@ -26,6 +27,10 @@ run: build
 
 vet:
 	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	@missing=$$($(GO) list ./... | sed 's|^github.com/swarmkv/swarmkv|.|' | while read p; do \
+	  top=$$(echo $$p | cut -d/ -f2); echo " $(RACE_PKGS) $(PURE_PKGS) " | grep -q " ./$$top/\.\.\. " || echo $$p; done); \
+	  test -z "$$missing" || { echo "packages in neither RACE_PKGS nor PURE_PKGS: $$missing"; exit 1; }
 
 test: vet
 	$(GO) test -count=1 $(PURE_PKGS)

@@ -45,27 +45,18 @@ type DB interface {
 type Connect func(ctx context.Context) (DB, error)
 
 // ClientConnect returns a Connect that opens a swarmkv client on endpoints.
-// putOnce makes Put a guard-less Batch, which the client does not retry
-// when its outcome is unknown (see ClientDB.PutOnce).
-func ClientConnect(endpoints []string, attemptTimeout time.Duration, putOnce bool) Connect {
+func ClientConnect(endpoints []string, attemptTimeout time.Duration) Connect {
 	return func(ctx context.Context) (DB, error) {
 		c, err := client.New(ctx, client.Config{Endpoints: endpoints, AttemptTimeout: attemptTimeout, Logger: discardLogger()})
 		if err != nil {
 			return nil, err
 		}
-		return &ClientDB{C: c, PutOnce: putOnce}, nil
+		return &ClientDB{C: c}, nil
 	}
 }
 
 // ClientDB is a DB over a swarmkv client (linearizable reads).
-type ClientDB struct {
-	C *client.Client
-	// PutOnce sends Put as a Batch without guards. client.Put retries an
-	// attempt whose outcome is unknown, so one Put can be applied twice,
-	// the second time after later writes; a Batch is never resent (its
-	// unknown outcome is ErrOutcomeUnknown, an indeterminate op).
-	PutOnce bool
-}
+type ClientDB struct{ C *client.Client }
 
 var _ DB = (*ClientDB)(nil)
 
@@ -74,10 +65,6 @@ func (d *ClientDB) Get(ctx context.Context, rk, key []byte) ([]byte, error) {
 }
 
 func (d *ClientDB) Put(ctx context.Context, rk, key, value []byte) error {
-	if d.PutOnce {
-		_, err := d.C.Batch(ctx, rk, nil, []client.Op{{Key: key, Value: value}})
-		return err
-	}
 	return d.C.Put(ctx, rk, key, value)
 }
 

@@ -173,14 +173,6 @@ func TestInProcShort(t *testing.T) {
 	runInProc(t, "isolate-leader,kill", 6*time.Second)
 }
 
-// clientPut makes the in-process runs write registers with client.Put.
-// By default they use a guard-less Batch (ClientDB.PutOnce): client.Put
-// resends an attempt whose outcome is unknown, and under pauses and leader
-// changes the resent write can apply again after later writes, which the
-// register checker reports (seen in about one run in four of
-// TestInProcNemeses). `make jepsen` uses client.Put.
-var clientPut = os.Getenv("SWARM_JEPSEN_CLIENT_PUT") != ""
-
 func runInProc(t *testing.T, nemeses string, d time.Duration) {
 	t.Helper()
 	ctx := context.Background()
@@ -203,7 +195,7 @@ func runInProc(t *testing.T, nemeses string, d time.Duration) {
 			os.RemoveAll(out)
 		}
 	})
-	res, err := Run(ctx, Config{Driver: drv, Connect: ClientConnect(drv.Endpoints(), time.Second, !clientPut),
+	res, err := Run(ctx, Config{Driver: drv, Connect: ClientConnect(drv.Endpoints(), time.Second),
 		Workloads: allWorkloads(t, "inproc"), Nemeses: nems, Duration: d,
 		Interval: 500 * time.Millisecond, FaultDuration: 1500 * time.Millisecond,
 		WorkersPerWorkload: 3, OpTimeout: 3 * time.Second, Seed: 7, OutDir: out})

@@ -49,7 +49,6 @@ func run(ctx context.Context, args []string) int {
 	portDigit := fs.Int("port-digit", 7, "docker: D in the published ports, the compose file's SWARMKV_PORT_DIGIT")
 	dataDir := fs.String("data-dir", "", "inproc: folder for the nodes' data (default a temporary folder)")
 	verbose := fs.Bool("v", false, "log the nodes too (inproc)")
-	putOnce := fs.Bool("put-once", false, "register writes as guard-less Batch (never resent) instead of client.Put (resent when the outcome is unknown)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -101,7 +100,7 @@ func run(ctx context.Context, args []string) int {
 	defer drv.Close()
 
 	res, err := jepsen.Run(ctx, jepsen.Config{
-		Driver: drv, Connect: jepsen.ClientConnect(drv.Endpoints(), time.Second, *putOnce),
+		Driver: drv, Connect: jepsen.ClientConnect(drv.Endpoints(), time.Second),
 		Workloads: wls, Nemeses: nems, Duration: *duration, Interval: *interval, FaultDuration: *faultFor,
 		WorkersPerWorkload: *workers, OpTimeout: *opTimeout, Seed: *seed, OutDir: *out, Logger: log,
 	})

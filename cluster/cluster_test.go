@@ -29,7 +29,7 @@ func TestClusterReadWrite(t *testing.T) {
 	for u := range users {
 		for k := range perUser {
 			rk, key := []byte(fmt.Sprintf("user-%d", u)), []byte(fmt.Sprintf("k%02d", k))
-			if err := c.Put(ctx, rk, key, []byte(fmt.Sprintf("v-%d-%d", u, k))); err != nil {
+			if err := putUntilKnown(ctx, c, rk, key, []byte(fmt.Sprintf("v-%d-%d", u, k))); err != nil {
 				t.Fatalf("put %s/%s: %v", rk, key, err)
 			}
 		}
@@ -132,7 +132,7 @@ func TestLeaderKill(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	const sh = shard.ID(1)
 	rk := routingKeyFor(c.Map(), sh)
-	if err := c.Put(ctx, rk, []byte("before"), []byte("1")); err != nil {
+	if err := putUntilKnown(ctx, c, rk, []byte("before"), []byte("1")); err != nil {
 		t.Fatal(err)
 	}
 	victim := tc.leaderOf(sh)
@@ -142,14 +142,14 @@ func TestLeaderKill(t *testing.T) {
 	tc.stop(victim)
 	start := time.Now()
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err := c.Put(wctx, rk, []byte("after"), []byte("2"))
+	err := putUntilKnown(wctx, c, rk, []byte("after"), []byte("2"))
 	cancel()
 	if err != nil {
 		t.Fatalf("write after leader kill: %v", err)
 	}
 	t.Logf("write after killing the leader of shard %d took %v", sh, time.Since(start))
 	for i := range 50 {
-		if err := c.Put(ctx, rk, []byte("k"+strconv.Itoa(i)), []byte("x")); err != nil {
+		if err := putUntilKnown(ctx, c, rk, []byte("k"+strconv.Itoa(i)), []byte("x")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -182,7 +182,7 @@ func TestCatchUpBySnapshot(t *testing.T) {
 	down := (tc.leaderOf(sh) + 1) % 3
 	tc.stop(down)
 	for i := range 400 {
-		if err := c.Put(ctx, rk, []byte(fmt.Sprintf("k%03d", i)), []byte(strconv.Itoa(i))); err != nil {
+		if err := putUntilKnown(ctx, c, rk, []byte(fmt.Sprintf("k%03d", i)), []byte(strconv.Itoa(i))); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -323,7 +323,7 @@ func TestDeadNodeReplaced(t *testing.T) {
 	// Writes and reads through every node still agree.
 	for i := range 20 {
 		rk := []byte(fmt.Sprintf("after-%d", i))
-		if err := c.Put(ctx, rk, []byte("k"), []byte("v")); err != nil {
+		if err := putUntilKnown(ctx, c, rk, []byte("k"), []byte("v")); err != nil {
 			t.Fatal(err)
 		}
 		if v, err := c.Get(ctx, rk, []byte("k")); err != nil || string(v) != "v" {
@@ -365,7 +365,7 @@ func TestRemovedNodeReturns(t *testing.T) {
 	}
 	c := tc.client()
 	for i := range 20 {
-		if err := c.Put(ctx, []byte(fmt.Sprintf("u%d", i)), []byte("k"), []byte("v")); err != nil {
+		if err := putUntilKnown(ctx, c, []byte(fmt.Sprintf("u%d", i)), []byte("k"), []byte("v")); err != nil {
 			t.Fatalf("write with the stale node around: %v", err)
 		}
 	}

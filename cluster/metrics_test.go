@@ -17,7 +17,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	tc := newTestCluster(t, 1, 2, func(c *Config) { c.HTTPAddr = freePort(t) })
 	c := tc.client()
 	ctx := ctxT(t, 30*time.Second)
-	if err := c.Put(ctx, []byte("u"), []byte("k"), []byte("v")); err != nil {
+	if err := putUntilKnown(ctx, c, []byte("u"), []byte("k"), []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 	get := func(path string) string {

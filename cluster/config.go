@@ -104,6 +104,25 @@ type Config struct {
 	Limits fsm.Limits
 	// MaxScanPage caps a Scan's page size. Default 1000.
 	MaxScanPage int
+	// RequestTimeout is the deadline of a gRPC call that arrives without
+	// one, and of each RESP command (forwarding and retries included):
+	// every read barrier, proposal and forward a call makes ends by then.
+	// Default 10s; 10ms..1h.
+	RequestTimeout time.Duration
+	// MaxConcurrentStreams caps the concurrent calls of one gRPC
+	// connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS; more wait on the
+	// client side). Default 1024; 1..1048576.
+	MaxConcurrentStreams uint32
+	// MaxConnsPerIP caps the open connections from one client IP on each
+	// of the gRPC and RESP listeners; more are closed as they are
+	// accepted (logged at most once a second). Default 256; 1..1048576.
+	MaxConnsPerIP int
+	// RedisIdleTimeout closes a RESP connection that sends no command for
+	// this long. Default 5m; 1s..24h.
+	RedisIdleTimeout time.Duration
+	// RedisWriteTimeout bounds each write of a reply to a RESP client (a
+	// client that stops reading is disconnected). Default 30s; 100ms..1h.
+	RedisWriteTimeout time.Duration
 	// BlockCacheSize is the Pebble block cache shared by every local
 	// replica, in bytes. Default 64 MiB.
 	BlockCacheSize int64
@@ -177,6 +196,10 @@ const (
 	maxKeySizeLimit   = 8 << 10
 	maxValueSizeLimit = 64 << 20
 	maxBatchOpsLimit  = 65536
+	maxScanPageLimit  = 100000
+	// maxStreamsLimit and maxConnsPerIPLimit bound the connection limits.
+	maxStreamsLimit    = 1 << 20
+	maxConnsPerIPLimit = 1 << 20
 )
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -234,6 +257,21 @@ func (c Config) WithDefaults() Config {
 	c.Limits = c.Limits.WithDefaults()
 	if c.MaxScanPage == 0 {
 		c.MaxScanPage = 1000
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 10 * time.Second
+	}
+	if c.MaxConcurrentStreams == 0 {
+		c.MaxConcurrentStreams = 1024
+	}
+	if c.MaxConnsPerIP == 0 {
+		c.MaxConnsPerIP = 256
+	}
+	if c.RedisIdleTimeout == 0 {
+		c.RedisIdleTimeout = 5 * time.Minute
+	}
+	if c.RedisWriteTimeout == 0 {
+		c.RedisWriteTimeout = 30 * time.Second
 	}
 	if c.BlockCacheSize == 0 {
 		c.BlockCacheSize = 64 << 20
@@ -313,8 +351,23 @@ func (c Config) Validate() error {
 	if c.LogStore != LogStorePebble && c.LogStore != LogStoreBolt {
 		return bad("log store %q: want %s or %s", c.LogStore, LogStorePebble, LogStoreBolt)
 	}
-	if c.MaxScanPage < 1 {
-		return bad("max scan page %d: want >= 1", c.MaxScanPage)
+	if c.MaxScanPage < 1 || c.MaxScanPage > maxScanPageLimit {
+		return bad("max scan page %d: want 1..%d", c.MaxScanPage, maxScanPageLimit)
+	}
+	if c.RequestTimeout < 10*time.Millisecond || c.RequestTimeout > time.Hour {
+		return bad("request timeout %v: want 10ms..1h", c.RequestTimeout)
+	}
+	if c.MaxConcurrentStreams > maxStreamsLimit {
+		return bad("max concurrent streams %d: want 1..%d", c.MaxConcurrentStreams, maxStreamsLimit)
+	}
+	if c.MaxConnsPerIP < 1 || c.MaxConnsPerIP > maxConnsPerIPLimit {
+		return bad("max connections per IP %d: want 1..%d", c.MaxConnsPerIP, maxConnsPerIPLimit)
+	}
+	if c.RedisIdleTimeout < time.Second || c.RedisIdleTimeout > 24*time.Hour {
+		return bad("redis idle timeout %v: want 1s..24h", c.RedisIdleTimeout)
+	}
+	if c.RedisWriteTimeout < 100*time.Millisecond || c.RedisWriteTimeout > time.Hour {
+		return bad("redis write timeout %v: want 100ms..1h", c.RedisWriteTimeout)
 	}
 	if err := c.TLS.validate(); err != nil {
 		return bad("%v", err)

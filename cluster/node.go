@@ -139,6 +139,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("cluster: grpc listen %s: %w", cfg.GRPCAddr, err)
 	}
 	n.addrs.GRPCAddr = advertised(cfg.GRPCAdvertise, n.grpcLn.Addr())
+	n.grpcLn = n.limitConns(n.grpcLn, "grpc") // limits.go
 	if cfg.HTTPAddr != "" {
 		n.httpLn, err = net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
@@ -162,7 +163,8 @@ func New(cfg Config) (_ *Node, err error) {
 
 	n.metrics = newMetrics(n)
 	n.grpcSrv = grpc.NewServer(append(n.grpcServerOptions(),
-		grpc.ChainUnaryInterceptor(n.metrics.grpc.UnaryServerInterceptor(), n.authUnary),
+		grpc.ChainUnaryInterceptor(n.deadlineUnary, n.metrics.grpc.UnaryServerInterceptor(), n.authUnary),
+		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
 		grpc.MaxRecvMsgSize(n.maxRequestBytes()),
 		grpc.MaxSendMsgSize(n.maxRequestBytes()+cfg.MaxScanPage*(cfg.Limits.MaxKeySize+cfg.Limits.MaxValueSize)),
 	)...)

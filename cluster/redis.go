@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/tidwall/redcon"
 
@@ -42,9 +41,6 @@ import (
 // redisVersion is the Redis version the front reports (HELLO, INFO): the
 // command semantics and error texts follow Redis 7.2.
 const redisVersion = "7.2.4"
-
-// redisCmdTimeout bounds one command, forwarding and retries included.
-const redisCmdTimeout = 10 * time.Second
 
 type redisFront struct {
 	n      *Node
@@ -95,6 +91,9 @@ func startRedis(n *Node, addr string) (*redisFront, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: redis listen %s: %w", addr, err)
 	}
+	// Limits (limits.go): connections per IP, a deadline on each write
+	// (under TLS), an idle timeout on reads (SetIdleClose below).
+	ln = writeTimeoutListener{Listener: n.limitConns(ln, "redis"), timeout: n.cfg.RedisWriteTimeout}
 	if n.tls != nil {
 		ln = tls.NewListener(ln, n.tls.serverConfig(false))
 	}
@@ -107,6 +106,7 @@ func startRedis(n *Node, addr string) (*redisFront, error) {
 			return true
 		},
 		func(c redcon.Conn, err error) { f.conns.Done() })
+	f.srv.SetIdleClose(n.cfg.RedisIdleTimeout)
 	go func() {
 		defer close(f.served)
 		if err := f.srv.Serve(ln); err != nil {
@@ -151,7 +151,7 @@ func (f *redisFront) handle(c redcon.Conn, cmd redcon.Command) {
 		c.WriteRaw(v.Append(nil, st.proto))
 		return
 	}
-	ctx, cancel := context.WithTimeout(f.forwardCreds(f.ctx, st), redisCmdTimeout)
+	ctx, cancel := context.WithTimeout(f.forwardCreds(f.ctx, st), f.n.cfg.RequestTimeout)
 	v, quit := f.dispatch(ctx, st, cmd.Args)
 	cancel()
 	c.WriteRaw(v.Append(nil, st.proto))

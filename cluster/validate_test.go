@@ -694,7 +694,11 @@ func TestConfigValidate(t *testing.T) {
 		{"key size over the cap", func(c *Config) { c.Limits.MaxKeySize = maxKeySizeLimit + 1 }, "keys at most 8192 bytes"},
 		{"value size over the cap", func(c *Config) { c.Limits.MaxValueSize = maxValueSizeLimit + 1 }, "values 67108864"},
 		{"batch ops over the cap", func(c *Config) { c.Limits.MaxBatchOps = maxBatchOpsLimit + 1 }, "batches 65536 ops"},
-		{"negative scan page", func(c *Config) { c.MaxScanPage = -1 }, "max scan page -1: want >= 1"},
+		{"negative scan page", func(c *Config) { c.MaxScanPage = -1 }, "max scan page -1: want 1..100000"},
+		{"request timeout too long", func(c *Config) { c.RequestTimeout = 2 * time.Hour }, "request timeout 2h0m0s: want 10ms..1h"},
+		{"negative conns per ip", func(c *Config) { c.MaxConnsPerIP = -1 }, "max connections per IP -1"},
+		{"streams too many", func(c *Config) { c.MaxConcurrentStreams = 1<<20 + 1 }, "max concurrent streams 1048577"},
+		{"redis write timeout too short", func(c *Config) { c.RedisWriteTimeout = time.Millisecond }, "redis write timeout 1ms"},
 		// hashicorp/raft refuses timings under 5ms (commit timeout under
 		// 1ms) when a replica starts; Validate must refuse them first, or
 		// the node starts, logs "bootstrap failed" and never gets ready.

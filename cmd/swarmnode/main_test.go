@@ -138,6 +138,11 @@ func TestRunUsageErrors(t *testing.T) {
 		{name: "serve election below heartbeat", args: []string{"serve", "--heartbeat-timeout", "2s", "--election-timeout", "1s"}, errSub: "election timeout 1s is below heartbeat timeout 2s"},
 		{name: "serve bad gossip profile env", args: []string{"serve"}, env: map[string]string{"SWARM_GOSSIP_PROFILE": "wan"}, errSub: `gossip profile "wan"`},
 		{name: "serve bad address", args: []string{"serve", "--grpc-addr", "nowhere"}, errSub: `grpc address "nowhere"`},
+		{name: "serve request timeout too short", args: []string{"serve", "--request-timeout", "1ms"}, errSub: "request timeout 1ms: want 10ms..1h"},
+		{name: "serve conns per ip too high env", args: []string{"serve"}, env: map[string]string{"SWARM_MAX_CONNS_PER_IP": "2000000"}, errSub: "max connections per IP 2000000"},
+		{name: "serve streams out of range", args: []string{"serve", "--max-concurrent-streams", "2000000"}, errSub: "--max-concurrent-streams 2000000"},
+		{name: "serve scan page too high", args: []string{"serve", "--max-scan-page", "100001"}, errSub: "max scan page 100001"},
+		{name: "serve redis idle too short", args: []string{"serve", "--redis-idle-timeout", "10ms"}, errSub: "redis idle timeout 10ms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {

@@ -50,7 +50,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.DeadNodeTimeout, "dead-node-timeout", 5*time.Minute, "replace the replicas of a node gossip reports dead for this long")
 	fs.IntVar(&cfg.Shards, "shards", 8, "number of shards (Raft groups), fixed at bootstrap")
 	fs.IntVar(&cfg.ReplicationFactor, "replication-factor", 3, "voters per shard (fewer when the cluster is smaller)")
-	fs.IntVar(&maxValue, "max-value-size", 1<<20, "largest value accepted, in bytes")
+	fs.IntVar(&maxValue, "max-value-size", 1<<20, "largest value accepted, in bytes (at most 64 MiB)")
+	fs.IntVar(&cfg.Limits.MaxKeySize, "max-key-size", 4096, "largest key accepted, in bytes (at most 8192)")
+	fs.IntVar(&cfg.Limits.MaxBatchOps, "max-batch-ops", 1024, "most guards and mutations in one batch (at most 65536)")
+	fs.IntVar(&cfg.MaxScanPage, "max-scan-page", 1000, "most items in one scan or list page (at most 100000)")
+	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", 10*time.Second, "deadline of a gRPC call sent without one, and of each RESP command (10ms..1h)")
+	var maxStreams uint
+	fs.UintVar(&maxStreams, "max-concurrent-streams", 1024, "most concurrent calls on one gRPC connection (1..1048576)")
+	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", 256, "most open connections from one client IP, on each of the gRPC and RESP listeners (1..1048576)")
+	fs.DurationVar(&cfg.RedisIdleTimeout, "redis-idle-timeout", 5*time.Minute, "close a RESP connection idle this long (1s..24h)")
+	fs.DurationVar(&cfg.RedisWriteTimeout, "redis-write-timeout", 30*time.Second, "disconnect a RESP client that takes longer to accept a reply (100ms..1h)")
 	fs.StringVar(&cfg.LogStore, "log-store", cluster.LogStorePebble, "Raft log store: pebble (one per node, shared by every shard) or bolt (raft-boltdb per replica); a data dir keeps the one it was created with")
 	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
 	fs.DurationVar(&snapEvery, "snapshot-interval", 30*time.Second, "how often replicas check the snapshot threshold")
@@ -94,6 +103,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	cfg.Limits.MaxValueSize = maxValue
+	if maxStreams == 0 || maxStreams > 1<<20 {
+		return usageError{fmt.Errorf("serve: --max-concurrent-streams %d: want 1..1048576", maxStreams)}
+	}
+	cfg.MaxConcurrentStreams = uint32(maxStreams)
 	cfg.SnapshotInterval = snapEvery
 	cfg.Logger = logger
 	if cfg.TokenKeys, err = tokenKeys(keysFile); err != nil {

@@ -1,0 +1,169 @@
+package cluster
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+)
+
+// Limits against abuse (docs/security.md, "Limits"): besides the request
+// size, batch size and scan page limits (Config.Limits, MaxScanPage;
+// validate.go),
+//
+//	connections per client IP   ipLimitListener on the gRPC and RESP
+//	                            listeners (Config.MaxConnsPerIP)
+//	streams per gRPC connection grpc.MaxConcurrentStreams (Config.MaxConcurrentStreams)
+//	server-side deadlines       deadlineUnary: a gRPC call without a
+//	                            deadline gets Config.RequestTimeout, so
+//	                            every read barrier, proposal and forward
+//	                            it makes ends; RESP commands get the same
+//	                            timeout (redis.go)
+//	idle and slow RESP clients  Config.RedisIdleTimeout (read) and
+//	                            Config.RedisWriteTimeout (each write)
+
+// deadlineUnary gives a call without a deadline the node's request
+// timeout. A client's own deadline is kept.
+func (n *Node) deadlineUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if _, ok := ctx.Deadline(); ok {
+		return handler(ctx, req)
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	defer cancel()
+	return handler(ctx, req)
+}
+
+// ipLimitListener refuses (closes at once) a connection from a remote IP
+// that already holds max open connections accepted by it. Accept never
+// returns the refused ones, so servers keep serving.
+type ipLimitListener struct {
+	net.Listener
+	max     int
+	onLimit func(ip string) // called for each refused connection (may be nil)
+
+	mu    sync.Mutex
+	conns map[string]int // open connections by remote IP
+}
+
+func newIPLimitListener(ln net.Listener, max int, onLimit func(ip string)) *ipLimitListener {
+	return &ipLimitListener{Listener: ln, max: max, onLimit: onLimit, conns: map[string]int{}}
+}
+
+func (l *ipLimitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		ip := remoteIP(c.RemoteAddr())
+		l.mu.Lock()
+		ok := l.conns[ip] < l.max
+		if ok {
+			l.conns[ip]++
+		}
+		l.mu.Unlock()
+		if ok {
+			return &ipLimitConn{Conn: c, l: l, ip: ip}, nil
+		}
+		_ = c.Close()
+		if l.onLimit != nil {
+			l.onLimit(ip)
+		}
+	}
+}
+
+// open returns the number of open connections from ip (tests).
+func (l *ipLimitListener) open(ip string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.conns[ip]
+}
+
+func (l *ipLimitListener) release(ip string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conns[ip]--; l.conns[ip] <= 0 {
+		delete(l.conns, ip)
+	}
+}
+
+func remoteIP(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
+}
+
+// ipLimitConn gives its slot back once, on the first Close.
+type ipLimitConn struct {
+	net.Conn
+	l    *ipLimitListener
+	ip   string
+	once sync.Once
+}
+
+func (c *ipLimitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.l.release(c.ip) })
+	return err
+}
+
+// writeTimeoutListener sets a write deadline before each write of its
+// connections, so a client that stops reading cannot hold a connection's
+// goroutine forever.
+type writeTimeoutListener struct {
+	net.Listener
+	timeout time.Duration
+}
+
+func (l writeTimeoutListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &writeTimeoutConn{Conn: c, timeout: l.timeout}, nil
+}
+
+type writeTimeoutConn struct {
+	net.Conn
+	timeout time.Duration
+}
+
+func (c *writeTimeoutConn) Write(b []byte) (int, error) {
+	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
+}
+
+// limitLog logs refused connections at most once a second per listener.
+type limitLog struct {
+	n     *Node
+	what  string
+	last  atomic.Int64 // unix nanoseconds of the last record
+	count atomic.Int64 // refused since the last record
+}
+
+func (g *limitLog) refused(ip string) {
+	g.count.Add(1)
+	now := time.Now().UnixNano()
+	last := g.last.Load()
+	if now-last < int64(time.Second) || !g.last.CompareAndSwap(last, now) {
+		return
+	}
+	g.n.log.Warn("connection refused: too many connections from one IP", "listener", g.what, "ip", ip,
+		"max_conns_per_ip", g.n.cfg.MaxConnsPerIP, "refused", g.count.Swap(0))
+}
+
+// limitConns wraps a listener with the per-IP connection limit.
+func (n *Node) limitConns(ln net.Listener, what string) net.Listener {
+	g := &limitLog{n: n, what: what}
+	return newIPLimitListener(ln, n.cfg.MaxConnsPerIP, g.refused)
+}

@@ -130,6 +130,7 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() error
 func (tc *testCluster) waitReady() {
 	tc.t.Helper()
 	waitFor(tc.t, 30*time.Second, "cluster ready", func() error {
+		var smap *shard.Map
 		for _, n := range tc.nodes {
 			if n == nil {
 				continue
@@ -137,9 +138,35 @@ func (tc *testCluster) waitReady() {
 			if err := n.Ready(); err != nil {
 				return fmt.Errorf("%s: %w", n.ID(), err)
 			}
+			n.mu.RLock()
+			smap = n.mu.smap
+			n.mu.RUnlock()
+		}
+		// Every shard has a leader that committed an entry of its term,
+		// so the first writes of a test do not meet the elections that
+		// follow a bootstrap.
+		for id := range smap.NumShards {
+			if !tc.leaderReady(shard.ID(id)) {
+				return fmt.Errorf("shard %d: no ready leader", id)
+			}
 		}
 		return nil
 	})
+}
+
+// leaderReady reports whether some live node leads shard id and has
+// committed an entry of its term.
+func (tc *testCluster) leaderReady(id shard.ID) bool {
+	for _, n := range tc.nodes {
+		if n == nil {
+			continue
+		}
+		if r := n.localReplica(id); r != nil && r.raft.State().String() == "Leader" {
+			t := r.readyTerm.Load()
+			return t != 0 && t == r.raft.CurrentTerm()
+		}
+	}
+	return false
 }
 
 // client returns a client connected through every live node.

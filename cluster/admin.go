@@ -208,6 +208,15 @@ func (n *Node) JoinNode(ctx context.Context, id string) (*State, error) {
 	}
 	var out *State
 	err := n.onMetaLeader(ctx, func() error {
+		// With TLS the candidate proves its id first (admission.go).
+		var proven gossipMeta
+		if g, ok := n.members.get(id); ok && g.alive {
+			if err := n.verifyCandidate(ctx, id, g.meta); err != nil {
+				n.log.Warn("admin: node not admitted", "member", id, "err", status.Convert(err).Message())
+				return err
+			}
+			proven = g.meta
+		}
 		var err error
 		out, err = n.metaUpdate(ctx, func(s *State) error {
 			g, ok := n.members.get(id)
@@ -217,6 +226,9 @@ func (n *Node) JoinNode(ctx context.Context, id string) (*State, error) {
 			}
 			if !ok || !g.alive {
 				return status.Errorf(codes.FailedPrecondition, "node %s is not alive in gossip: start it with --join <gossip address of a member> (a node with an unsupported protocol version is refused and never shows up)", id)
+			}
+			if n.tls != nil && (g.meta.GRPC != proven.GRPC || g.meta.Raft != proven.Raft) {
+				return status.Errorf(codes.Unavailable, "node %s changed its addresses during admission; retry", id)
 			}
 			if g.meta.Cluster != "" && g.meta.Cluster != s.ClusterID {
 				return status.Errorf(codes.FailedPrecondition, "node %s belongs to cluster %s, not %s: wipe its data dir first", id, g.meta.Cluster, s.ClusterID)

@@ -595,7 +595,8 @@ func (n *Node) adminRoutes(mux *http.ServeMux) {
 		return st.Shards, nil
 	})
 	handle("GET /v1/state", func(ctx context.Context, r *http.Request) (any, error) {
-		return n.adminMeta(ctx)
+		st, err := n.adminMeta(ctx)
+		return redactTokenHashes(st), err
 	})
 	memberResult := func(st *State, id string, err error) (any, error) {
 		if err != nil {

@@ -212,6 +212,20 @@ func httpDialAddr(a NodeAddrs) string {
 
 var errTokenNotFound = errors.New("cluster: no such token")
 
+// redactTokenHashes returns a copy of st without the tokens' secret hashes
+// (for /v1/state). A hash of 32 random bytes does not reveal the secret,
+// but nothing outside the nodes needs it, so it is not shown.
+func redactTokenHashes(st *State) *State {
+	if st == nil || len(st.Tokens) == 0 {
+		return st
+	}
+	c := st.Clone()
+	for i := range c.Tokens {
+		c.Tokens[i].Hash = ""
+	}
+	return c
+}
+
 // CreateToken makes a token with roles on the meta leader (errMetaNotLeader
 // elsewhere) and returns it with its secret, shown this once.
 func (n *Node) CreateToken(ctx context.Context, name string, roles []string) (*TokenInfo, error) {

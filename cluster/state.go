@@ -94,7 +94,7 @@ type Token struct {
 	ID      string     `json:"id"`
 	Name    string     `json:"name"`
 	Roles   []string   `json:"roles"`
-	Hash    string     `json:"hash"` // hex SHA-256 of the secret
+	Hash    string     `json:"hash,omitempty"` // hex SHA-256 of the secret (never empty in the state; blanked in /v1/state)
 	Created time.Time  `json:"created"`
 	Revoked *time.Time `json:"revoked,omitempty"`
 }

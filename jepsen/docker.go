@@ -145,8 +145,20 @@ func (d *Docker) Start(ctx context.Context, node string) error {
 	if err == nil && strings.TrimSpace(running) == "true" {
 		return nil
 	}
-	_, err = d.docker(ctx, "start", d.container(node))
-	return err
+	// Publishing a port fails while an outgoing connection of the host
+	// holds it as its local port (37100 and up lie in Linux's ephemeral
+	// range); such connections come and go, so retry for a while.
+	for {
+		_, err = d.docker(ctx, "start", d.container(node))
+		if err == nil || !strings.Contains(err.Error(), "address already in use") {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 func (d *Docker) Pause(ctx context.Context, node string) error {

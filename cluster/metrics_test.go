@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -32,6 +33,13 @@ func TestMetricsEndpoint(t *testing.T) {
 		}
 		return string(b)
 	}
+	// The meta group elects its leader on its own schedule.
+	waitFor(t, 10*time.Second, "meta group leader", func() error {
+		if r := tc.nodes[0].metaReplica(); r == nil || r.readyTerm.Load() == 0 {
+			return fmt.Errorf("meta replica not a ready leader")
+		}
+		return nil
+	})
 	body := get("/metrics")
 	// A Prometheus scraper's parser reads all of it.
 	parser := expfmt.NewTextParser(model.UTF8Validation)

@@ -17,8 +17,9 @@ import (
 // TLSFiles names the PEM files of a node's TLS identity (swarmnode certs
 // makes them). All three or none.
 type TLSFiles struct {
-	// CAFile is the cluster CA: peers' node certificates and clients'
-	// certificates must chain to it.
+	// CAFile is the cluster CA (one or more PEM certificates): peers' node
+	// certificates and clients' certificates must chain to one of them.
+	// Re-read when its modification time changes, like the certificate.
 	CAFile string
 	// CertFile and KeyFile are this node's certificate (with the SAN URI
 	// swarmkv://node/<id> of Config.ID) and key. They are re-read when
@@ -54,39 +55,52 @@ const tlsReloadEvery = time.Second
 type nodeTLS struct {
 	files TLSFiles
 	id    string
-	pool  *x509.CertPool
 	log   *slog.Logger
 
 	mu struct {
 		sync.Mutex
-		cert            *tls.Certificate
-		certMod, keyMod time.Time
-		checked         time.Time
+		cert                   *tls.Certificate
+		pool                   *x509.CertPool // the CA file's certificates
+		certMod, keyMod, caMod time.Time
+		checked                time.Time
 	}
 }
 
 // loadNodeTLS reads the CA and the node certificate and checks that the
 // certificate chains to the CA and is bound to node id.
 func loadNodeTLS(files TLSFiles, id string, log *slog.Logger) (*nodeTLS, error) {
-	caPEM, err := os.ReadFile(files.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: tls CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("cluster: tls CA %s: no PEM certificate", files.CAFile)
-	}
-	t := &nodeTLS{files: files, id: id, pool: pool, log: log}
-	cert, cm, km, err := t.read()
+	t := &nodeTLS{files: files, id: id, log: log}
+	pool, caMod, err := t.readCA()
 	if err != nil {
 		return nil, err
 	}
-	t.mu.cert, t.mu.certMod, t.mu.keyMod, t.mu.checked = cert, cm, km, time.Now()
+	cert, cm, km, err := t.read(pool)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.cert, t.mu.pool, t.mu.certMod, t.mu.keyMod, t.mu.caMod, t.mu.checked = cert, pool, cm, km, caMod, time.Now()
 	return t, nil
 }
 
-// read loads the certificate files and checks them.
-func (t *nodeTLS) read() (*tls.Certificate, time.Time, time.Time, error) {
+// readCA loads the CA file.
+func (t *nodeTLS) readCA() (*x509.CertPool, time.Time, error) {
+	st, err := os.Stat(t.files.CAFile)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("cluster: tls CA: %w", err)
+	}
+	caPEM, err := os.ReadFile(t.files.CAFile)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("cluster: tls CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, time.Time{}, fmt.Errorf("cluster: tls CA %s: no PEM certificate", t.files.CAFile)
+	}
+	return pool, st.ModTime(), nil
+}
+
+// read loads the certificate files and checks them against pool.
+func (t *nodeTLS) read(pool *x509.CertPool) (*tls.Certificate, time.Time, time.Time, error) {
 	cs, err := os.Stat(t.files.CertFile)
 	if err != nil {
 		return nil, time.Time{}, time.Time{}, fmt.Errorf("cluster: tls certificate: %w", err)
@@ -100,7 +114,7 @@ func (t *nodeTLS) read() (*tls.Certificate, time.Time, time.Time, error) {
 		return nil, time.Time{}, time.Time{}, fmt.Errorf("cluster: tls certificate %s: %w", t.files.CertFile, err)
 	}
 	leaf := cert.Leaf
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: t.pool, Intermediates: intermediates(cert.Certificate[1:]),
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: intermediates(cert.Certificate[1:]),
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
 		return nil, time.Time{}, time.Time{}, fmt.Errorf("cluster: tls certificate %s is not a server certificate of the CA %s: %w", t.files.CertFile, t.files.CAFile, err)
 	}
@@ -120,45 +134,84 @@ func intermediates(ders [][]byte) *x509.CertPool {
 	return p
 }
 
-// certificate returns the node's certificate, reloading the files when
-// their modification time changed (checked at most every tlsReloadEvery).
-// A reload that fails keeps the previous certificate and logs why.
+// certificate returns the node's certificate (see current).
 func (t *nodeTLS) certificate() (*tls.Certificate, error) {
+	cert, _ := t.current()
+	return cert, nil
+}
+
+// caPool returns the cluster CA's certificates (see current).
+func (t *nodeTLS) caPool() *x509.CertPool {
+	_, pool := t.current()
+	return pool
+}
+
+// current returns the node's certificate and the CA pool, reloading the
+// files when a modification time changed (checked at most every
+// tlsReloadEvery). The certificate must chain to the (new) CA. A reload
+// that fails keeps the previous certificate and CA, logs why, and is
+// tried again.
+func (t *nodeTLS) current() (*tls.Certificate, *x509.CertPool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if time.Since(t.mu.checked) < tlsReloadEvery {
-		return t.mu.cert, nil
+		return t.mu.cert, t.mu.pool
 	}
 	t.mu.checked = time.Now()
+	as, err0 := os.Stat(t.files.CAFile)
 	cs, err1 := os.Stat(t.files.CertFile)
 	ks, err2 := os.Stat(t.files.KeyFile)
-	if err1 != nil || err2 != nil || (cs.ModTime().Equal(t.mu.certMod) && ks.ModTime().Equal(t.mu.keyMod)) {
-		return t.mu.cert, nil
+	if err0 != nil || err1 != nil || err2 != nil ||
+		(as.ModTime().Equal(t.mu.caMod) && cs.ModTime().Equal(t.mu.certMod) && ks.ModTime().Equal(t.mu.keyMod)) {
+		return t.mu.cert, t.mu.pool
 	}
-	cert, cm, km, err := t.read()
+	pool, caMod := t.mu.pool, t.mu.caMod
+	caChanged := !as.ModTime().Equal(t.mu.caMod)
+	if caChanged {
+		var err error
+		if pool, caMod, err = t.readCA(); err != nil {
+			t.log.Warn("tls: keeping the previous CA and certificate", "err", err)
+			return t.mu.cert, t.mu.pool
+		}
+	}
+	cert, cm, km, err := t.read(pool)
 	if err != nil {
-		t.log.Warn("tls: keeping the previous certificate", "err", err)
-		return t.mu.cert, nil
+		t.log.Warn("tls: keeping the previous CA and certificate", "err", err)
+		return t.mu.cert, t.mu.pool
 	}
-	t.mu.cert, t.mu.certMod, t.mu.keyMod = cert, cm, km
-	t.log.Info("tls: certificate reloaded", "file", t.files.CertFile, "not_after", cert.Leaf.NotAfter)
-	return cert, nil
+	if caChanged {
+		t.log.Info("tls: CA reloaded", "file", t.files.CAFile)
+	}
+	if !cm.Equal(t.mu.certMod) || !km.Equal(t.mu.keyMod) {
+		t.log.Info("tls: certificate reloaded", "file", t.files.CertFile, "not_after", cert.Leaf.NotAfter)
+	}
+	t.mu.cert, t.mu.pool, t.mu.certMod, t.mu.keyMod, t.mu.caMod = cert, pool, cm, km, caMod
+	return t.mu.cert, t.mu.pool
 }
 
 // serverConfig is the configuration of a listener. With nodesOnly the
 // peer must present a node certificate of the CA (Raft port); otherwise a
 // client certificate is verified if given (client gRPC, HTTP, RESP).
+// Each handshake gets a configuration with the current CA pool
+// (GetConfigForClient), so a reloaded CA applies to new connections.
 func (t *nodeTLS) serverConfig(nodesOnly bool) *tls.Config {
-	c := &tls.Config{
-		MinVersion:     tls.VersionTLS13,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return t.certificate() },
-		ClientCAs:      t.pool,
-		ClientAuth:     tls.VerifyClientCertIfGiven,
+	build := func() *tls.Config {
+		c := &tls.Config{
+			MinVersion:     tls.VersionTLS13,
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return t.certificate() },
+			ClientCAs:      t.caPool(),
+			ClientAuth:     tls.VerifyClientCertIfGiven,
+		}
+		if nodesOnly {
+			c.ClientAuth = tls.RequireAndVerifyClientCert
+			c.VerifyConnection = requireNodeCert
+		}
+		return c
 	}
-	if nodesOnly {
-		c.ClientAuth = tls.RequireAndVerifyClientCert
-		c.VerifyConnection = requireNodeCert
-	}
+	c := build()
+	// (gRPC adds ALPN h2 to the returned configurations too; the admin
+	// HTTP server then speaks HTTP/1.1.)
+	c.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) { return build(), nil }
 	return c
 }
 
@@ -177,7 +230,7 @@ func (t *nodeTLS) peerConfig() *tls.Config {
 			if len(cs.PeerCertificates) == 0 {
 				return errors.New("cluster: tls: peer presented no certificate")
 			}
-			opts := x509.VerifyOptions{Roots: t.pool, Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+			opts := x509.VerifyOptions{Roots: t.caPool(), Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 			for _, c := range cs.PeerCertificates[1:] {
 				opts.Intermediates.AddCert(c)
 			}

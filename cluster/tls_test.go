@@ -353,3 +353,67 @@ func (h *tlsHTTP) get(url string) (int, error) {
 	code, _, err := h.do("GET", url, nil)
 	return code, err
 }
+
+// TestTLSCAReload: a client certificate of a second CA is refused until
+// the node's CA file also holds that CA; then it is accepted without a
+// restart. A broken CA file keeps the previous CA.
+func TestTLSCAReload(t *testing.T) {
+	ca := newTestCA(t)
+	tc := newTLSCluster(t, 1, ca, nil)
+	defer tc.closeAll()
+	tc.waitReady()
+	n1 := tc.nodes[0]
+	second := newTestCA(t)
+	bob := second.client("bob", "kv:write")
+	bob.RootCAs = ca.client("").RootCAs // bob trusts the node's certificate
+	put := func() error {
+		c, err := grpc.NewClient(n1.Addrs().GRPCAddr, grpc.WithTransportCredentials(credentials.NewTLS(bob)))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err = rpc.NewKVClient(c).Put(ctx, &rpc.PutRequest{RoutingKey: []byte("u"), Key: []byte("k"), Value: []byte("v")})
+		return err
+	}
+	if err := put(); err == nil {
+		t.Fatal("client certificate of another CA accepted")
+	}
+	a, err := os.ReadFile(ca.caFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(second.caFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeCA := func(data []byte, mod time.Time) {
+		tmp := ca.caFile() + ".tmp"
+		if err := os.WriteFile(tmp, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(tmp, mod, mod) // the modification time moves even on coarse clocks
+		if err := os.Rename(tmp, ca.caFile()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	future := time.Now().Add(2 * time.Second)
+	writeCA(append(append([]byte{}, a...), b...), future)
+	waitFor(t, 10*time.Second, "second CA trusted", put)
+
+	// A broken CA file keeps the bundle: bob still gets in.
+	writeCA([]byte("garbage"), future.Add(2*time.Second))
+	time.Sleep(tlsReloadEvery + 100*time.Millisecond) // let a reload attempt happen
+	if err := put(); err != nil {
+		t.Fatalf("after a broken CA file: %v", err)
+	}
+	// Back to the first CA alone: bob is refused again.
+	writeCA(a, future.Add(4*time.Second))
+	waitFor(t, 10*time.Second, "second CA no longer trusted", func() error {
+		if put() == nil {
+			return errors.New("still accepted")
+		}
+		return nil
+	})
+}

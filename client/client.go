@@ -46,6 +46,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
@@ -199,6 +201,10 @@ func (c *Client) RefreshMap(ctx context.Context) error {
 		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 		resp, err := rpc.NewClusterClient(cc).ClusterMap(actx, &rpc.ClusterMapRequest{})
 		cancel()
+		if code := status.Code(err); code == codes.PermissionDenied || code == codes.Unauthenticated {
+			// Credentials are refused: no other node will take them either.
+			return fmt.Errorf("%w: %s", ErrPermissionDenied, status.Convert(err).Message())
+		}
 		if err != nil {
 			errs = errors.Join(errs, fmt.Errorf("%s: %w", a, err))
 			continue

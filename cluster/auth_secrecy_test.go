@@ -75,7 +75,7 @@ func TestAuthTokenSecrecy(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 8 {
-		if err := c.Put(ctx, []byte{'u', byte('a' + i)}, []byte("k"), []byte(canary)); err != nil {
+		if err := putUntilKnown(ctx, c, []byte{'u', byte('a' + i)}, []byte("k"), []byte(canary)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -83,7 +83,7 @@ func TestAuthTokenSecrecy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rc.Put(ctx, []byte("ua"), []byte("k2"), []byte(canary)); err != nil {
+	if err := putUntilKnown(ctx, rc, []byte("ua"), []byte("k2"), []byte(canary)); err != nil {
 		t.Fatal(err)
 	}
 	// RESP AUTH on every node, keys on every shard (some forwarded).

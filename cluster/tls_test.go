@@ -119,7 +119,7 @@ func TestTLSClusterServesOverMutualTLS(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c.Put(ctx, []byte("alice"), []byte("k"), []byte("v")); err != nil {
+	if err := putUntilKnown(ctx, c, []byte("alice"), []byte("k"), []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 	v, err := c.Get(ctx, []byte("alice"), []byte("k"))

@@ -70,7 +70,37 @@ const (
 	// (hashicorp/raft never hands its own no-op and barrier entries to the
 	// FSM); linearizable reads wait for it.
 	OpNoop Op = 2
+	// OpMulti (Multi) carries several commands, each as EncodeCommand
+	// encodes it, proposed together as one log entry (the replica's
+	// proposal coalescing). They are applied in order, in the Pebble batch
+	// of the entry's run, each exactly as if it were an entry of its own
+	// at this entry's index: decoded and validated on its own, with its own
+	// Result; a rejected one writes nothing and leaves the others
+	// unaffected. The entry's response is a []*Result, one per command
+	// (a *Result with Err when the OpMulti itself is malformed or invalid,
+	// or on a storage error). A command whose op is not Coalescable
+	// (OpMulti, OpRedis, OpRedisMulti: Redis ops stamp key versions with
+	// the log index, which the commands of one entry share) is rejected
+	// with ErrInvalidCommand. Validate bounds the number of commands
+	// (MaxMultiCmds) and their total size (MaxMultiBytes).
+	OpMulti Op = 3
 )
+
+// Bounds on an OpMulti, the same on every replica.
+const (
+	// MaxMultiCmds is the most commands one OpMulti may carry.
+	MaxMultiCmds = 1024
+	// MaxMultiBytes is the most bytes the encoded commands of one OpMulti
+	// may add up to.
+	MaxMultiBytes = 8 << 20
+)
+
+// Coalescable reports whether a command with op o may be carried by an
+// OpMulti: every known op but OpMulti, OpRedis and OpRedisMulti.
+func (o Op) Coalescable() bool {
+	_, known := opSpecs[o]
+	return known && o != OpMulti && o != OpRedis && o != OpRedisMulti
+}
 
 // Registry operations (seed 000). Each is applied atomically: every check
 // runs before any write, and a rejected command writes nothing. The fields
@@ -287,6 +317,9 @@ type Command struct {
 	Cascade bool `cbor:"cascade,omitempty"`
 
 	Redis *RedisTx `cbor:"redis,omitempty"`
+
+	// Multi holds the encoded commands of an OpMulti.
+	Multi [][]byte `cbor:"multi,omitempty"`
 }
 
 // Result is what one applied log entry returns through raft's
@@ -378,6 +411,9 @@ func (c *Command) approxSize() int {
 	}
 	if c.Runner != nil {
 		n += len(c.Runner.Meta)
+	}
+	for _, sub := range c.Multi {
+		n += 4 + len(sub)
 	}
 	if c.Batch == nil {
 		return n
@@ -489,12 +525,30 @@ func (c *Command) Validate(l Limits) error {
 		return nil
 	case OpRedis, OpRedisMulti:
 		return c.Redis.validate(c.Op, l.WithDefaults())
+	case OpMulti:
+		return validateMulti(c.Multi)
 	}
 	if err := c.validateRecords(); err != nil {
 		return fmt.Errorf("%w: op %s: %w", ErrInvalidCommand, c.Op, err)
 	}
 	if err := c.validateOp(); err != nil {
 		return fmt.Errorf("%w: op %s: %s", ErrInvalidCommand, c.Op, err)
+	}
+	return nil
+}
+
+// validateMulti checks an OpMulti's bounds. Each command is decoded and
+// validated on its own when applied, as a separate entry would be.
+func validateMulti(cmds [][]byte) error {
+	if len(cmds) == 0 || len(cmds) > MaxMultiCmds {
+		return fmt.Errorf("%w: multi has %d commands, want 1 to %d", ErrInvalidCommand, len(cmds), MaxMultiCmds)
+	}
+	total := 0
+	for _, sub := range cmds {
+		total += len(sub)
+	}
+	if total > MaxMultiBytes {
+		return fmt.Errorf("%w: multi commands total %d bytes, limit %d", ErrInvalidCommand, total, MaxMultiBytes)
 	}
 	return nil
 }

@@ -53,6 +53,14 @@ func TestValidate(t *testing.T) {
 		{"value for delete", batchCmd(nil, Mutation{Kind: MutDelete, Key: []byte("\x20k"), Value: []byte("v")}), Limits{}, "mutation 0: value given for a delete"},
 		{"batch with a record", &Command{Op: OpBatch, Batch: &Batch{}, User: &records.UserRecord{}}, Limits{}, "op batch: carries user"},
 		{"noop with time", &Command{Op: OpNoop, Time: 5}, Limits{}, "op noop: carries time"},
+		{"multi", &Command{Op: OpMulti, Multi: [][]byte{nil, {1}}}, Limits{}, ""},
+		{"multi max", &Command{Op: OpMulti, Multi: make([][]byte, MaxMultiCmds)}, Limits{}, ""},
+		{"multi max bytes", &Command{Op: OpMulti, Multi: [][]byte{big(MaxMultiBytes - 1), {1}}}, Limits{}, ""},
+		{"multi empty", &Command{Op: OpMulti, Multi: [][]byte{}}, Limits{}, "multi has 0 commands, want 1 to 1024"},
+		{"multi too many", &Command{Op: OpMulti, Multi: make([][]byte, MaxMultiCmds+1)}, Limits{}, "multi has 1025 commands, want 1 to 1024"},
+		{"multi too large", &Command{Op: OpMulti, Multi: [][]byte{big(MaxMultiBytes), {1}}}, Limits{}, "multi commands total 8388609 bytes, limit 8388608"},
+		{"multi with batch", &Command{Op: OpMulti, Multi: [][]byte{{1}}, Batch: &Batch{}}, Limits{}, "op multi: carries batch"},
+		{"batch with multi", &Command{Op: OpBatch, Batch: &Batch{}, Multi: [][]byte{{1}}}, Limits{}, "op batch: carries multi"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cmd.Validate(tc.limits)
@@ -96,6 +104,7 @@ func validCommands() []*Command {
 		{Op: OpRemoveBot, BotID: "a1", Actor: "u1"},
 		{Op: OpRunnerHeartbeat, Runner: &records.Runner{RunnerID: "r1", LastSeen: 4, Meta: `{"v":1}`}},
 		{Op: OpSetGuildPool, GuildID: "g1", PoolID: "p1", Actor: "u1", Time: 5},
+		multiCmd(putAgentCmd(agentRec(1, 2, records.AgentRunning)), batchCmd(nil, put("\x20k", "v"))),
 	}
 }
 
@@ -243,6 +252,8 @@ func setField(c *Command, bit field, on bool) {
 		c.Cascade = on
 	case fRedis:
 		c.Redis = cond(on, &RedisTx{Cmds: []RedisArgv{{[]byte("ping")}}}, nil)
+	case fMulti:
+		c.Multi = cond(on, [][]byte{{commandVersion}}, nil)
 	default:
 		panic(fmt.Sprintf("setField: bit %#x", bit))
 	}
@@ -382,7 +393,23 @@ func seedCommands() []*Command {
 		}, del("\x20k")),
 		{Op: 9},
 		{Op: OpPutAgent, Agent: &records.AgentRecord{}, Time: 5},
+		multiCmd(batchCmd(nil, put("\x20k", "v")), &Command{Op: OpNoop}, multiCmd(&Command{Op: OpNoop})),
+		multiCmd(&Command{Op: OpRedis, Redis: &RedisTx{Cmds: []RedisArgv{{[]byte("SET"), []byte("a"), []byte("1")}}}}),
+		{Op: OpMulti, Multi: [][]byte{nil, {}, {commandVersion, 0xa0}, {0x02}}},
 	}...)
+}
+
+// multiCmd is an OpMulti carrying cmds.
+func multiCmd(cmds ...*Command) *Command {
+	c := &Command{Op: OpMulti}
+	for _, sub := range cmds {
+		b, err := EncodeCommand(sub)
+		if err != nil {
+			panic(err)
+		}
+		c.Multi = append(c.Multi, b)
+	}
+	return c
 }
 
 // FuzzDecodeCommand: decoding never panics; whatever decodes re-encodes to
@@ -421,6 +448,21 @@ func FuzzDecodeCommand(f *testing.F) {
 	})
 }
 
+// anySucceeded reports whether an apply response (a *Result or an
+// OpMulti's []*Result) has a command that succeeded.
+func anySucceeded(v interface{}) bool {
+	if rs, ok := v.([]*Result); ok {
+		for _, r := range rs {
+			if r.Err == nil && r.Succeeded {
+				return true
+			}
+		}
+		return false
+	}
+	r := v.(*Result)
+	return r.Err == nil && r.Succeeded
+}
+
 // FuzzApply: arbitrary bytes as a command entry never panic, agree with the
 // reference model, and change nothing when rejected.
 func FuzzApply(f *testing.F) {
@@ -455,7 +497,7 @@ func FuzzApply(f *testing.F) {
 		if d := diffKVs(after, m.dump()); d != "" {
 			t.Fatalf("state vs model: %s", d)
 		}
-		if r := got.(*Result); r.Err != nil || !r.Succeeded {
+		if !anySucceeded(got) {
 			if d := diffKVs(before, after); d != "" {
 				t.Fatalf("rejected or failed command changed state: %s", d)
 			}
@@ -470,6 +512,7 @@ func FuzzApply(f *testing.F) {
 	step(f, mustEncode(f, &Command{Op: OpEnsureDefaultPool, Time: 1}))
 	step(f, mustEncode(f, &Command{Op: OpCreatePool, Pool: poolRec("p1", "u0", records.VisibilityPrivate)}))
 	step(f, mustEncode(f, &Command{Op: OpRegisterBot, Bot: botRec("a1", "p1", "u0"), Actor: "u0"}))
+	step(f, mustEncode(f, multiCmd(putAccountCmd(account(5, 10, 10, 0)), processUsageCmd(5, 1, 2, 40, 3), addCreditsCmd(5, 3, 100, 4))))
 	f.Fuzz(func(t *testing.T, data []byte) { step(t, data) })
 }
 

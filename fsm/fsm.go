@@ -348,8 +348,9 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 // replays it from the last snapshot while entries at or below the durable
 // applied index are skipped.
 //
-// It returns one value per entry: a *Result for a LogCommand entry, nil for
-// other entry types and for entries already applied. A malformed or invalid
+// It returns one value per entry: a *Result for a LogCommand entry ([]*Result
+// for an OpMulti, one per command it carries), nil for other entry types
+// and for entries already applied. A malformed or invalid
 // command, and a registry, billing or pool command rejected by the state (not
 // found, insufficient credits, duplicate event, ...), gets a Result with
 // Err and writes nothing; the rest of the run continues. Every command
@@ -391,7 +392,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 			b = f.db.NewIndexedBatch()
 		}
 		if l.Type == raft.LogCommand {
-			res, err := f.applyCommand(b, l)
+			res, err := f.applyEntry(b, l)
 			if err != nil {
 				return fatal(i, err)
 			}
@@ -448,28 +449,62 @@ func (f *FSM) commit(b *pebble.Batch, index uint64) error {
 	return nil
 }
 
-// applyCommand applies one command entry into b. The error is a storage
-// error (fatal); a rejected command is a Result with Err.
-func (f *FSM) applyCommand(b *pebble.Batch, l *raft.Log) (*Result, error) {
-	res := &Result{Index: l.Index, FailedGuard: -1}
-	cmd, err := DecodeCommand(l.Data)
-	if err == nil {
-		err = cmd.Validate(f.limits)
-	}
+// applyEntry applies one command entry into b and returns its response:
+// a *Result, or for an OpMulti a []*Result. The error is a storage error
+// (fatal); a rejected command is a Result with Err.
+func (f *FSM) applyEntry(b *pebble.Batch, l *raft.Log) (interface{}, error) {
+	cmd, err := f.decode(l.Data)
 	if err != nil {
-		res.Err = err
-		return res, nil
+		return &Result{Index: l.Index, FailedGuard: -1, Err: err}, nil
 	}
+	if cmd.Op != OpMulti {
+		res := &Result{Index: l.Index, FailedGuard: -1}
+		return res, execCommand(b, cmd, l.Index, res)
+	}
+	out := make([]*Result, len(cmd.Multi))
+	for i, data := range cmd.Multi {
+		res := &Result{Index: l.Index, FailedGuard: -1}
+		out[i] = res
+		sub, err := f.decode(data)
+		if err == nil && !sub.Op.Coalescable() {
+			err = fmt.Errorf("%w: op %s cannot be part of a multi", ErrInvalidCommand, sub.Op)
+		}
+		if err != nil {
+			res.Err = err
+			continue
+		}
+		if err := execCommand(b, sub, l.Index, res); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// decode decodes and validates a command.
+func (f *FSM) decode(data []byte) (*Command, error) {
+	cmd, err := DecodeCommand(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Validate(f.limits); err != nil {
+		return nil, err
+	}
+	return cmd, nil
+}
+
+// execCommand applies a validated command other than OpMulti into b at
+// log index. The error is a storage error (fatal); a rejection is res.Err.
+func execCommand(b *pebble.Batch, cmd *Command, index uint64, res *Result) error {
 	switch cmd.Op {
 	case OpBatch:
-		return res, applyGuarded(b, cmd.Batch, res)
+		return applyGuarded(b, cmd.Batch, res)
 	case OpNoop:
 		res.Succeeded = true
-		return res, nil
+		return nil
 	case OpRedis, OpRedisMulti:
-		return res, applyRedis(b, cmd, l.Index, res)
+		return applyRedis(b, cmd, index, res)
 	default: // a registry, billing or pool op (Validate knows every op)
-		return res, applyRecordOp(b, cmd, res)
+		return applyRecordOp(b, cmd, res)
 	}
 }
 

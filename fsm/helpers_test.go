@@ -92,15 +92,37 @@ func (m *model) apply(l *raft.Log) interface{} {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	res := &Result{Index: l.Index, FailedGuard: -1}
 	c, err := DecodeCommand(l.Data)
 	if err == nil {
 		err = c.Validate(m.limits)
 	}
 	if err != nil {
-		res.Err = err
-		return res
+		return &Result{Index: l.Index, FailedGuard: -1, Err: err}
 	}
+	if c.Op != OpMulti {
+		return m.exec(l.Index, c)
+	}
+	out := make([]*Result, len(c.Multi))
+	for i, data := range c.Multi {
+		sub, err := DecodeCommand(data)
+		if err == nil {
+			err = sub.Validate(m.limits)
+		}
+		if err == nil && (sub.Op == OpMulti || sub.Op == OpRedis || sub.Op == OpRedisMulti) {
+			err = fmt.Errorf("%w: op %s cannot be part of a multi", ErrInvalidCommand, sub.Op)
+		}
+		if err != nil {
+			out[i] = &Result{Index: l.Index, FailedGuard: -1, Err: err}
+			continue
+		}
+		out[i] = m.exec(l.Index, sub)
+	}
+	return out
+}
+
+// exec is the model of one validated command other than OpMulti.
+func (m *model) exec(index uint64, c *Command) *Result {
+	res := &Result{Index: index, FailedGuard: -1}
 	switch c.Op {
 	case OpNoop:
 		res.Succeeded = true
@@ -174,6 +196,19 @@ func diffKVs(a, b []KV) string {
 
 // diffResult describes how two apply responses differ, or "".
 func diffResult(a, b interface{}) string {
+	ma, aMulti := a.([]*Result)
+	mb, bMulti := b.([]*Result)
+	if aMulti || bMulti {
+		if aMulti != bMulti || len(ma) != len(mb) {
+			return fmt.Sprintf("%#v vs %#v", a, b)
+		}
+		for i := range ma {
+			if d := diffResult(ma[i], mb[i]); d != "" {
+				return fmt.Sprintf("multi command %d: %s", i, d)
+			}
+		}
+		return ""
+	}
 	ra, _ := a.(*Result)
 	rb, _ := b.(*Result)
 	if (a == nil) != (b == nil) || (a != nil && (ra == nil || rb == nil)) {

@@ -37,14 +37,15 @@ const (
 	fGuildID
 	fCascade
 	fRedis
+	fMulti
 
-	fLast = fRedis // the highest bit
+	fLast = fMulti // the highest bit
 )
 
 // fieldNames are the CBOR names of the fields, in bit order.
 var fieldNames = [...]string{"batch", "agent", "session", "user", "account", "tx", "event",
 	"user_id", "agent_id", "session_id", "account_id", "status", "amount", "time",
-	"pool", "bot", "runner", "actor", "pool_id", "bot_id", "guild_id", "cascade", "redis"}
+	"pool", "bot", "runner", "actor", "pool_id", "bot_id", "guild_id", "cascade", "redis", "multi"}
 
 // first names the lowest field in the set.
 func (f field) first() string { return fieldNames[bits.TrailingZeros32(uint32(f))] }
@@ -59,6 +60,7 @@ type opSpec struct {
 var opSpecs = map[Op]opSpec{
 	OpBatch:               {"batch", fBatch, 0},
 	OpNoop:                {"noop", 0, 0},
+	OpMulti:               {"multi", fMulti, 0},
 	OpPutAgent:            {"put_agent", fAgent, 0},
 	OpDeleteAgent:         {"delete_agent", fUserID | fAgentID, 0},
 	OpUpdateAgentStatus:   {"update_agent_status", fUserID | fAgentID | fStatus | fTime, 0},
@@ -100,6 +102,7 @@ func (c *Command) fields() field {
 		{c.Pool != nil, fPool}, {c.Bot != nil, fBot}, {c.Runner != nil, fRunner},
 		{c.Actor != "", fActor}, {c.PoolID != "", fPoolID}, {c.BotID != "", fBotID},
 		{c.GuildID != "", fGuildID}, {c.Cascade, fCascade}, {c.Redis != nil, fRedis},
+		{c.Multi != nil, fMulti},
 	} {
 		if p.present {
 			f |= p.bit

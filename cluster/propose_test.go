@@ -1,0 +1,135 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// TestProposeCoalesced: concurrent proposals to one leader share Raft
+// entries, and each caller still gets its own command's result: of the
+// guarded puts racing for one key exactly one succeeds, every plain put
+// succeeds, and a rejected command rejects only itself.
+func TestProposeCoalesced(t *testing.T) {
+	tc := newTestCluster(t, 3, 1, nil)
+	ctx := ctxT(t, 60*time.Second)
+	const sh = shard.ID(0)
+	i := tc.leaderOf(sh)
+	if i < 0 {
+		t.Fatal("no leader")
+	}
+	r := tc.nodes[i].localReplica(sh)
+	rk := []byte("coalesce")
+	race := kvKey(rk, "race")
+	before := r.fsm.AppliedIndex()
+
+	const n = 96
+	type outcome struct {
+		res *fsm.Result
+		err error
+	}
+	out := make([]outcome, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for j := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var cmd *fsm.Command
+			switch j % 3 {
+			case 0: // all race for one key
+				cmd = &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
+					Guards:    []fsm.Guard{{Kind: fsm.GuardAbsent, Key: race}},
+					Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: race, Value: []byte(fmt.Sprint(j))}},
+				}}
+			case 1: // a key of its own
+				cmd = &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
+					Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: kvKey(rk, fmt.Sprint("k", j)), Value: []byte("v")}},
+				}}
+			default: // guarded on a key no one writes: fails, writes nothing
+				cmd = &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
+					Guards:    []fsm.Guard{{Kind: fsm.GuardExists, Key: kvKey(rk, "never")}},
+					Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: kvKey(rk, fmt.Sprint("g", j)), Value: []byte("v")}},
+				}}
+			}
+			<-start
+			res, err := r.propose(ctx, cmd)
+			out[j] = outcome{res, err}
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	won := 0
+	for j, o := range out {
+		if o.err != nil {
+			t.Fatalf("proposal %d: %v", j, o.err)
+		}
+		switch j % 3 {
+		case 0:
+			if o.res.Succeeded {
+				won++
+			} else if o.res.FailedGuard != 0 {
+				t.Errorf("racing proposal %d: %+v", j, *o.res)
+			}
+		case 1:
+			if !o.res.Succeeded {
+				t.Errorf("plain put %d: %+v", j, *o.res)
+			}
+		default:
+			if o.res.Succeeded || o.res.FailedGuard != 0 {
+				t.Errorf("failing guard %d: %+v", j, *o.res)
+			}
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d racing puts succeeded, want 1", won)
+	}
+	for j := 2; j < n; j += 3 {
+		if _, err := r.fsm.Get(kvKey(rk, fmt.Sprint("g", j))); !errors.Is(err, fsm.ErrNotFound) {
+			t.Fatalf("a put whose guard failed was written: %v", err)
+		}
+	}
+	entries := r.fsm.AppliedIndex() - before
+	t.Logf("%d proposals in %d log entries", n, entries)
+	if entries >= n {
+		t.Fatalf("%d proposals took %d log entries: nothing coalesced", n, entries)
+	}
+}
+
+// TestProposeReturnsOnClose: proposals in flight or queued when the
+// replica closes all return; none waits forever on a Raft future.
+func TestProposeReturnsOnClose(t *testing.T) {
+	tc := newTestCluster(t, 3, 1, nil)
+	const sh = shard.ID(0)
+	i := tc.leaderOf(sh)
+	if i < 0 {
+		t.Fatal("no leader")
+	}
+	r := tc.nodes[i].localReplica(sh)
+	ctx := context.Background() // no deadline: only the close can end a wait
+	var wg sync.WaitGroup
+	for j := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = r.propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
+				Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: kvKey([]byte("c"), fmt.Sprint(j)), Value: []byte("v")}},
+			}})
+		}()
+	}
+	tc.stop(i)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("proposals still waiting 30s after the replica closed")
+	}
+}

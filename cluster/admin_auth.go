@@ -96,6 +96,15 @@ func (n *Node) tokenHandler(fn func(ctx context.Context, r *http.Request) (any, 
 		for try := 0; ; try++ {
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			v, err = fn(ctx, r)
+			if errors.Is(err, ErrLeaderNotReady) && try < 50 {
+				// A new meta leader that has not read the state yet:
+				// nothing was proposed, so running fn again is safe.
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+				continue
+			}
 			if !errors.Is(err, errMetaNotLeader) || r.Header.Get(forwardedHeader) != "" || try >= 50 {
 				break
 			}

@@ -42,7 +42,9 @@
 //
 // A command is one op (the Op constants) with exactly the fields that op
 // takes. OpBatch is a guarded write of opaque keys (in practice the generic
-// kv table); OpNoop marks a new leader's term. The registry ops (10-15),
+// kv table); OpNoop marks a new leader's term; OpMulti carries several
+// encoded commands proposed as one log entry, each applied as if it were an
+// entry of its own (its response is a []*Result). The registry ops (10-15),
 // billing ops (20-26) and agent pool ops (30-38) implement the seed stores'
 // operations, compound ones included, inside the state machine, on the
 // tables of package keys:

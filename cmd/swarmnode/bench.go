@@ -355,8 +355,11 @@ func runBench(ctx context.Context, c benchConfig, stderr io.Writer) (*BenchResul
 				lat := time.Since(t0)
 				cancel()
 				if err != nil {
-					if runCtx.Err() != nil {
-						return // the run ended mid-operation
+					// The run ended mid-operation (by the clock too: an
+					// operation can see the run's deadline pass before
+					// the run's context reports it).
+					if dl, ok := runCtx.Deadline(); runCtx.Err() != nil || ok && !time.Now().Before(dl) {
+						return
 					}
 					errs.Add(1)
 					firstErr.CompareAndSwap(nil, err.Error())

@@ -55,6 +55,15 @@ func ClientConnect(endpoints []string, attemptTimeout time.Duration) Connect {
 	}
 }
 
+// DriverConnect is ClientConnect over d's endpoints as they are at each
+// connect: membership nemeses change them. A client learns later changes
+// from the cluster map.
+func DriverConnect(d Driver, attemptTimeout time.Duration) Connect {
+	return func(ctx context.Context) (DB, error) {
+		return ClientConnect(d.Endpoints(), attemptTimeout)(ctx)
+	}
+}
+
 // ClientDB is a DB over a swarmkv client (linearizable reads).
 type ClientDB struct{ C *client.Client }
 

@@ -17,7 +17,7 @@ var ErrUnsupported = errors.New("jepsen: fault not supported by this driver")
 type Driver interface {
 	// Name is "inproc" or "docker".
 	Name() string
-	// Nodes returns the node ids, sorted.
+	// Nodes returns the ids of the current members, sorted.
 	Nodes() []string
 	// Endpoints returns the gRPC addresses clients use.
 	Endpoints() []string
@@ -48,6 +48,24 @@ type Driver interface {
 
 	// Close stops what the driver started.
 	Close() error
+}
+
+// Membership is implemented by a driver that can change the cluster's
+// members (the replace and remove-readd nemeses need it; a driver without
+// it makes them ErrUnsupported). Nodes, Endpoints and AdminAddrs follow
+// every change. Each call retries through any live member until its ctx
+// ends and then says which step timed out.
+type Membership interface {
+	// AddNode starts a new node with a fresh data dir in join mode, admits
+	// it, and returns its id once it holds replicas and is ready.
+	AddNode(ctx context.Context) (string, error)
+	// Decommission removes node from the cluster, waits until the cluster
+	// state marks it removed, then stops it; it leaves Nodes.
+	Decommission(ctx context.Context, node string) error
+	// Rejoin wipes a decommissioned node's data dir, starts it in join
+	// mode on its old addresses, admits it, and returns once it holds
+	// replicas and is ready; it is in Nodes again.
+	Rejoin(ctx context.Context, node string) error
 }
 
 // waitReady polls until every node in nodes is ready or ctx ends.

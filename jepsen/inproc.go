@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -32,16 +33,25 @@ type InProcConfig struct {
 // InProc is a Driver over nodes in this process on loopback, their Raft
 // traffic through faultnet. Kill closes a node (its data dir stays) and
 // Start reopens it on the same addresses; Pause cuts all of its Raft
-// traffic (the process cannot stop one node's goroutines).
+// traffic (the process cannot stop one node's goroutines). It implements
+// Membership (membership.go): Nodes, Endpoints and AdminAddrs follow the
+// members it adds and removes.
 type InProc struct {
-	fn   *faultnet.Network
-	cfgs []cluster.Config
-	ids  []string
+	fn     *faultnet.Network
+	dir    string
+	shards int
+	logger *slog.Logger
 
 	mu struct {
 		sync.Mutex
-		nodes  map[string]*cluster.Node
-		paused map[string]bool
+		// cfgs holds every node ever configured, removed ones included;
+		// members the current members, sorted; next numbers the next
+		// new node.
+		cfgs    map[string]cluster.Config
+		members []string
+		next    int
+		nodes   map[string]*cluster.Node
+		paused  map[string]bool
 		// groups is the active partition, reapplied when a pause ends.
 		groups [][]string
 		blocks [][2]string
@@ -61,47 +71,29 @@ func NewInProc(ctx context.Context, cfg InProcConfig) (*InProc, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = discardLogger()
 	}
-	d := &InProc{fn: faultnet.New(cfg.Seed)}
+	d := &InProc{fn: faultnet.New(cfg.Seed), dir: cfg.Dir, shards: cfg.Shards, logger: cfg.Logger}
+	d.mu.cfgs = map[string]cluster.Config{}
 	d.mu.nodes = map[string]*cluster.Node{}
 	d.mu.paused = map[string]bool{}
-	for i := range cfg.Nodes {
-		name := fmt.Sprintf("n%d", i+1)
-		var addrs [4]string
-		for j := range addrs {
-			a, err := freePort()
-			if err != nil {
-				return nil, err
-			}
-			addrs[j] = a
+	var ids []string
+	for range cfg.Nodes {
+		c, err := d.newConfig(cfg.Nodes)
+		if err != nil {
+			return nil, err
 		}
-		c := cluster.Config{
-			ID:                 name,
-			DataDir:            filepath.Join(cfg.Dir, name),
-			RaftAddr:           addrs[0],
-			GRPCAddr:           addrs[1],
-			GossipAddr:         addrs[2],
-			HTTPAddr:           addrs[3],
-			BootstrapExpect:    cfg.Nodes,
-			Shards:             cfg.Shards,
-			HeartbeatTimeout:   200 * time.Millisecond,
-			ElectionTimeout:    200 * time.Millisecond,
-			LeaderLeaseTimeout: 100 * time.Millisecond,
-			GossipProfile:      "local",
-			Logger:             cfg.Logger.With("jepsen_node", name),
-			Dial:               d.fn.Dialer(name),
-		}
-		c.WrapRaftListener = func(ln net.Listener) net.Listener { return d.fn.Listen(name, ln) }
-		d.cfgs = append(d.cfgs, c)
-		d.ids = append(d.ids, name)
+		ids = append(ids, c.ID)
 	}
-	for i := range d.cfgs {
-		for j := range d.cfgs {
-			if i != j {
-				d.cfgs[i].Join = append(d.cfgs[i].Join, d.cfgs[j].GossipAddr)
+	for _, id := range ids {
+		c := d.mu.cfgs[id]
+		for _, o := range ids {
+			if o != id {
+				c.Join = append(c.Join, d.mu.cfgs[o].GossipAddr)
 			}
 		}
+		d.mu.cfgs[id] = c
 	}
-	for _, id := range d.ids {
+	d.mu.members = ids
+	for _, id := range ids {
 		if err := d.Start(ctx, id); err != nil {
 			d.Close()
 			return nil, err
@@ -109,11 +101,48 @@ func NewInProc(ctx context.Context, cfg InProcConfig) (*InProc, error) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if err := waitReady(rctx, d, d.ids); err != nil {
+	if err := waitReady(rctx, d, ids); err != nil {
 		d.Close()
 		return nil, err
 	}
 	return d, nil
+}
+
+// newConfig records the config of the next node, n<next>, on fresh
+// loopback ports with its own data dir. bootstrapExpect 0 makes it wait to
+// be admitted; the caller sets Join.
+func (d *InProc) newConfig(bootstrapExpect int) (cluster.Config, error) {
+	var addrs [4]string
+	for j := range addrs {
+		a, err := freePort()
+		if err != nil {
+			return cluster.Config{}, err
+		}
+		addrs[j] = a
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.mu.next++
+	name := fmt.Sprintf("n%d", d.mu.next)
+	c := cluster.Config{
+		ID:                 name,
+		DataDir:            filepath.Join(d.dir, name),
+		RaftAddr:           addrs[0],
+		GRPCAddr:           addrs[1],
+		GossipAddr:         addrs[2],
+		HTTPAddr:           addrs[3],
+		BootstrapExpect:    bootstrapExpect,
+		Shards:             d.shards,
+		HeartbeatTimeout:   200 * time.Millisecond,
+		ElectionTimeout:    200 * time.Millisecond,
+		LeaderLeaseTimeout: 100 * time.Millisecond,
+		GossipProfile:      "local",
+		Logger:             d.logger.With("jepsen_node", name),
+		Dial:               d.fn.Dialer(name),
+	}
+	c.WrapRaftListener = func(ln net.Listener) net.Listener { return d.fn.Listen(name, ln) }
+	d.mu.cfgs[name] = c
+	return c, nil
 }
 
 // freePort returns a loopback address with a free port below the kernel's
@@ -137,32 +166,45 @@ func freePort() (string, error) {
 	return "", errors.New("jepsen: no free port in 10000-31999")
 }
 
-func (d *InProc) Name() string    { return "inproc" }
-func (d *InProc) Nodes() []string { return append([]string(nil), d.ids...) }
+func (d *InProc) Name() string { return "inproc" }
 
+// Nodes returns the current members.
+func (d *InProc) Nodes() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.mu.members)
+}
+
+// Endpoints returns the current members' gRPC addresses.
 func (d *InProc) Endpoints() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	var eps []string
-	for _, c := range d.cfgs {
-		eps = append(eps, c.GRPCAddr)
+	for _, id := range d.mu.members {
+		eps = append(eps, d.mu.cfgs[id].GRPCAddr)
 	}
 	return eps
 }
 
+// AdminAddrs returns the current members' HTTP addresses.
 func (d *InProc) AdminAddrs() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	var out []string
-	for _, c := range d.cfgs {
-		out = append(out, c.HTTPAddr)
+	for _, id := range d.mu.members {
+		out = append(out, d.mu.cfgs[id].HTTPAddr)
 	}
 	return out
 }
 
 func (d *InProc) cfg(node string) (cluster.Config, error) {
-	for _, c := range d.cfgs {
-		if c.ID == node {
-			return c, nil
-		}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c, ok := d.mu.cfgs[node]
+	if !ok {
+		return cluster.Config{}, fmt.Errorf("jepsen: unknown node %q", node)
 	}
-	return cluster.Config{}, fmt.Errorf("jepsen: unknown node %q", node)
+	return c, nil
 }
 
 func (d *InProc) Ready(_ context.Context, node string) error {

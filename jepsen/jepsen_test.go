@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,7 +166,7 @@ func TestInProcNemeses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster run in -short mode")
 	}
-	runInProc(t, "all", 18*time.Second)
+	runInProc(t, "all", 16*time.Second)
 }
 
 // A shorter run with partitions and kills, also in -short mode.
@@ -173,7 +174,38 @@ func TestInProcShort(t *testing.T) {
 	runInProc(t, "isolate-leader,kill", 6*time.Second)
 }
 
-func runInProc(t *testing.T, nemeses string, d time.Duration) {
+// Membership changes under load: a node replaced by a new one, a node
+// removed, wiped and added again. Both must complete, and the nodes list
+// must follow the members.
+func TestInProcMembership(t *testing.T) {
+	d, want := 10*time.Second, []string{"replace", "remove-readd"}
+	if testing.Short() {
+		// The first change (seed 7: remove-readd) must be done before the
+		// second can start within 6 s; only one is required.
+		d, want = 6*time.Second, nil
+	}
+	res, drv := runInProc(t, "replace,remove-readd", d)
+	seen := map[string]bool{}
+	for _, f := range res.Faults {
+		if f.Error != "" {
+			t.Errorf("%s: %s", f.Nemesis, f.Error)
+		}
+		seen[f.Nemesis] = true
+	}
+	if len(res.Faults) == 0 {
+		t.Errorf("no membership change ran")
+	}
+	for _, n := range want {
+		if !seen[n] {
+			t.Errorf("nemesis %s never ran", n)
+		}
+	}
+	if got := drv.Nodes(); len(got) != 3 || (seen["replace"] && slices.Equal(got, []string{"n1", "n2", "n3"})) {
+		t.Errorf("members after %v: %v", res.Faults, got)
+	}
+}
+
+func runInProc(t *testing.T, nemeses string, d time.Duration) (*Result, *InProc) {
 	t.Helper()
 	ctx := context.Background()
 	drv, err := NewInProc(ctx, InProcConfig{Dir: t.TempDir(), Seed: 1})
@@ -195,7 +227,7 @@ func runInProc(t *testing.T, nemeses string, d time.Duration) {
 			os.RemoveAll(out)
 		}
 	})
-	res, err := Run(ctx, Config{Driver: drv, Connect: ClientConnect(drv.Endpoints(), time.Second),
+	res, err := Run(ctx, Config{Driver: drv, Connect: DriverConnect(drv, time.Second),
 		Workloads: allWorkloads(t, "inproc"), Nemeses: nems, Duration: d,
 		Interval: 500 * time.Millisecond, FaultDuration: 1500 * time.Millisecond,
 		WorkersPerWorkload: 3, OpTimeout: 3 * time.Second, Seed: 7, OutDir: out})
@@ -214,4 +246,5 @@ func runInProc(t *testing.T, nemeses string, d time.Duration) {
 			t.Error(err)
 		}
 	}
+	return res, drv
 }

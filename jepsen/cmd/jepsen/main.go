@@ -100,7 +100,7 @@ func run(ctx context.Context, args []string) int {
 	defer drv.Close()
 
 	res, err := jepsen.Run(ctx, jepsen.Config{
-		Driver: drv, Connect: jepsen.ClientConnect(drv.Endpoints(), time.Second),
+		Driver: drv, Connect: jepsen.DriverConnect(drv, time.Second),
 		Workloads: wls, Nemeses: nems, Duration: *duration, Interval: *interval, FaultDuration: *faultFor,
 		WorkersPerWorkload: *workers, OpTimeout: *opTimeout, Seed: *seed, OutDir: *out, Logger: log,
 	})

@@ -81,28 +81,7 @@ func (n *Node) onMetaLeaderOnce(ctx context.Context, local func() error, remote 
 	if forwarded(ctx) {
 		return status.Error(codes.Unavailable, "cluster: meta leader moved; retry")
 	}
-	leader := ""
-	if r := n.metaReplica(); r != nil {
-		leader = r.leader()
-	}
-	if leader == "" || leader == n.cfg.ID {
-		for _, id := range n.metaCandidates() {
-			if id == n.cfg.ID {
-				continue
-			}
-			c, err := n.adminClient(id)
-			if err != nil {
-				continue
-			}
-			cctx, cancel := context.WithTimeout(ctx, time.Second)
-			resp, err := c.MetaState(cctx, &rpc.MetaStateRequest{})
-			cancel()
-			if err == nil && resp.LeaderId != "" {
-				leader = resp.LeaderId
-				break
-			}
-		}
-	}
+	leader := n.findMetaLeader(ctx)
 	if leader == "" || leader == n.cfg.ID {
 		return status.Error(codes.Unavailable, "cluster: meta group has no leader right now; retry")
 	}

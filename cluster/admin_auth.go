@@ -177,11 +177,12 @@ func (n *Node) forwardToMetaLeader(ctx context.Context, w http.ResponseWriter, r
 	io.Copy(w, io.LimitReader(resp.Body, 1<<20))
 }
 
-// findMetaLeader returns the meta leader's id as this node or a meta
-// voter knows it, or "".
+// findMetaLeader returns the meta leader's id as this node's meta replica
+// or a meta voter knows it, or "". Callers ask after this node found it
+// does not lead, so a local view naming this node is stale and skipped.
 func (n *Node) findMetaLeader(ctx context.Context) string {
 	if m := n.metaReplica(); m != nil {
-		if l := m.leader(); l != "" {
+		if l := m.leader(); l != "" && l != n.cfg.ID {
 			return l
 		}
 	}

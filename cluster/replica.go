@@ -325,18 +325,8 @@ func (r *replica) watchLeadership() {
 			r.wg.Add(1)
 			go func() {
 				defer r.wg.Done()
-				// Not f.Error() alone: with BatchApplyCh a future still in
-				// raft's apply channel at shutdown is never answered.
-				f := r.raft.Apply(noopCommand, 0)
-				errc := make(chan error, 1)
-				go func() { errc <- f.Error() }()
-				select {
-				case err := <-errc:
-					if err != nil {
-						r.log.Debug("leader no-op failed", "err", err)
-						return
-					}
-				case <-r.done:
+				if err := r.await(context.Background(), r.raft.Apply(noopCommand, 0)); err != nil {
+					r.log.Debug("leader no-op failed", "err", err)
 					return
 				}
 				if r.raft.State() == raft.Leader && r.raft.CurrentTerm() == term {
@@ -437,11 +427,8 @@ func (r *replica) readBarrier(ctx context.Context) error {
 // leadership was lost after proposing, or the context's error if it ends
 // before the proposal is handed to Raft.
 //
-// Once handed to Raft, a proposal cannot be withdrawn; apply waits for its
-// outcome, the context, or the replica's close. The future is waited on in
-// a goroutine because Raft does not answer every future: with BatchApplyCh a
-// proposal still in Raft's buffered apply channel when Raft shuts down is
-// never resolved, and a caller blocked on it would hang Close.
+// Once handed to Raft, a proposal cannot be withdrawn; apply waits (await)
+// for its outcome, the context, or the replica's close.
 func (r *replica) apply(ctx context.Context, data []byte) (*fsm.Result, error) {
 	if r.raft.State() != raft.Leader {
 		return nil, ErrNotLeader
@@ -457,18 +444,8 @@ func (r *replica) apply(ctx context.Context, data []byte) (*fsm.Result, error) {
 		}
 	}
 	f := r.raft.Apply(data, timeout)
-	errc := make(chan error, 1)
-	go func() { errc <- f.Error() }()
-	var err error
-	select {
-	case err = <-errc:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-r.done:
-		return nil, ErrClosed
-	}
-	if err != nil {
-		return nil, applyError(err)
+	if err := r.await(ctx, f); err != nil {
+		return nil, err
 	}
 	res, ok := f.Response().(*fsm.Result)
 	if !ok || res == nil {
@@ -477,9 +454,29 @@ func (r *replica) apply(ctx context.Context, data []byte) (*fsm.Result, error) {
 	return res, nil
 }
 
-// applyError maps the error of a Raft apply future to the replica's.
+// await waits for a Raft future, the context or the replica's close, and
+// maps Raft's errors to this package's. The future is waited on in a
+// goroutine of its own because Raft does not answer every future: with
+// BatchApplyCh a proposal still in Raft's buffered apply channel when Raft
+// shuts down is never resolved, and a caller blocked on it would hang.
+func (r *replica) await(ctx context.Context, f raft.Future) error {
+	errc := make(chan error, 1)
+	go func() { errc <- f.Error() }()
+	select {
+	case err := <-errc:
+		return applyError(err)
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.done:
+		return ErrClosed
+	}
+}
+
+// applyError maps the error of a Raft future to the replica's.
 func applyError(err error) error {
 	switch {
+	case err == nil:
+		return nil
 	case errors.Is(err, raft.ErrNotLeader):
 		return ErrNotLeader
 	case errors.Is(err, raft.ErrLeadershipTransferInProgress):

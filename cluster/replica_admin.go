@@ -79,7 +79,7 @@ func (r *replica) changeConfig(ctx context.Context, change rpc.ReplicaChange, id
 	default:
 		return 0, fmt.Errorf("%w: unknown replica change %v", ErrInvalidArgument, change)
 	}
-	if err := waitFuture(ctx, f); err != nil {
+	if err := r.await(ctx, f); err != nil {
 		return 0, err
 	}
 	r.log.Info("raft configuration changed", "change", change.String(), "server", id)
@@ -110,14 +110,14 @@ func (r *replica) transferLeadership(ctx context.Context, to, addr string) error
 	} else {
 		f = r.raft.LeadershipTransferToServer(raft.ServerID(to), raft.ServerAddress(addr))
 	}
-	return waitFuture(ctx, f)
+	return r.await(ctx, f)
 }
 
 // snapshot takes a snapshot now and returns its index (the last one's when
 // nothing changed since).
 func (r *replica) snapshot(ctx context.Context) (uint64, error) {
 	f := r.raft.Snapshot()
-	err := waitFuture(ctx, f)
+	err := r.await(ctx, f)
 	if errors.Is(err, raft.ErrNothingNewToSnapshot) {
 		err = nil
 	}
@@ -126,30 +126,4 @@ func (r *replica) snapshot(ctx context.Context) (uint64, error) {
 	}
 	idx, _ := strconv.ParseUint(r.raft.Stats()["last_snapshot_index"], 10, 64)
 	return idx, nil
-}
-
-// waitFuture waits for a raft future or the context, mapping raft's errors
-// to this package's.
-func waitFuture(ctx context.Context, f raft.Future) error {
-	errc := make(chan error, 1)
-	go func() { errc <- f.Error() }()
-	var err error
-	select {
-	case err = <-errc:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, raft.ErrNotLeader):
-		return ErrNotLeader
-	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
-		return ErrLeaderNotReady
-	case errors.Is(err, raft.ErrLeadershipLost):
-		return ErrOutcomeUnknown
-	case errors.Is(err, raft.ErrRaftShutdown):
-		return ErrClosed
-	}
-	return err
 }

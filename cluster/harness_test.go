@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swarmkv/swarmkv/internal/freeport"
+
 	"github.com/swarmkv/swarmkv/client"
 	"github.com/swarmkv/swarmkv/internal/faultnet"
 	"github.com/swarmkv/swarmkv/keys"
@@ -29,12 +31,11 @@ type testCluster struct {
 
 func freePort(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return a
 }
 
 func testLogger(t testing.TB) *slog.Logger {

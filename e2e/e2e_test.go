@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/swarmkv/swarmkv/internal/freeport"
 
 	"github.com/swarmkv/swarmkv/client"
 )
@@ -37,12 +38,11 @@ func buildBinary(t *testing.T) string {
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return a
 }
 
 type proc struct {

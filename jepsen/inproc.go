@@ -2,16 +2,15 @@ package jepsen
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/swarmkv/swarmkv/internal/freeport"
 
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/internal/faultnet"
@@ -146,25 +145,9 @@ func (d *InProc) newConfig(bootstrapExpect int) (cluster.Config, error) {
 }
 
 // freePort returns a loopback address with a free port below the kernel's
-// ephemeral range (32768-60999 on Linux), so that no outgoing connection
-// takes it while its node is down between a kill and a restart, and away
-// from the ports the README's clusters use (x7100-x7103, x8100-x8103).
-func freePort() (string, error) {
-	for range 1000 {
-		p := 10000 + rand.IntN(22000)
-		if q := p % 10000; (q >= 7100 && q <= 7103) || (q >= 8100 && q <= 8103) {
-			continue
-		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		return addr, nil
-	}
-	return "", errors.New("jepsen: no free port in 10000-31999")
-}
+// ephemeral range, so that no outgoing connection takes it while its node
+// is down between a kill and a restart (internal/freeport).
+func freePort() (string, error) { return freeport.Addr() }
 
 func (d *InProc) Name() string { return "inproc" }
 

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swarmkv/swarmkv/internal/freeport"
+
 	"github.com/oklog/ulid/v2"
 
 	"github.com/swarmkv/swarmkv/client"
@@ -282,12 +284,11 @@ func TestParseInterleaved(t *testing.T) {
 // freeAddr returns a loopback address whose port was free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return a
 }
 
 // pollUntil calls f until it returns nil or the deadline passes.

@@ -12,14 +12,37 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"sync"
+)
+
+// The ports are handed out in turn from a random starting point, so a
+// process never gets the same port twice (until it has used the whole
+// range), and two test processes walking the range rarely meet.
+var next struct {
+	sync.Mutex
+	port int // 0 until the first call
+}
+
+const (
+	lo = 10000
+	hi = 32000
 )
 
 // Addr returns "127.0.0.1:<port>" with a port in 10000-31999 that is free
 // for both TCP and UDP (memberlist binds both), away from the ports the
 // README's clusters use (x7100-x7104, x8100-x8104, x9100-x9104).
 func Addr() (string, error) {
-	for range 1000 {
-		p := 10000 + rand.IntN(22000)
+	next.Lock()
+	defer next.Unlock()
+	if next.port == 0 {
+		next.port = lo + rand.IntN(hi-lo)
+	}
+	for range hi - lo {
+		p := next.port
+		next.port++
+		if next.port >= hi {
+			next.port = lo
+		}
 		if q := p % 1000; q >= 100 && q <= 104 && p%10000/1000 >= 7 {
 			continue
 		}

@@ -91,8 +91,10 @@ cluster-status:
 	@./$(BIN) health --ready --http-addr $(CLUSTER_HTTP)$$(for i in 4 5; do \
 	  docker inspect -f '{{.State.Running}}' swarmkv-n$$i 2>/dev/null | grep -q true && printf ',127.0.0.1:%s%s102' $$i $(SWARMKV_PORT_DIGIT); done)
 
-# Jepsen-style run against the compose cluster (starts it if needed);
+# Jepsen-style run against a fresh compose cluster (the membership nemeses
+# leave other members than n1..n3 behind, so it starts with cluster-down);
 # JEPSEN_FLAGS sets the schedule, e.g. JEPSEN_FLAGS='--duration 2m --nemesis kill,pause'.
 # The report lands in jepsen-report/<time>/; exits non-zero on any anomaly.
-jepsen: cluster-up
-	$(GO) run ./jepsen/cmd/jepsen --driver docker --port-digit $(SWARMKV_PORT_DIGIT) $(JEPSEN_FLAGS)
+jepsen: image
+	$(MAKE) --no-print-directory cluster-down cluster-up
+	$(GO) run ./jepsen/cmd/jepsen --driver docker --port-digit $(SWARMKV_PORT_DIGIT) --compose "$(COMPOSE) --profile spare" $(JEPSEN_FLAGS)

@@ -7,7 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,11 +15,15 @@ import (
 
 // DockerConfig describes a cluster started by docker-compose.cluster.yml.
 type DockerConfig struct {
-	// Nodes are the node ids (default n1, n2, n3). Node nI's container is
-	// ContainerPrefix+nI, its gRPC address 127.0.0.1:I<D>100 and its HTTP
-	// address 127.0.0.1:I<D>102 with D = PortDigit, as the compose file
-	// publishes them.
+	// Nodes are the current members (default n1, n2, n3). Node nI's
+	// container is ContainerPrefix+nI, its gRPC address 127.0.0.1:I<D>100
+	// and its HTTP address 127.0.0.1:I<D>102 with D = PortDigit, as the
+	// compose file publishes them.
 	Nodes []string
+	// Services are every node the compose file defines (default n1..n5,
+	// the spares n4 and n5 under the profile "spare"); the membership
+	// nemeses add nodes from those that are not members.
+	Services []string
 	// PortDigit is the compose file's SWARMKV_PORT_DIGIT (default 7).
 	PortDigit int
 	// ContainerPrefix is prepended to node ids (default "swarmkv-").
@@ -28,6 +32,12 @@ type DockerConfig struct {
 	Network string
 	// Docker is the docker binary (default "docker").
 	Docker string
+	// Compose is the compose command with its file, project and profile
+	// (default docker-compose -f docker-compose.cluster.yml -p swarmkv
+	// --profile spare, as the Makefile runs it); Project names the
+	// volumes (<Project>_<node>-data, default "swarmkv").
+	Compose []string
+	Project string
 }
 
 // Docker is a Driver over the docker-compose cluster: docker kill/start,
@@ -36,22 +46,38 @@ type DockerConfig struct {
 // hold one node is a set of disconnections; anything finer (bridges,
 // one-way blocks, delays, drops) needs netem or iptables, which a FROM
 // scratch container lacks, and is ErrUnsupported.
+//
+// It implements Membership through the nodes' admin HTTP API: a node is
+// added by recreating its container with an empty volume (docker-compose
+// up, its join list the current members) and admitting it; a
+// decommissioned node's container is killed.
 type Docker struct {
-	cfg  DockerConfig
-	hc   *http.Client
-	port map[string]int // node -> index I of its I7100/I7102 ports
+	cfg DockerConfig
+	hc  *http.Client
 
-	mu  sync.Mutex
-	ips map[string]string // node -> IP on the network, learned before disconnecting
-	cut map[string]bool   // disconnected nodes
+	mu      sync.Mutex
+	members []string          // current members, sorted
+	ips     map[string]string // node -> IP on the network, learned before disconnecting
+	cut     map[string]bool   // disconnected nodes
+	down    map[string]bool   // killed (or paused) by the driver
+	// removedAt is when each decommissioned node left (AddNode takes the
+	// non-member that left longest ago).
+	removedAt map[string]time.Time
 }
 
-var _ Driver = (*Docker)(nil)
+var (
+	_ Driver      = (*Docker)(nil)
+	_ Membership  = (*Docker)(nil)
+	_ memberAdmin = (*Docker)(nil)
+)
 
-// NewDocker checks that every container runs.
+// NewDocker checks that every member's container runs.
 func NewDocker(ctx context.Context, cfg DockerConfig) (*Docker, error) {
 	if len(cfg.Nodes) == 0 {
 		cfg.Nodes = []string{"n1", "n2", "n3"}
+	}
+	if len(cfg.Services) == 0 {
+		cfg.Services = []string{"n1", "n2", "n3", "n4", "n5"}
 	}
 	if cfg.ContainerPrefix == "" {
 		cfg.ContainerPrefix = "swarmkv-"
@@ -65,26 +91,61 @@ func NewDocker(ctx context.Context, cfg DockerConfig) (*Docker, error) {
 	if cfg.PortDigit == 0 {
 		cfg.PortDigit = 7
 	}
-	sort.Strings(cfg.Nodes)
-	d := &Docker{cfg: cfg, hc: &http.Client{Timeout: 2 * time.Second}, port: map[string]int{},
-		ips: map[string]string{}, cut: map[string]bool{}}
-	for _, n := range cfg.Nodes {
-		var i int
-		if _, err := fmt.Sscanf(n, "n%d", &i); err != nil || i < 1 || i > 6 {
-			return nil, fmt.Errorf("jepsen: docker node %q: want n1..n6", n)
+	if cfg.Project == "" {
+		cfg.Project = "swarmkv"
+	}
+	if len(cfg.Compose) == 0 {
+		cfg.Compose = []string{"docker-compose", "-f", "docker-compose.cluster.yml", "-p", cfg.Project, "--profile", "spare"}
+	}
+	d := &Docker{cfg: cfg, hc: &http.Client{Timeout: 2 * time.Second},
+		ips: map[string]string{}, cut: map[string]bool{}, down: map[string]bool{},
+		removedAt: map[string]time.Time{}}
+	for _, n := range append(slices.Clone(cfg.Nodes), cfg.Services...) {
+		if _, err := nodeIndex(n); err != nil {
+			return nil, err
 		}
-		d.port[n] = i
+	}
+	for _, n := range cfg.Nodes {
 		running, err := d.docker(ctx, "inspect", "-f", "{{.State.Running}}", d.container(n))
 		if err != nil || strings.TrimSpace(running) != "true" {
 			return nil, fmt.Errorf("jepsen: container %s is not running (make cluster-up): %v", d.container(n), err)
 		}
-		ip, err := d.docker(ctx, "inspect", "-f", "{{(index .NetworkSettings.Networks \""+cfg.Network+"\").IPAddress}}", d.container(n))
-		if err != nil {
+		if err := d.learnIP(ctx, n); err != nil {
 			return nil, fmt.Errorf("jepsen: is the compose cluster up (make cluster-up)? %w", err)
 		}
-		d.ips[n] = strings.TrimSpace(ip)
 	}
+	d.members = slices.Sorted(slices.Values(cfg.Nodes))
 	return d, nil
+}
+
+// nodeIndex is I of node nI, which picks its published ports.
+func nodeIndex(node string) (int, error) {
+	var i int
+	if _, err := fmt.Sscanf(node, "n%d", &i); err != nil || i < 1 || i > 6 || node != fmt.Sprintf("n%d", i) {
+		return 0, fmt.Errorf("jepsen: docker node %q: want n1..n6", node)
+	}
+	return i, nil
+}
+
+func (d *Docker) learnIP(ctx context.Context, node string) error {
+	ip, err := d.docker(ctx, "inspect", "-f", "{{(index .NetworkSettings.Networks \""+d.cfg.Network+"\").IPAddress}}", d.container(node))
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.ips[node] = strings.TrimSpace(ip)
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *Docker) grpcAddr(node string) string {
+	i, _ := nodeIndex(node)
+	return fmt.Sprintf("127.0.0.1:%d%d100", i, d.cfg.PortDigit)
+}
+
+func (d *Docker) httpAddr(node string) string {
+	i, _ := nodeIndex(node)
+	return fmt.Sprintf("127.0.0.1:%d%d102", i, d.cfg.PortDigit)
 }
 
 func (d *Docker) container(node string) string { return d.cfg.ContainerPrefix + node }
@@ -99,27 +160,32 @@ func (d *Docker) docker(ctx context.Context, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-func (d *Docker) Name() string    { return "docker" }
-func (d *Docker) Nodes() []string { return append([]string(nil), d.cfg.Nodes...) }
+func (d *Docker) Name() string { return "docker" }
+
+func (d *Docker) Nodes() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.members)
+}
 
 func (d *Docker) Endpoints() []string {
 	var eps []string
-	for _, n := range d.cfg.Nodes {
-		eps = append(eps, fmt.Sprintf("127.0.0.1:%d%d100", d.port[n], d.cfg.PortDigit))
+	for _, n := range d.Nodes() {
+		eps = append(eps, d.grpcAddr(n))
 	}
 	return eps
 }
 
 func (d *Docker) AdminAddrs() []string {
 	var out []string
-	for _, n := range d.cfg.Nodes {
-		out = append(out, fmt.Sprintf("127.0.0.1:%d%d102", d.port[n], d.cfg.PortDigit))
+	for _, n := range d.Nodes() {
+		out = append(out, d.httpAddr(n))
 	}
 	return out
 }
 
 func (d *Docker) Ready(ctx context.Context, node string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%d102/readyz", d.port[node], d.cfg.PortDigit), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.httpAddr(node)+"/readyz", nil)
 	if err != nil {
 		return err
 	}
@@ -136,8 +202,19 @@ func (d *Docker) Ready(ctx context.Context, node string) error {
 }
 
 func (d *Docker) Kill(ctx context.Context, node string) error {
+	d.setDown(node, true)
 	_, err := d.docker(ctx, "kill", "-s", "KILL", d.container(node))
 	return err
+}
+
+func (d *Docker) setDown(node string, down bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if down {
+		d.down[node] = true
+	} else {
+		delete(d.down, node)
+	}
 }
 
 func (d *Docker) Start(ctx context.Context, node string) error {
@@ -148,8 +225,21 @@ func (d *Docker) Start(ctx context.Context, node string) error {
 	// Publishing a port fails while an outgoing connection of the host
 	// holds it as its local port (37100 and up lie in Linux's ephemeral
 	// range); such connections come and go, so retry for a while.
+	err = retryPortInUse(ctx, func() error {
+		_, err := d.docker(ctx, "start", d.container(node))
+		return err
+	})
+	if err == nil {
+		d.setDown(node, false)
+	}
+	return err
+}
+
+// retryPortInUse runs f again every second while it fails because a
+// published port is in use.
+func retryPortInUse(ctx context.Context, f func() error) error {
 	for {
-		_, err = d.docker(ctx, "start", d.container(node))
+		err := f()
 		if err == nil || !strings.Contains(err.Error(), "address already in use") {
 			return err
 		}
@@ -162,6 +252,7 @@ func (d *Docker) Start(ctx context.Context, node string) error {
 }
 
 func (d *Docker) Pause(ctx context.Context, node string) error {
+	d.setDown(node, true)
 	_, err := d.docker(ctx, "pause", d.container(node))
 	return err
 }
@@ -171,7 +262,9 @@ func (d *Docker) Resume(ctx context.Context, node string) error {
 	if err == nil && strings.TrimSpace(paused) != "true" {
 		return nil
 	}
-	_, err = d.docker(ctx, "unpause", d.container(node))
+	if _, err = d.docker(ctx, "unpause", d.container(node)); err == nil {
+		d.setDown(node, false)
+	}
 	return err
 }
 
@@ -195,7 +288,7 @@ func (d *Docker) Partition(ctx context.Context, groups [][]string) error {
 			return fmt.Errorf("%w: docker partitions isolate single nodes, not group %v", ErrUnsupported, g)
 		}
 	}
-	for _, n := range d.cfg.Nodes {
+	for _, n := range d.Nodes() {
 		if keep[n] {
 			continue
 		}
@@ -265,7 +358,7 @@ func (d *Docker) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	err := d.Heal(ctx)
-	for _, n := range d.cfg.Nodes {
+	for _, n := range d.Nodes() {
 		if e := d.Resume(ctx, n); e != nil && err == nil {
 			err = e
 		}

@@ -6,24 +6,13 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/cluster"
 )
 
-var _ Membership = (*InProc)(nil)
-
-// Step deadlines of the membership changes (each also ends with its ctx).
-// They are generous: the changes run under load and other faults' aftermath.
-const (
-	admitTimeout  = 20 * time.Second // JoinNode accepted (gossip must see the node first)
-	placedTimeout = 30 * time.Second // the new member holds replicas and is ready
-	removeTimeout = 30 * time.Second // RemoveNode accepted and the member marked removed
-	// adminAttemptTimeout bounds one admin call through one member.
-	adminAttemptTimeout = 10 * time.Second
+var (
+	_ Membership  = (*InProc)(nil)
+	_ memberAdmin = (*InProc)(nil)
 )
 
 // AddNode starts n<next> in join mode with a fresh data dir, admits it
@@ -45,27 +34,7 @@ func (d *InProc) Decommission(ctx context.Context, node string) error {
 	if !slices.Contains(d.Nodes(), node) {
 		return fmt.Errorf("jepsen: decommission %s: not a member", node)
 	}
-	rctx, cancel := context.WithTimeout(ctx, removeTimeout)
-	defer cancel()
-	err := d.viaMember(rctx, "remove "+node, node, func(ctx context.Context, n *cluster.Node) error {
-		st, err := n.RemoveNode(ctx, node)
-		if err != nil {
-			return err
-		}
-		if s := st.Status(node); s != cluster.StatusLeaving && s != cluster.StatusRemoved {
-			return fmt.Errorf("status %q after remove", s)
-		}
-		return nil
-	})
-	if err == nil {
-		err = d.waitMember(rctx, node+" removed", node, func(m *cluster.MemberInfo) error {
-			if m == nil || m.Status != cluster.StatusRemoved {
-				return fmt.Errorf("status %s, %d replicas", memberStatus(m), memberReplicas(m))
-			}
-			return nil
-		})
-	}
-	if err != nil {
+	if err := removeMember(ctx, d, node); err != nil {
 		return err
 	}
 	d.mu.Lock()
@@ -109,19 +78,7 @@ func (d *InProc) admit(ctx context.Context, node string) error {
 	if err := d.Start(ctx, node); err != nil {
 		return err
 	}
-	actx, cancel := context.WithTimeout(ctx, admitTimeout)
-	err := d.viaMember(actx, "admit "+node, node, func(ctx context.Context, n *cluster.Node) error {
-		st, err := n.JoinNode(ctx, node)
-		if err != nil {
-			return err
-		}
-		if s := st.Status(node); s != cluster.StatusActive {
-			return fmt.Errorf("status %q after join", s)
-		}
-		return nil
-	})
-	cancel()
-	if err != nil {
+	if err := joinMember(ctx, d, node); err != nil {
 		return errors.Join(err, d.Kill(ctx, node))
 	}
 	d.mu.Lock()
@@ -130,84 +87,62 @@ func (d *InProc) admit(ctx context.Context, node string) error {
 		slices.Sort(d.mu.members)
 	}
 	d.mu.Unlock()
-	pctx, cancel := context.WithTimeout(ctx, placedTimeout)
-	defer cancel()
-	return d.waitMember(pctx, node+" holds replicas", node, func(m *cluster.MemberInfo) error {
-		if m == nil || m.Status != cluster.StatusActive || m.Replicas == 0 {
-			return fmt.Errorf("status %s, %d replicas", memberStatus(m), memberReplicas(m))
-		}
-		if err := d.Ready(ctx, node); err != nil {
-			return fmt.Errorf("not ready: %w", err)
-		}
-		return nil
-	})
+	return waitPlaced(ctx, d, node, func(ctx context.Context) error { return d.Ready(ctx, node) })
 }
 
-// waitMember polls the cluster status through running members until cond
-// accepts node's entry (nil: not a member).
-func (d *InProc) waitMember(ctx context.Context, step, node string, cond func(*cluster.MemberInfo) error) error {
-	return d.viaMember(ctx, step, node, func(ctx context.Context, n *cluster.Node) error {
-		cs, err := n.Status(ctx)
-		if err != nil {
-			return err
-		}
-		for i := range cs.Members {
-			if cs.Members[i].ID == node {
-				return cond(&cs.Members[i])
-			}
-		}
-		return cond(nil)
-	})
-}
-
-// viaMember calls f through the running members other than except, one
-// after the other, every 200ms until f succeeds, f fails with a permanent
-// error (NotFound, InvalidArgument) or ctx ends; the error names step and
-// the last failure.
-func (d *InProc) viaMember(ctx context.Context, step, except string, f func(context.Context, *cluster.Node) error) error {
-	var last error
-	for attempt := 0; ; attempt++ {
-		d.mu.Lock()
-		var nodes []*cluster.Node
-		for _, id := range d.mu.members {
-			if n := d.mu.nodes[id]; n != nil && id != except && !d.mu.paused[id] {
-				nodes = append(nodes, n)
-			}
-		}
-		d.mu.Unlock()
-		if len(nodes) == 0 {
-			last = errors.New("no running member")
-		} else {
-			n := nodes[attempt%len(nodes)]
-			actx, cancel := context.WithTimeout(ctx, adminAttemptTimeout)
-			err := f(actx, n)
-			cancel()
-			if err == nil {
-				return nil
-			}
-			last = fmt.Errorf("via %s: %w", n.ID(), err)
-			if c := status.Code(err); c == codes.NotFound || c == codes.InvalidArgument {
-				return fmt.Errorf("jepsen: %s: %w", step, last)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("jepsen: %s: not done in time (%v); last: %w", step, ctx.Err(), last)
-		case <-time.After(200 * time.Millisecond):
+func (d *InProc) adminVia(except string) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for _, id := range d.mu.members {
+		if d.mu.nodes[id] != nil && id != except && !d.mu.paused[id] {
+			out = append(out, id)
 		}
 	}
+	return out
 }
 
-func memberStatus(m *cluster.MemberInfo) string {
-	if m == nil {
-		return "not a member"
+func (d *InProc) node(id string) (*cluster.Node, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n := d.mu.nodes[id]; n != nil {
+		return n, nil
 	}
-	return m.Status
+	return nil, fmt.Errorf("%s is not running", id)
 }
 
-func memberReplicas(m *cluster.MemberInfo) int {
-	if m == nil {
-		return 0
+func (d *InProc) adminJoin(ctx context.Context, via, node string) (string, error) {
+	n, err := d.node(via)
+	if err != nil {
+		return "", err
 	}
-	return m.Replicas
+	st, err := n.JoinNode(ctx, node)
+	if err != nil {
+		return "", err
+	}
+	return st.Status(node), nil
+}
+
+func (d *InProc) adminRemove(ctx context.Context, via, node string) (string, error) {
+	n, err := d.node(via)
+	if err != nil {
+		return "", err
+	}
+	st, err := n.RemoveNode(ctx, node)
+	if err != nil {
+		return "", err
+	}
+	return st.Status(node), nil
+}
+
+func (d *InProc) adminMembers(ctx context.Context, via string) ([]cluster.MemberInfo, error) {
+	n, err := d.node(via)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := n.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return cs.Members, nil
 }

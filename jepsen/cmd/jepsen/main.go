@@ -47,6 +47,7 @@ func run(ctx context.Context, args []string) int {
 	out := fs.String("out", "", "report folder (default jepsen-report/<time>)")
 	nodes := fs.String("nodes", "n1,n2,n3", "docker: node ids (containers swarmkv-<id>, ports <i><D>100/<i><D>102)")
 	portDigit := fs.Int("port-digit", 7, "docker: D in the published ports, the compose file's SWARMKV_PORT_DIGIT")
+	compose := fs.String("compose", "docker-compose -f docker-compose.cluster.yml -p swarmkv --profile spare", "docker: the compose command that (re)creates nodes n1..n5 for the membership nemeses (project swarmkv: volumes swarmkv_<id>-data)")
 	dataDir := fs.String("data-dir", "", "inproc: folder for the nodes' data (default a temporary folder)")
 	verbose := fs.Bool("v", false, "log the nodes too (inproc)")
 	if err := fs.Parse(args); err != nil {
@@ -75,7 +76,7 @@ func run(ctx context.Context, args []string) int {
 	var drv jepsen.Driver
 	switch *driver {
 	case "docker":
-		drv, err = jepsen.NewDocker(ctx, jepsen.DockerConfig{Nodes: strings.Split(*nodes, ","), PortDigit: *portDigit})
+		drv, err = jepsen.NewDocker(ctx, jepsen.DockerConfig{Nodes: strings.Split(*nodes, ","), PortDigit: *portDigit, Compose: strings.Fields(*compose)})
 	case "inproc":
 		dir := *dataDir
 		if dir == "" {

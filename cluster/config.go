@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"github.com/swarmkv/swarmkv/internal/faultnet"
 	"log/slog"
 	"net"
 	"regexp"
@@ -154,6 +155,12 @@ type Config struct {
 	// WrapRaftListener, if set, wraps the Raft listener (tests inject
 	// faults here).
 	WrapRaftListener func(net.Listener) net.Listener
+	// Faults, if set, injects the faults it holds into this node's Raft
+	// port connections (dialed and accepted; peers named by IP) and
+	// serves GET/PUT /debug/faults on the HTTP API to change them
+	// (swarmnode serve --fault-injection; for test clusters such as the
+	// docker-compose one, whose nodes run in separate processes).
+	Faults *faultnet.Local
 	// GossipProfile selects memberlist's timing: "lan" (default) or
 	// "local" (fast, for loopback clusters and tests).
 	GossipProfile string

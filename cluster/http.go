@@ -1,9 +1,14 @@
 package cluster
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/pprof"
+	"time"
+
+	"github.com/swarmkv/swarmkv/internal/faultnet"
 )
 
 // httpHandler serves the node's admin API (admin.go; JSON, see
@@ -23,6 +28,9 @@ import (
 //	GET /metrics  Prometheus metrics (raft, state machine, Pebble, gossip,
 //	              gRPC, Go runtime)
 //	/debug/pprof/ Go profiles
+//	GET|PUT /debug/faults  injected Raft-port faults (only with Config.Faults:
+//	              swarmnode serve --fault-injection); PUT replaces them with
+//	              {"delay":"50ms","drop_rate":0.01,"block":["<peer IP>"]}
 func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -42,5 +50,27 @@ func (n *Node) httpHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if f := n.cfg.Faults; f != nil {
+		mux.HandleFunc("GET /debug/faults", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(f.Faults())
+		})
+		mux.HandleFunc("PUT /debug/faults", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+			var fs faultnet.Faults
+			if err == nil {
+				fs, err = faultnet.ParseFaults(body)
+			}
+			if err != nil {
+				w.WriteHeader(http.StatusBadRequest)
+				writeJSONError(w, err.Error())
+				return
+			}
+			f.Set(fs)
+			n.log.Warn("injected faults set", "delay", time.Duration(fs.Delay), "drop_rate", fs.DropRate, "block", fs.Block)
+			json.NewEncoder(w).Encode(f.Faults())
+		})
+	}
 	return mux
 }

@@ -85,6 +85,16 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Faults != nil {
+		cfg.Dial = cfg.Faults.Dialer(cfg.Dial)
+		wrap := cfg.WrapRaftListener
+		cfg.WrapRaftListener = func(ln net.Listener) net.Listener {
+			if wrap != nil {
+				ln = wrap(ln)
+			}
+			return cfg.Faults.Listen(ln)
+		}
+	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), kick: make(chan struct{}, 1)}
 	n.cfg.Logger = n.log // every component logs with the node attribute
 	n.mu.replicas = make(map[shard.ID]*replica)

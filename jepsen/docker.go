@@ -3,6 +3,8 @@ package jepsen
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/swarmkv/swarmkv/internal/faultnet"
 )
 
 // DockerConfig describes a cluster started by docker-compose.cluster.yml.
@@ -43,9 +47,13 @@ type DockerConfig struct {
 // Docker is a Driver over the docker-compose cluster: docker kill/start,
 // docker pause/unpause, and docker network disconnect/connect (with the
 // node's fixed IP) for partitions. A partition whose smaller sides each
-// hold one node is a set of disconnections; anything finer (bridges,
-// one-way blocks, delays, drops) needs netem or iptables, which a FROM
-// scratch container lacks, and is ErrUnsupported.
+// hold one node is a set of disconnections. Finer faults (one-way blocks,
+// hence bridges; delays; drops) would need netem or iptables, which the
+// kernel and a FROM scratch container lack: they are injected by the nodes
+// themselves, into their Raft-port connections (internal/faultnet.Local,
+// swarmnode serve --fault-injection), set through each node's
+// PUT /debug/faults. A node restarted by Start begins without injected
+// faults (nemeses do not overlap).
 //
 // It implements Membership through the nodes' admin HTTP API: a node is
 // added by recreating its container with an empty volume (docker-compose
@@ -63,6 +71,12 @@ type Docker struct {
 	// removedAt is when each decommissioned node left (AddNode takes the
 	// non-member that left longest ago).
 	removedAt map[string]time.Time
+	// The faults injected through the nodes' PUT /debug/faults (compose
+	// sets SWARM_FAULT_INJECTION): delay and drop rate on every node,
+	// blocks [from, to] on from.
+	delay  time.Duration
+	drop   float64
+	blocks map[[2]string]bool
 }
 
 var (
@@ -99,7 +113,7 @@ func NewDocker(ctx context.Context, cfg DockerConfig) (*Docker, error) {
 	}
 	d := &Docker{cfg: cfg, hc: &http.Client{Timeout: 2 * time.Second},
 		ips: map[string]string{}, cut: map[string]bool{}, down: map[string]bool{},
-		removedAt: map[string]time.Time{}}
+		removedAt: map[string]time.Time{}, blocks: map[[2]string]bool{}}
 	for _, n := range append(slices.Clone(cfg.Nodes), cfg.Services...) {
 		if _, err := nodeIndex(n); err != nil {
 			return nil, err
@@ -312,14 +326,19 @@ func (d *Docker) disconnect(ctx context.Context, node string) error {
 	return nil
 }
 
-func (d *Docker) Block(context.Context, string, string) error {
-	return fmt.Errorf("%w: one-way blocks", ErrUnsupported)
+// Block cuts from -> to inside from: its dials to to's IP fail and its
+// writes on connections with to close them.
+func (d *Docker) Block(ctx context.Context, from, to string) error {
+	d.mu.Lock()
+	d.blocks[[2]string{from, to}] = true
+	d.mu.Unlock()
+	return d.pushFaults(ctx, from)
 }
 
-// Heal reconnects every disconnected node with its fixed IP.
+// Heal reconnects every disconnected node with its fixed IP and lifts
+// every block (delays and drop rates stay, as in faultnet).
 func (d *Docker) Heal(ctx context.Context) error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	var firstErr error
 	for n := range d.cut {
 		args := []string{"network", "connect"}
@@ -335,21 +354,65 @@ func (d *Docker) Heal(ctx context.Context) error {
 		}
 		delete(d.cut, n)
 	}
+	var blocked []string
+	for b := range d.blocks {
+		blocked = append(blocked, b[0])
+	}
+	clear(d.blocks)
+	d.mu.Unlock()
+	if err := d.pushFaults(ctx, blocked...); err != nil && firstErr == nil {
+		firstErr = err
+	}
 	return firstErr
 }
 
-func (d *Docker) SetDelay(_ context.Context, dl time.Duration) error {
-	if dl == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: delays (no netem in the containers)", ErrUnsupported)
+func (d *Docker) SetDelay(ctx context.Context, dl time.Duration) error {
+	d.mu.Lock()
+	d.delay = dl
+	d.mu.Unlock()
+	return d.pushFaults(ctx, d.Nodes()...)
 }
 
-func (d *Docker) SetDropRate(_ context.Context, p float64) error {
-	if p == 0 {
-		return nil
+func (d *Docker) SetDropRate(ctx context.Context, p float64) error {
+	d.mu.Lock()
+	d.drop = p
+	d.mu.Unlock()
+	return d.pushFaults(ctx, d.Nodes()...)
+}
+
+// pushFaults sends each running node of nodes its injected faults: the
+// delay, the drop rate, and the IPs of the nodes it blocks.
+func (d *Docker) pushFaults(ctx context.Context, nodes ...string) error {
+	var errs []error
+	for _, n := range slices.Compact(slices.Sorted(slices.Values(nodes))) {
+		d.mu.Lock()
+		f := faultnet.Faults{Delay: faultnet.Duration(d.delay), DropRate: d.drop, Block: []string{}}
+		for b := range d.blocks {
+			if b[0] == n && d.ips[b[1]] != "" {
+				f.Block = append(f.Block, d.ips[b[1]])
+			}
+		}
+		down := d.down[n]
+		d.mu.Unlock()
+		if down {
+			continue
+		}
+		body, err := json.Marshal(f)
+		if err != nil {
+			return err
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		var got faultnet.Faults
+		err = adminHTTP(pctx, http.MethodPut, "http://"+d.httpAddr(n)+"/debug/faults", bytes.NewReader(body), &got)
+		cancel()
+		if err == nil && (got.Delay != f.Delay || got.DropRate != f.DropRate || len(got.Block) != len(f.Block)) {
+			err = fmt.Errorf("node holds faults %+v after setting %+v", got, f)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w (is the node started with --fault-injection?)", n, err))
+		}
 	}
-	return fmt.Errorf("%w: packet drops (no netem in the containers)", ErrUnsupported)
+	return errors.Join(errs...)
 }
 
 // Close heals the network and restarts stopped or paused nodes, leaving the

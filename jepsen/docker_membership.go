@@ -132,28 +132,28 @@ func (d *Docker) adminVia(except string) []string {
 
 func (d *Docker) adminJoin(ctx context.Context, via, node string) (string, error) {
 	var res struct{ Status string }
-	err := adminHTTP(ctx, http.MethodPost, "http://"+d.httpAddr(via)+"/v1/members/"+node+"/join", &res)
+	err := adminHTTP(ctx, http.MethodPost, "http://"+d.httpAddr(via)+"/v1/members/"+node+"/join", nil, &res)
 	return res.Status, err
 }
 
 func (d *Docker) adminRemove(ctx context.Context, via, node string) (string, error) {
 	var res struct{ Status string }
-	err := adminHTTP(ctx, http.MethodPost, "http://"+d.httpAddr(via)+"/v1/members/"+node+"/remove", &res)
+	err := adminHTTP(ctx, http.MethodPost, "http://"+d.httpAddr(via)+"/v1/members/"+node+"/remove", nil, &res)
 	return res.Status, err
 }
 
 func (d *Docker) adminMembers(ctx context.Context, via string) ([]cluster.MemberInfo, error) {
 	var ms []cluster.MemberInfo
-	err := adminHTTP(ctx, http.MethodGet, "http://"+d.httpAddr(via)+"/v1/members", &ms)
+	err := adminHTTP(ctx, http.MethodGet, "http://"+d.httpAddr(via)+"/v1/members", nil, &ms)
 	return ms, err
 }
 
-// adminHTTP calls a node's admin API at url and decodes the JSON answer
+// adminHTTP calls a node's admin API at url (with body, if not nil) and decodes the JSON answer
 // into out; an error answer becomes a gRPC status with the code the API
 // mapped to its HTTP status (400 InvalidArgument, 404 NotFound, anything
 // else Unavailable, so that it is retried).
-func adminHTTP(ctx context.Context, method, url string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+func adminHTTP(ctx context.Context, method, url string, body io.Reader, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
 	if err != nil {
 		return err
 	}
@@ -162,14 +162,14 @@ func adminHTTP(ctx context.Context, method, url string, out any) error {
 		return err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct{ Error string }
-		if json.Unmarshal(body, &e) != nil || e.Error == "" {
-			e.Error = strings.TrimSpace(string(body))
+		if json.Unmarshal(answer, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(answer))
 		}
 		code := codes.Unavailable
 		switch resp.StatusCode {
@@ -180,5 +180,5 @@ func adminHTTP(ctx context.Context, method, url string, out any) error {
 		}
 		return status.Errorf(code, "%s %s: %s: %s", method, req.URL.Path, resp.Status, e.Error)
 	}
-	return json.Unmarshal(body, out)
+	return json.Unmarshal(answer, out)
 }

@@ -42,7 +42,7 @@ func TestAdminHTTPCodes(t *testing.T) {
 	ctx := context.Background()
 
 	var ms []cluster.MemberInfo
-	if err := adminHTTP(ctx, http.MethodGet, srv.URL+"/v1/members", &ms); err != nil || len(ms) != 1 || ms[0].Replicas != 5 {
+	if err := adminHTTP(ctx, http.MethodGet, srv.URL+"/v1/members", nil, &ms); err != nil || len(ms) != 1 || ms[0].Replicas != 5 {
 		t.Fatalf("members: %v %+v", err, ms)
 	}
 	for _, tc := range []struct {
@@ -55,7 +55,7 @@ func TestAdminHTTPCodes(t *testing.T) {
 		{"/v1/members/n9/remove", codes.NotFound, "refused"},
 	} {
 		var res struct{ Status string }
-		err := adminHTTP(ctx, http.MethodPost, srv.URL+tc.path, &res)
+		err := adminHTTP(ctx, http.MethodPost, srv.URL+tc.path, nil, &res)
 		if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("%s: %v (code %v), want %v with %q", tc.path, err, status.Code(err), tc.code, tc.msg)
 		}

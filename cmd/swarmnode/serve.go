@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/internal/faultnet"
 	"github.com/swarmkv/swarmkv/secrets"
 )
 
@@ -28,6 +29,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		snapEvery time.Duration
 		keysFile  string
 		gossipKey string
+		faults    bool
 	)
 	fs.StringVar(&cfg.ID, "id", "node1", "stable node id (never reuse one for another data dir)")
 	fs.StringVar(&cfg.DataDir, "data-dir", "./data", "data directory")
@@ -76,6 +78,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "this node's key (PEM); re-read when it changes")
 	fs.StringVar(&gossipKey, "gossip-key-file", "", "`PATH` of the gossip keyring: base64 16/24/32-byte keys, one per line, the first encrypts (swarmnode certs ca writes one)")
 	fs.BoolVar(&cfg.Insecure, "insecure", false, "allow non-loopback listen addresses without TLS and gossip encryption")
+	fs.BoolVar(&faults, "fault-injection", false, "test clusters only: serve PUT /debug/faults (admin API), which delays, drops and cuts this node's Raft traffic (make jepsen)")
 	fs.BoolVar(&cfg.Auth, "auth", false, "require client authentication (tokens) even without TLS (always on with TLS)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
@@ -109,6 +112,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.MaxConcurrentStreams = uint32(maxStreams)
 	cfg.SnapshotInterval = snapEvery
 	cfg.Logger = logger
+	if faults {
+		cfg.Faults = faultnet.NewLocal(time.Now().UnixNano())
+		logger.Warn("fault injection on (--fault-injection): PUT /debug/faults can delay, drop and cut this node's Raft traffic; for test clusters only")
+	}
 	if cfg.TokenKeys, err = tokenKeys(keysFile); err != nil {
 		return usageError{err}
 	}

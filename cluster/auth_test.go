@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/swarmkv/swarmkv/internal/faultnet"
 	"log/slog"
 	"strings"
 	"sync"
@@ -75,6 +76,7 @@ func TestAuthTokensRolesAndRefusals(t *testing.T) {
 	tc := newTLSCluster(t, 3, ca, func(c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test_node", c.ID)
 		c.RedisAddr = freePort(t)
+		c.Faults = faultnet.NewLocal(1)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -179,6 +181,22 @@ func TestAuthTokensRolesAndRefusals(t *testing.T) {
 	if code, _ := plain.get("https://" + tc.nodes[0].Addrs().HTTPAddr + "/readyz"); code != 200 {
 		t.Fatalf("readyz must stay open: %d", code)
 	}
+	// Fault injection (--fault-injection) is admin-only; a bad document
+	// is refused and changes nothing.
+	faultsURL := "https://" + tc.nodes[2].Addrs().HTTPAddr + "/debug/faults"
+	if code, body, _ := (&tlsHTTP{cfg: plain.cfg, token: reader.Token}).do("PUT", faultsURL, strings.NewReader(`{"delay":"1s"}`)); code != 403 {
+		t.Fatalf("PUT /debug/faults with a kv:read token: %d %s", code, body)
+	}
+	if code, body, _ := ops.do("PUT", faultsURL, strings.NewReader(`{"drop_rate":0.5}`)); code != 200 || !strings.Contains(body, `"drop_rate":0.5`) {
+		t.Fatalf("PUT /debug/faults as admin: %d %s", code, body)
+	}
+	if code, body, _ := ops.do("PUT", faultsURL, strings.NewReader(`{"drop_rate":2}`)); code != 400 || !strings.Contains(body, "drop_rate") {
+		t.Fatalf("PUT /debug/faults with a bad rate: %d %s", code, body)
+	}
+	if f := tc.nodes[2].cfg.Faults.Faults(); f.DropRate != 0.5 {
+		t.Fatalf("a refused document changed the faults: %+v", f)
+	}
+	tc.nodes[2].cfg.Faults.Set(faultnet.Faults{})
 	code, body, _ := ops.do("GET", "https://"+tc.nodes[1].Addrs().HTTPAddr+"/v1/tokens", nil)
 	if code != 200 || !strings.Contains(body, reader.ID) || strings.Contains(body, "hash") {
 		t.Fatalf("token list: %d %s", code, body)

@@ -6,13 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os/exec"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/internal/faultnet"
 )
@@ -61,7 +63,6 @@ type DockerConfig struct {
 // decommissioned node's container is killed.
 type Docker struct {
 	cfg DockerConfig
-	hc  *http.Client
 
 	mu      sync.Mutex
 	members []string          // current members, sorted
@@ -111,7 +112,7 @@ func NewDocker(ctx context.Context, cfg DockerConfig) (*Docker, error) {
 	if len(cfg.Compose) == 0 {
 		cfg.Compose = []string{"docker-compose", "-f", "docker-compose.cluster.yml", "-p", cfg.Project, "--profile", "spare"}
 	}
-	d := &Docker{cfg: cfg, hc: &http.Client{Timeout: 2 * time.Second},
+	d := &Docker{cfg: cfg,
 		ips: map[string]string{}, cut: map[string]bool{}, down: map[string]bool{},
 		removedAt: map[string]time.Time{}, blocks: map[[2]string]bool{}}
 	for _, n := range append(slices.Clone(cfg.Nodes), cfg.Services...) {
@@ -199,20 +200,9 @@ func (d *Docker) AdminAddrs() []string {
 }
 
 func (d *Docker) Ready(ctx context.Context, node string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.httpAddr(node)+"/readyz", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := d.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s", strings.TrimSpace(string(body)))
-	}
-	return nil
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return adminHTTP(ctx, http.MethodGet, "http://"+d.httpAddr(node)+"/readyz", nil, nil)
 }
 
 func (d *Docker) Kill(ctx context.Context, node string) error {
@@ -243,10 +233,14 @@ func (d *Docker) Start(ctx context.Context, node string) error {
 		_, err := d.docker(ctx, "start", d.container(node))
 		return err
 	})
-	if err == nil {
-		d.setDown(node, false)
+	if err != nil {
+		return err
 	}
-	return err
+	d.setDown(node, false)
+	if f, _ := d.faultsOf(node); f.Delay == 0 && f.DropRate == 0 && len(f.Block) == 0 {
+		return nil // a new process starts without injected faults
+	}
+	return d.pushFaults(ctx, node)
 }
 
 // retryPortInUse runs f again every second while it fails because a
@@ -276,10 +270,11 @@ func (d *Docker) Resume(ctx context.Context, node string) error {
 	if err == nil && strings.TrimSpace(paused) != "true" {
 		return nil
 	}
-	if _, err = d.docker(ctx, "unpause", d.container(node)); err == nil {
-		d.setDown(node, false)
+	if _, err = d.docker(ctx, "unpause", d.container(node)); err != nil {
+		return err
 	}
-	return err
+	d.setDown(node, false)
+	return d.pushFaults(ctx, node) // it kept the rules it had when paused
 }
 
 // Partition keeps the largest group on the network and disconnects every
@@ -381,19 +376,13 @@ func (d *Docker) SetDropRate(ctx context.Context, p float64) error {
 }
 
 // pushFaults sends each running node of nodes its injected faults: the
-// delay, the drop rate, and the IPs of the nodes it blocks.
+// delay, the drop rate, and the IPs of the nodes it blocks. A node that is
+// starting up (its port published, the process not yet listening) is
+// retried for up to 15 s.
 func (d *Docker) pushFaults(ctx context.Context, nodes ...string) error {
 	var errs []error
 	for _, n := range slices.Compact(slices.Sorted(slices.Values(nodes))) {
-		d.mu.Lock()
-		f := faultnet.Faults{Delay: faultnet.Duration(d.delay), DropRate: d.drop, Block: []string{}}
-		for b := range d.blocks {
-			if b[0] == n && d.ips[b[1]] != "" {
-				f.Block = append(f.Block, d.ips[b[1]])
-			}
-		}
-		down := d.down[n]
-		d.mu.Unlock()
+		f, down := d.faultsOf(n)
 		if down {
 			continue
 		}
@@ -401,18 +390,39 @@ func (d *Docker) pushFaults(ctx context.Context, nodes ...string) error {
 		if err != nil {
 			return err
 		}
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		var got faultnet.Faults
-		err = adminHTTP(pctx, http.MethodPut, "http://"+d.httpAddr(n)+"/debug/faults", bytes.NewReader(body), &got)
-		cancel()
-		if err == nil && (got.Delay != f.Delay || got.DropRate != f.DropRate || len(got.Block) != len(f.Block)) {
-			err = fmt.Errorf("node holds faults %+v after setting %+v", got, f)
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			var got faultnet.Faults
+			err = adminHTTP(pctx, http.MethodPut, "http://"+d.httpAddr(n)+"/debug/faults", bytes.NewReader(body), &got)
+			cancel()
+			if err == nil && (got.Delay != f.Delay || got.DropRate != f.DropRate || len(got.Block) != len(f.Block)) {
+				err = fmt.Errorf("node holds faults %+v after setting %+v", got, f)
+			}
+			if err == nil || status.Code(err) != codes.Unknown || time.Now().After(deadline) || ctx.Err() != nil {
+				break // answered (or refused) by the node, or out of time
+			}
+			time.Sleep(250 * time.Millisecond)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w (is the node started with --fault-injection?)", n, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// faultsOf returns the faults node should hold and whether the driver
+// has it killed or paused.
+func (d *Docker) faultsOf(node string) (faultnet.Faults, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f := faultnet.Faults{Delay: faultnet.Duration(d.delay), DropRate: d.drop, Block: []string{}}
+	for b := range d.blocks {
+		if b[0] == node && d.ips[b[1]] != "" {
+			f.Block = append(f.Block, d.ips[b[1]])
+		}
+	}
+	return f, d.down[node]
 }
 
 // Close heals the network and restarts stopped or paused nodes, leaving the

@@ -148,8 +148,8 @@ func (d *Docker) adminMembers(ctx context.Context, via string) ([]cluster.Member
 	return ms, err
 }
 
-// adminHTTP calls a node's admin API at url (with body, if not nil) and decodes the JSON answer
-// into out; an error answer becomes a gRPC status with the code the API
+// adminHTTP calls a node's HTTP API at url (with body, if not nil) and
+// decodes the JSON answer into out (nil: the answer is not read); an error answer becomes a gRPC status with the code the API
 // mapped to its HTTP status (400 InvalidArgument, 404 NotFound, anything
 // else Unavailable, so that it is retried).
 func adminHTTP(ctx context.Context, method, url string, body io.Reader, out any) error {
@@ -179,6 +179,9 @@ func adminHTTP(ctx context.Context, method, url string, body io.Reader, out any)
 			code = codes.NotFound
 		}
 		return status.Errorf(code, "%s %s: %s: %s", method, req.URL.Path, resp.Status, e.Error)
+	}
+	if out == nil {
+		return nil
 	}
 	return json.Unmarshal(answer, out)
 }

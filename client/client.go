@@ -75,6 +75,12 @@ type Config struct {
 	// DefaultTimeout applies when the caller's context has no deadline.
 	// Default 15s.
 	DefaultTimeout time.Duration
+	// Unary sends every call as its own unary gRPC call. By default the
+	// calls to a node travel as items of one Pipeline stream
+	// (rpc/pipeline.proto): concurrent calls share messages, which costs
+	// both sides far less CPU per call; a lone call is sent at once, and a
+	// node without the Pipeline service gets unary calls anyway.
+	Unary bool
 	// Logger receives debug logs about routing; default slog.Default().
 	Logger *slog.Logger
 }
@@ -89,11 +95,33 @@ type Client struct {
 		smap    *shard.Map
 		shards  map[shard.ID]*route
 		nodes   map[string]string // node id -> gRPC address
-		conns   map[string]*grpc.ClientConn
+		conns   map[string]*nodeConn
 		closed  bool
 		version uint64
 	}
 	refreshMu sync.Mutex // one map refresh at a time
+}
+
+// nodeConn is the connection to one node: stores' calls go through pipe
+// (nil with Config.Unary), the client's own (cluster map) unary on cc.
+type nodeConn struct {
+	cc   *grpc.ClientConn
+	pipe *pipe
+}
+
+// calls is the connection stores' calls use.
+func (nc *nodeConn) calls() grpc.ClientConnInterface {
+	if nc.pipe != nil {
+		return nc.pipe
+	}
+	return nc.cc
+}
+
+func (nc *nodeConn) close() error {
+	if nc.pipe != nil {
+		nc.pipe.close()
+	}
+	return nc.cc.Close()
 }
 
 // route is the client's view of one shard: its replicas' addresses and the
@@ -118,7 +146,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		cfg.Logger = slog.Default()
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger}
-	c.mu.conns = map[string]*grpc.ClientConn{}
+	c.mu.conns = map[string]*nodeConn{}
 	c.mu.nodes = map[string]string{}
 	if err := c.RefreshMap(ctx); err != nil {
 		c.Close()
@@ -137,38 +165,42 @@ func (c *Client) Close() error {
 	}
 	c.mu.closed = true
 	var err error
-	for _, cc := range c.mu.conns {
-		err = errors.Join(err, cc.Close())
+	for _, nc := range c.mu.conns {
+		err = errors.Join(err, nc.close())
 	}
 	c.mu.conns = nil
 	return err
 }
 
-func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
+func (c *Client) conn(addr string) (*nodeConn, error) {
 	c.mu.RLock()
-	cc, closed := c.mu.conns[addr], c.mu.closed
+	nc, closed := c.mu.conns[addr], c.mu.closed
 	c.mu.RUnlock()
 	if closed {
 		return nil, ErrClosed
 	}
-	if cc != nil {
-		return cc, nil
+	if nc != nil {
+		return nc, nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.mu.closed {
 		return nil, ErrClosed
 	}
-	if cc := c.mu.conns[addr]; cc != nil {
-		return cc, nil
+	if nc := c.mu.conns[addr]; nc != nil {
+		return nc, nil
 	}
 	opts := append(c.transportOptions(), c.cfg.DialOptions...)
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("swarmkv: dial %s: %w", addr, err)
 	}
-	c.mu.conns[addr] = cc
-	return cc, nil
+	nc = &nodeConn{cc: cc}
+	if !c.cfg.Unary {
+		nc.pipe = newPipe(cc)
+	}
+	c.mu.conns[addr] = nc
+	return nc, nil
 }
 
 // Map returns the shard map the client routes with.
@@ -194,12 +226,12 @@ func (c *Client) RefreshMap(ctx context.Context) error {
 	addrs = append(addrs, c.cfg.Endpoints...)
 	var errs error
 	for _, a := range slices.Compact(addrs) {
-		cc, err := c.conn(a)
+		nc, err := c.conn(a)
 		if err != nil {
 			return err
 		}
 		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
-		resp, err := rpc.NewClusterClient(cc).ClusterMap(actx, &rpc.ClusterMapRequest{})
+		resp, err := rpc.NewClusterClient(nc.cc).ClusterMap(actx, &rpc.ClusterMapRequest{})
 		cancel()
 		if code := status.Code(err); code == codes.PermissionDenied || code == codes.Unauthenticated {
 			// Credentials are refused: no other node will take them either.
@@ -331,12 +363,12 @@ func (c *Client) CallShard(ctx context.Context, id shard.ID, opts CallOptions, c
 			}
 			continue
 		}
-		cc, err := c.conn(addr)
+		nc, err := c.conn(addr)
 		if err != nil {
 			return err
 		}
 		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
-		err = call(actx, cc)
+		err = call(actx, nc.calls())
 		attemptTimedOut := actx.Err() != nil && ctx.Err() == nil
 		cancel()
 		if err == nil {

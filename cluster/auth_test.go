@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/swarmkv/swarmkv/internal/faultnet"
 	"log/slog"
 	"strings"
 	"sync"
@@ -13,9 +12,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/swarmkv/swarmkv/auth"
 	"github.com/swarmkv/swarmkv/client"
+	"github.com/swarmkv/swarmkv/internal/faultnet"
 	"github.com/swarmkv/swarmkv/rpc"
 )
 
@@ -125,6 +129,21 @@ func TestAuthTokensRolesAndRefusals(t *testing.T) {
 	// refusal (not as if the cluster were down).
 	if _, err := tlsClient(t, tc, client.Config{TLS: plain.cfg}); !errors.Is(err, client.ErrPermissionDenied) || !strings.Contains(err.Error(), "authentication required") {
 		t.Fatalf("client without credentials: %v", err)
+	}
+	// Nor can a Pipeline stream be opened without credentials.
+	if cc, err := grpc.NewClient(tc.nodes[0].Addrs().GRPCAddr, grpc.WithTransportCredentials(credentials.NewTLS(plain.cfg))); err != nil {
+		t.Fatal(err)
+	} else {
+		st, err := rpc.NewPipelineClient(cc).Calls(ctx)
+		if err == nil {
+			put, _ := proto.Marshal(&rpc.PutRequest{RoutingKey: rk, Key: []byte("k"), Value: []byte("evil")})
+			st.Send(&rpc.PipelineCalls{Calls: []*rpc.PipelineCall{{Id: 1, Method: rpc.KV_Put_FullMethodName, Request: put}}})
+			_, err = st.Recv()
+		}
+		if status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("pipeline stream without credentials: %v", err)
+		}
+		cc.Close()
 	}
 	// A bad token.
 	if _, err := tlsClient(t, tc, client.Config{TLS: plain.cfg, Token: "swk_0000000000000000_" + strings.Repeat("0", 64)}); err == nil {

@@ -20,6 +20,9 @@ type metrics struct {
 	reg   *prometheus.Registry
 	grpc  *grpcprom.ServerMetrics
 	apply *prometheus.HistogramVec // seconds from raft.Apply to the FSM's result, by shard
+	// Pipeline streams: messages and the calls or results they carried, by
+	// direction ("calls" received, "results" sent).
+	pipeMsgs, pipeItems *prometheus.CounterVec
 }
 
 func newMetrics(n *Node) *metrics {
@@ -32,11 +35,15 @@ func newMetrics(n *Node) *metrics {
 			Help:    "Time from proposing a command to its state machine result, by shard.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"shard"}),
+		pipeMsgs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "swarmkv", Name: "pipeline_messages_total",
+			Help: "Messages on Pipeline streams, by direction (calls received, results sent)."}, []string{"direction"}),
+		pipeItems: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "swarmkv", Name: "pipeline_items_total",
+			Help: "Calls received and results sent on Pipeline streams, by direction."}, []string{"direction"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.grpc, m.apply, &nodeCollector{n: n},
+		m.grpc, m.apply, m.pipeMsgs, m.pipeItems, &nodeCollector{n: n},
 	)
 	return m
 }

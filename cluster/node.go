@@ -45,11 +45,13 @@ type Node struct {
 	metrics *metrics
 	cache   *pebble.Cache
 	grpcSrv *grpc.Server
-	grpcLn  net.Listener
-	httpSrv *http.Server
-	httpLn  net.Listener
-	redis   *redisFront // the RESP front (redis.go); nil without RedisAddr
-	tls     *nodeTLS    // the node's TLS identity (tls.go); nil without Config.TLS
+	// pipeline serves rpc.Pipeline on grpcSrv.
+	pipeline *pipelineServer
+	grpcLn   net.Listener
+	httpSrv  *http.Server
+	httpLn   net.Listener
+	redis    *redisFront // the RESP front (redis.go); nil without RedisAddr
+	tls      *nodeTLS    // the node's TLS identity (tls.go); nil without Config.TLS
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -172,8 +174,10 @@ func New(cfg Config) (_ *Node, err error) {
 	n.addrs.GossipAddr = net.JoinHostPort(ln.Addr.String(), fmt.Sprint(ln.Port))
 
 	n.metrics = newMetrics(n)
+	unary := []grpc.UnaryServerInterceptor{n.deadlineUnary, n.metrics.grpc.UnaryServerInterceptor(), n.authUnary}
 	n.grpcSrv = grpc.NewServer(append(n.grpcServerOptions(),
-		grpc.ChainUnaryInterceptor(n.deadlineUnary, n.metrics.grpc.UnaryServerInterceptor(), n.authUnary),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(n.metrics.grpc.StreamServerInterceptor(), n.authStream),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
 		grpc.MaxRecvMsgSize(n.maxRequestBytes()),
 		grpc.MaxSendMsgSize(n.maxRequestBytes()+cfg.MaxScanPage*(cfg.Limits.MaxKeySize+cfg.Limits.MaxValueSize)),
@@ -186,6 +190,20 @@ func New(cfg Config) (_ *Node, err error) {
 	rpc.RegisterPoolsServer(n.grpcSrv, &poolsServer{server: srv})
 	rpc.RegisterAdminServer(n.grpcSrv, &adminServer{node: n})
 	rpc.RegisterRedisServer(n.grpcSrv, &redisServer{server: srv})
+	// The client library sends its calls as items of a Pipeline stream
+	// (rpc/pipeline.proto); they run through the same handlers and
+	// interceptors. Admin and Cluster calls stay unary.
+	n.pipeline = newPipelineServer(chainUnary(unary...), int(cfg.MaxConcurrentStreams),
+		pipelineService{&rpc.KV_ServiceDesc, srv},
+		pipelineService{&rpc.Registry_ServiceDesc, &registryServer{server: srv}},
+		pipelineService{&rpc.Billing_ServiceDesc, &billingServer{server: srv}},
+		pipelineService{&rpc.Pools_ServiceDesc, &poolsServer{server: srv}},
+		pipelineService{&rpc.Redis_ServiceDesc, &redisServer{server: srv}})
+	n.pipeline.counted = func(dir string, items int) {
+		n.metrics.pipeMsgs.WithLabelValues(dir).Inc()
+		n.metrics.pipeItems.WithLabelValues(dir).Add(float64(items))
+	}
+	rpc.RegisterPipelineServer(n.grpcSrv, n.pipeline)
 	n.metrics.grpc.InitializeMetrics(n.grpcSrv)
 	n.wg.Add(1)
 	go func() {
@@ -558,6 +576,7 @@ func (n *Node) Close() error {
 			n.redis.close()
 		}
 		if n.grpcSrv != nil {
+			n.pipeline.stop() // pipeline streams end once their calls are answered
 			stopped := make(chan struct{})
 			go func() { n.grpcSrv.GracefulStop(); close(stopped) }()
 			select {

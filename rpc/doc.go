@@ -9,6 +9,8 @@
 //   - Registry (registry.proto) and Billing (billing.proto): the typed
 //     stores of seeds 000 and 001; convert.go maps their messages to and
 //     from package records.
+//   - Pipeline (pipeline.proto): the unary calls of the services above as
+//     items of one long-lived stream; package client uses it by default.
 //
 // Errors travel as gRPC status codes; errors.proto defines the typed details
 // (NotLeader, RetryInfo) attached to them. Package client turns them back

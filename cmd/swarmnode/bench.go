@@ -98,6 +98,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&c.asJSON, "json", false, "print the result as JSON")
 	fs.BoolVar(&c.progress, "progress", true, "print a progress line every second (to stderr)")
 	fs.DurationVar(&c.opTimeout, "op-timeout", 10*time.Second, "deadline of one operation")
+	unary := fs.Bool("unary", false, "send every call as its own unary gRPC call instead of pipelining the calls to a node over one stream")
 	if len(args) == 0 {
 		fs.Usage()
 		return usageError{errors.New("bench: missing workload")}
@@ -114,6 +115,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if c.client, err = conn.clientConfig(*endpoints); err != nil {
 		return err
 	}
+	c.client.Unary = *unary
 	if err := c.validate(); err != nil {
 		fs.Usage()
 		return usageError{err}

@@ -1,0 +1,258 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"io"
+	"runtime"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/swarmkv/swarmkv/rpc"
+)
+
+// pipelineServer serves rpc.Pipeline (rpc/pipeline.proto): unary calls of
+// the client-facing services sent as items of one stream. Each item runs
+// in its own goroutine through the method's generated handler and the
+// node's unary interceptors, exactly as the unary call would; results go
+// back in batches, in completion order.
+type pipelineServer struct {
+	rpc.UnimplementedPipelineServer
+	methods   map[string]pipelineMethod
+	intercept grpc.UnaryServerInterceptor
+	// maxInFlight bounds the items of one stream running at once (the
+	// node's streams-per-connection limit: one stream must not get more
+	// than a connection could). The stream is not read further meanwhile,
+	// so HTTP/2 flow control holds the client back.
+	maxInFlight int
+	stopping    chan struct{} // closed when the node shuts down
+	stopOnce    sync.Once
+	// counted, if set, is told each message's direction and item count
+	// (metrics).
+	counted func(direction string, items int)
+}
+
+type pipelineMethod struct {
+	impl    any
+	handler func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error)
+}
+
+// pipelineService is a service whose unary methods may be pipelined.
+type pipelineService struct {
+	desc *grpc.ServiceDesc
+	impl any
+}
+
+const (
+	// maxPipelineMethod bounds the method name echoed in an error.
+	maxPipelineMethod = 128
+	// maxResultBatchBytes: results are packed into one message up to about
+	// this many response bytes (a single larger result goes alone).
+	maxResultBatchBytes = 1 << 20
+	maxResultBatch      = 512
+)
+
+func newPipelineServer(intercept grpc.UnaryServerInterceptor, maxInFlight int, services ...pipelineService) *pipelineServer {
+	p := &pipelineServer{methods: map[string]pipelineMethod{}, intercept: intercept,
+		maxInFlight: max(maxInFlight, 1), stopping: make(chan struct{})}
+	for _, s := range services {
+		for _, m := range s.desc.Methods {
+			p.methods["/"+s.desc.ServiceName+"/"+m.MethodName] = pipelineMethod{impl: s.impl, handler: m.Handler}
+		}
+	}
+	return p
+}
+
+// stop makes every stream stop taking calls, finish the ones running, send
+// their results and end with OK: the client knows that calls it sent
+// without a result were not executed.
+func (p *pipelineServer) stop() { p.stopOnce.Do(func() { close(p.stopping) }) }
+
+func (p *pipelineServer) count(direction string, items int) {
+	if p.counted != nil {
+		p.counted(direction, items)
+	}
+}
+
+// chainUnary runs interceptors in order around handler, as
+// grpc.ChainUnaryInterceptor does for the server's own unary calls.
+func chainUnary(ics ...grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		h := handler
+		for i := len(ics) - 1; i >= 0; i-- {
+			ic, next := ics[i], h
+			h = func(ctx context.Context, req any) (any, error) { return ic(ctx, req, info, next) }
+		}
+		return h(ctx, req)
+	}
+}
+
+func (p *pipelineServer) Calls(stream rpc.Pipeline_CallsServer) error {
+	ctx := stream.Context()
+	batches := make(chan *rpc.PipelineCalls)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			in, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case batches <- in:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	// Every item holds a slot until its result is queued, so out never
+	// holds more than maxInFlight results and a finished item never waits.
+	out := make(chan *rpc.PipelineResult, p.maxInFlight)
+	slots := make(chan struct{}, p.maxInFlight)
+	sent := make(chan error, 1)
+	go func() { sent <- p.sendResults(stream, out) }()
+
+	var wg sync.WaitGroup
+	var err error
+loop:
+	for {
+		select {
+		case in := <-batches:
+			p.count("calls", len(in.GetCalls()))
+			for _, call := range in.GetCalls() {
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					err = ctx.Err()
+					break loop
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					out <- p.run(ctx, call)
+					<-slots
+				}()
+			}
+		case err = <-recvErr:
+			break loop
+		case <-p.stopping:
+			break loop
+		}
+	}
+	wg.Wait()
+	close(out)
+	serr := <-sent
+	if err == nil || errors.Is(err, io.EOF) {
+		return serr
+	}
+	return err
+}
+
+// sendResults sends the results from out, each message carrying every
+// result that is ready, until out is closed. After a failed send it keeps
+// draining out (the results are dropped: the stream is gone).
+func (p *pipelineServer) sendResults(stream rpc.Pipeline_CallsServer, out <-chan *rpc.PipelineResult) error {
+	var err error
+	msg := &rpc.PipelineResults{}
+	for r := range out {
+		// Let the other calls finished by the same event (one Raft commit
+		// answers many) queue their results before this message is cut.
+		runtime.Gosched()
+		msg.Results = append(msg.Results[:0], r)
+		size := len(r.GetResponse())
+	more:
+		for len(msg.Results) < maxResultBatch && size < maxResultBatchBytes {
+			select {
+			case r, ok := <-out:
+				if !ok {
+					break more
+				}
+				msg.Results = append(msg.Results, r)
+				size += len(r.GetResponse())
+			default:
+				break more
+			}
+		}
+		if err == nil {
+			p.count("results", len(msg.Results))
+			err = stream.Send(msg)
+		}
+	}
+	return err
+}
+
+// run executes one call and returns its result (never nil).
+func (p *pipelineServer) run(ctx context.Context, call *rpc.PipelineCall) *rpc.PipelineResult {
+	res := &rpc.PipelineResult{Id: call.GetId()}
+	resp, err := p.call(ctx, call)
+	if err == nil {
+		var b []byte
+		if b, err = proto.Marshal(resp.(proto.Message)); err == nil {
+			res.Response = b
+			return res
+		}
+		err = status.Errorf(codes.Internal, "swarmkv: encoding the response of %s: %v", call.GetMethod(), err)
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		st = status.FromContextError(err)
+	}
+	sp := st.Proto()
+	res.Code, res.Message, res.Details = uint32(sp.GetCode()), sp.GetMessage(), sp.GetDetails()
+	return res
+}
+
+// validatePipelineCall checks what the pipeline adds to a unary call: a
+// method that may be pipelined and a timeout that is not negative.
+func (p *pipelineServer) validatePipelineCall(call *rpc.PipelineCall) (pipelineMethod, error) {
+	m, ok := p.methods[call.GetMethod()]
+	if !ok {
+		name := call.GetMethod()
+		if len(name) > maxPipelineMethod {
+			name = name[:maxPipelineMethod] + "..."
+		}
+		return m, status.Errorf(codes.Unimplemented, "swarmkv: method %q cannot be pipelined", name)
+	}
+	if call.GetTimeoutUs() < 0 {
+		return m, status.Errorf(codes.InvalidArgument, "swarmkv: pipeline call timeout %dus is negative", call.GetTimeoutUs())
+	}
+	return m, nil
+}
+
+func (p *pipelineServer) call(ctx context.Context, call *rpc.PipelineCall) (any, error) {
+	m, err := p.validatePipelineCall(call)
+	if err != nil {
+		return nil, err
+	}
+	if t := call.GetTimeoutUs(); t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(min(t, int64(time.Hour/time.Microsecond)))*time.Microsecond)
+		defer cancel()
+	}
+	dec := func(v any) error {
+		if err := proto.Unmarshal(call.GetRequest(), v.(proto.Message)); err != nil {
+			return status.Errorf(codes.InvalidArgument, "swarmkv: decoding a %s request: %v", call.GetMethod(), err)
+		}
+		return nil
+	}
+	return m.handler(m.impl, ctx, dec, p.intercept)
+}
+
+// authStream refuses to open a stream (the Pipeline) without valid
+// credentials when authentication is on. Every pipelined call is
+// authorized on its own as well, by authUnary.
+func (n *Node) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if n.authOn() {
+		if id, msg := n.identifyGRPC(ss.Context()); id == nil {
+			n.audit("grpc", nil, info.FullMethod, false, msg)
+			return status.Error(codes.PermissionDenied, msg)
+		}
+	}
+	return handler(srv, ss)
+}

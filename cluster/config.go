@@ -124,8 +124,10 @@ type Config struct {
 	// RedisWriteTimeout bounds each write of a reply to a RESP client (a
 	// client that stops reading is disconnected). Default 30s; 100ms..1h.
 	RedisWriteTimeout time.Duration
-	// BlockCacheSize is the Pebble block cache shared by every local
-	// replica, in bytes. Default 64 MiB.
+	// BlockCacheSize is the memory for cached Pebble blocks, shared by
+	// every local replica and the Raft log store, in bytes. Default 64 MiB.
+	// Pebble charges memtables against the block cache, so the node's
+	// cache is this plus the memtables of its stores (cacheCapacity).
 	BlockCacheSize int64
 	// MemTableSize is each replica's Pebble memtable size. Default 4 MiB.
 	MemTableSize uint64
@@ -414,4 +416,20 @@ func (c Config) checkSecure() error {
 		}
 	}
 	return nil
+}
+
+// cacheCapacity is the size of the node's Pebble cache: BlockCacheSize for
+// blocks plus the memtables Pebble charges against it (each store reserves
+// its memtables from its cache): one per shard replica and the meta
+// replica's, and the shared Raft log store's. Without them the memtables
+// took the whole default cache, and every read missed (measured: 0 bytes
+// of blocks cached, 17k hits against 520k misses in a ledger load).
+// Shards is the count at bootstrap; a node of a cluster with more shards
+// than its own setting holds less in blocks.
+func (c Config) cacheCapacity() int64 {
+	n := c.BlockCacheSize + int64(c.Shards+1)*int64(c.MemTableSize)
+	if c.LogStore == LogStorePebble {
+		n += raftlog.DefaultMemTableSize
+	}
+	return n
 }

@@ -70,6 +70,9 @@ var (
 	descL0        = prometheus.NewDesc("swarmkv_pebble_l0_files", "Files in Pebble's level 0.", []string{"shard"}, nil)
 	descDebt      = prometheus.NewDesc("swarmkv_pebble_compaction_debt_bytes", "Estimated bytes Pebble's compactions still have to write.", []string{"shard"}, nil)
 	descReadAmp   = prometheus.NewDesc("swarmkv_pebble_read_amplification", "Pebble read amplification.", []string{"shard"}, nil)
+	descCacheHits = prometheus.NewDesc("swarmkv_pebble_block_cache_hits_total", "Hits of the node's Pebble block cache (shared by its replicas).", nil, nil)
+	descCacheMiss = prometheus.NewDesc("swarmkv_pebble_block_cache_misses_total", "Misses of the node's Pebble block cache (shared by its replicas).", nil, nil)
+	descCacheSize = prometheus.NewDesc("swarmkv_pebble_block_cache_bytes", "Bytes held by the node's Pebble block cache.", nil, nil)
 	descMembers   = prometheus.NewDesc("swarmkv_gossip_members", "Gossip members known to this node, by liveness.", []string{"state"}, nil)
 	descReady     = prometheus.NewDesc("swarmkv_node_ready", "1 when every local shard has a leader.", nil, nil)
 )
@@ -79,7 +82,8 @@ type nodeCollector struct{ n *Node }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRaftState, descRaftTerm, descCommit, descApplied, descApplyLag, descLastIndex,
-		descContact, descDisk, descMemtable, descL0, descDebt, descReadAmp, descMembers, descReady} {
+		descContact, descDisk, descMemtable, descL0, descDebt, descReadAmp, descCacheHits, descCacheMiss, descCacheSize,
+		descMembers, descReady} {
 		ch <- d
 	}
 }
@@ -125,6 +129,12 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descDebt, float64(m.CompactionDebt), s)
 			gauge(descReadAmp, float64(m.ReadAmplification), s)
 		}
+	}
+	if n.cache != nil {
+		cm := n.cache.Metrics()
+		ch <- prometheus.MustNewConstMetric(descCacheHits, prometheus.CounterValue, float64(cm.Hits))
+		ch <- prometheus.MustNewConstMetric(descCacheMiss, prometheus.CounterValue, float64(cm.Misses))
+		gauge(descCacheSize, float64(cm.Size))
 	}
 	alive, dead := 0, 0
 	n.members.mu.RLock()

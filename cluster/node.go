@@ -122,7 +122,7 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 		n.peers.creds = credentials.NewTLS(n.tls.peerConfig())
 	}
-	n.cache = pebble.NewCache(cfg.BlockCacheSize)
+	n.cache = pebble.NewCache(cfg.cacheCapacity())
 	if n.cfg.logStore, err = openLogStore(n.cfg, n.cache); err != nil { // shared by every replica; closed after them
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/hashicorp/raft"
 )
@@ -24,8 +25,11 @@ type Config struct {
 	// Dir is the Pebble directory, created if missing. Required.
 	Dir string
 	// Cache is a block cache shared by the replicas of a node. Nil means a
-	// private cache of 1 MiB. The caller keeps its own reference (and
-	// Unrefs it after closing every FSM).
+	// private cache of 1 MiB for blocks. Pebble charges the memtable
+	// against the cache it is given: a shared cache must be sized for the
+	// memtables of its stores besides the blocks (see cluster's
+	// Config.cacheCapacity). The caller keeps its own reference (and Unrefs
+	// it after closing every FSM).
 	Cache *pebble.Cache
 	// MemTableSize is the Pebble memtable size in bytes. 0 means 4 MiB:
 	// small, because a node holds many replicas.
@@ -169,8 +173,17 @@ func open(cfg Config, fs vfs.FS) (*FSM, error) {
 		Logger:       pebbleLogger{log.With("component", "pebble")},
 		FS:           fs,
 	}
+	// Bloom filters on every level, L0 included (Pebble's default is none):
+	// the stores' commands read keys that are mostly absent (the
+	// idempotency checks of the ledger, agent_owners, pool membership), and
+	// without a filter such a read searches the index and a data block of
+	// every table whose range holds the key; with 4 MiB memtables the young
+	// tables are many and not yet in the block cache.
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
 	if cfg.Cache == nil {
-		opts.CacheSize = privateCacheSize
+		opts.CacheSize = privateCacheSize + int64(cfg.MemTableSize)
 	}
 	db, err := pebble.Open(cfg.Dir, opts)
 	if err != nil {

@@ -26,9 +26,11 @@ var (
 type Options struct {
 	// Dir is the Pebble directory; created if missing. Required.
 	Dir string
-	// Cache is the block cache; nil gives the store a private 8 MiB cache.
-	// Log reads are rare (hashicorp/raft's LogCache serves recent entries),
-	// so a node passes its shared cache.
+	// Cache is the block cache; nil gives the store a private cache of
+	// 8 MiB for blocks (plus the memtable, which Pebble charges against
+	// the cache it is given). Log reads are rare (hashicorp/raft's LogCache
+	// serves recent entries), so a node passes its shared cache, sized to
+	// hold this store's memtable besides its blocks.
 	Cache *pebble.Cache
 	// MemTableSize is Pebble's memtable size in bytes. Default 32 MiB.
 	// Entries are usually deleted (after a snapshot) before a second
@@ -42,10 +44,11 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-const (
-	defaultMemTableSize = 32 << 20
-	privateCacheSize    = 8 << 20
-)
+// DefaultMemTableSize is the memtable size of a Store opened without
+// Options.MemTableSize.
+const DefaultMemTableSize = 32 << 20
+
+const privateCacheSize = 8 << 20
 
 // Store holds the Raft logs and stable stores of many groups in one Pebble
 // database. It is safe for concurrent use.
@@ -66,7 +69,7 @@ func Open(opts Options) (*Store, error) {
 		return nil, errors.New("raftlog: Options.Dir is empty")
 	}
 	if opts.MemTableSize == 0 {
-		opts.MemTableSize = defaultMemTableSize
+		opts.MemTableSize = DefaultMemTableSize
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -80,7 +83,7 @@ func Open(opts Options) (*Store, error) {
 		Logger:             pebbleLogger{log},
 	}
 	if opts.Cache == nil {
-		po.CacheSize = privateCacheSize
+		po.CacheSize = privateCacheSize + int64(opts.MemTableSize)
 	}
 	db, err := pebble.Open(opts.Dir, po)
 	if err != nil {

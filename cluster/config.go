@@ -325,6 +325,12 @@ func (c Config) Validate() error {
 			return bad("http address %q: %v", c.HTTPAddr, err)
 		}
 	}
+	if c.BlockCacheSize < 1<<20 || c.BlockCacheSize > 64<<30 {
+		return bad("block cache size %d: want 1 MiB..64 GiB", c.BlockCacheSize)
+	}
+	if c.MemTableSize < 256<<10 || c.MemTableSize > 1<<30 {
+		return bad("memtable size %d: want 256 KiB..1 GiB", c.MemTableSize)
+	}
 	if c.RedisAddr != "" {
 		if _, _, err := net.SplitHostPort(c.RedisAddr); err != nil {
 			return bad("redis address %q: %v", c.RedisAddr, err)

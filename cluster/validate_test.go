@@ -698,6 +698,9 @@ func TestConfigValidate(t *testing.T) {
 		{"request timeout too long", func(c *Config) { c.RequestTimeout = 2 * time.Hour }, "request timeout 2h0m0s: want 10ms..1h"},
 		{"negative conns per ip", func(c *Config) { c.MaxConnsPerIP = -1 }, "max connections per IP -1"},
 		{"streams too many", func(c *Config) { c.MaxConcurrentStreams = 1<<20 + 1 }, "max concurrent streams 1048577"},
+		{"block cache too small", func(c *Config) { c.BlockCacheSize = 1000 }, "block cache size 1000: want 1 MiB..64 GiB"},
+		{"memtable too small", func(c *Config) { c.MemTableSize = 1000 }, "memtable size 1000: want 256 KiB..1 GiB"},
+		{"memtable too large", func(c *Config) { c.MemTableSize = 2 << 30 }, "memtable size 2147483648"},
 		{"redis write timeout too short", func(c *Config) { c.RedisWriteTimeout = time.Millisecond }, "redis write timeout 1ms"},
 		// hashicorp/raft refuses timings under 5ms (commit timeout under
 		// 1ms) when a replica starts; Validate must refuse them first, or

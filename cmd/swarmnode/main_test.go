@@ -143,6 +143,8 @@ func TestRunUsageErrors(t *testing.T) {
 		{name: "serve request timeout too short", args: []string{"serve", "--request-timeout", "1ms"}, errSub: "request timeout 1ms: want 10ms..1h"},
 		{name: "serve conns per ip too high env", args: []string{"serve"}, env: map[string]string{"SWARM_MAX_CONNS_PER_IP": "2000000"}, errSub: "max connections per IP 2000000"},
 		{name: "serve streams out of range", args: []string{"serve", "--max-concurrent-streams", "2000000"}, errSub: "--max-concurrent-streams 2000000"},
+		{name: "serve cache too large", args: []string{"serve", "--block-cache-mib", "70000"}, errSub: "--block-cache-mib 70000: want 1..65536"},
+		{name: "serve memtable too small", args: []string{"serve", "--memtable-kib", "8"}, errSub: "--memtable-kib 8: want 256..1048576"},
 		{name: "serve scan page too high", args: []string{"serve", "--max-scan-page", "100001"}, errSub: "max scan page 100001"},
 		{name: "serve redis idle too short", args: []string{"serve", "--redis-idle-timeout", "10ms"}, errSub: "redis idle timeout 10ms"},
 	} {

@@ -58,10 +58,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.MaxScanPage, "max-scan-page", 1000, "most items in one scan or list page (at most 100000)")
 	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", 10*time.Second, "deadline of a gRPC call sent without one, and of each RESP command (10ms..1h)")
 	var maxStreams uint
+	var cacheMiB int64
+	var memtableKiB uint64
 	fs.UintVar(&maxStreams, "max-concurrent-streams", 1024, "most concurrent calls on one gRPC connection (1..1048576)")
 	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", 256, "most open connections from one client IP, on each of the gRPC and RESP listeners (1..1048576)")
 	fs.DurationVar(&cfg.RedisIdleTimeout, "redis-idle-timeout", 5*time.Minute, "close a RESP connection idle this long (1s..24h)")
 	fs.DurationVar(&cfg.RedisWriteTimeout, "redis-write-timeout", 30*time.Second, "disconnect a RESP client that takes longer to accept a reply (100ms..1h)")
+	fs.Int64Var(&cacheMiB, "block-cache-mib", 64, "Pebble block cache for table blocks, shared by every local store, in MiB (1..65536; the node adds the memtables, which Pebble charges against the cache)")
+	fs.Uint64Var(&memtableKiB, "memtable-kib", 4096, "Pebble memtable size of each shard replica, in KiB (256..1048576)")
 	fs.StringVar(&cfg.LogStore, "log-store", cluster.LogStorePebble, "Raft log store: pebble (one per node, shared by every shard) or bolt (raft-boltdb per replica); a data dir keeps the one it was created with")
 	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
 	fs.DurationVar(&snapEvery, "snapshot-interval", 30*time.Second, "how often replicas check the snapshot threshold")
@@ -106,6 +110,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	cfg.Limits.MaxValueSize = maxValue
+	if cacheMiB < 1 || cacheMiB > 65536 {
+		return usageError{fmt.Errorf("serve: --block-cache-mib %d: want 1..65536", cacheMiB)}
+	}
+	if memtableKiB < 256 || memtableKiB > 1<<20 {
+		return usageError{fmt.Errorf("serve: --memtable-kib %d: want 256..1048576", memtableKiB)}
+	}
+	cfg.BlockCacheSize = cacheMiB << 20
+	cfg.MemTableSize = memtableKiB << 10
 	if maxStreams == 0 || maxStreams > 1<<20 {
 		return usageError{fmt.Errorf("serve: --max-concurrent-streams %d: want 1..1048576", maxStreams)}
 	}

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,6 +100,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&c.asJSON, "json", false, "print the result as JSON")
 	fs.BoolVar(&c.progress, "progress", true, "print a progress line every second (to stderr)")
 	fs.DurationVar(&c.opTimeout, "op-timeout", 10*time.Second, "deadline of one operation")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the load tool to `FILE` (go tool pprof)")
 	unary := fs.Bool("unary", false, "send every call as its own unary gRPC call instead of pipelining the calls to a node over one stream")
 	if len(args) == 0 {
 		fs.Usage()
@@ -119,6 +122,17 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := c.validate(); err != nil {
 		fs.Usage()
 		return usageError{err}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	res, err := runBench(ctx, c, stderr)
 	if err != nil {

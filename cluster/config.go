@@ -138,6 +138,12 @@ type Config struct {
 	// Both fsync every append before it counts. A data dir keeps the store
 	// it was created with: a node refuses to start with the other one.
 	LogStore string
+	// WALMinSyncInterval is the least time between two fsyncs of the
+	// shared Raft log store's WAL (raftlog.Options.MinSyncInterval): an
+	// append that comes sooner waits for the rest of it, so that more
+	// groups' appends share one fsync. 0 (default): sync at once. At most
+	// 10ms; only with LogStore "pebble".
+	WALMinSyncInterval time.Duration
 	// logStore is the shared Raft log store New opens when LogStore is
 	// "pebble" (nil with "bolt"); every replica's Raft group uses it.
 	logStore *raftlog.Store
@@ -330,6 +336,12 @@ func (c Config) Validate() error {
 	}
 	if c.MemTableSize < 256<<10 || c.MemTableSize > 1<<30 {
 		return bad("memtable size %d: want 256 KiB..1 GiB", c.MemTableSize)
+	}
+	if c.WALMinSyncInterval < 0 || c.WALMinSyncInterval > raftlog.MaxMinSyncInterval {
+		return bad("WAL min sync interval %v: want 0..%v", c.WALMinSyncInterval, raftlog.MaxMinSyncInterval)
+	}
+	if c.WALMinSyncInterval > 0 && c.LogStore == LogStoreBolt {
+		return bad("WAL min sync interval %v: only the %q log store has one", c.WALMinSyncInterval, LogStorePebble)
 	}
 	if c.RedisAddr != "" {
 		if _, _, err := net.SplitHostPort(c.RedisAddr); err != nil {

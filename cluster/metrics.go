@@ -73,8 +73,10 @@ var (
 	descCacheHits = prometheus.NewDesc("swarmkv_pebble_block_cache_hits_total", "Hits of the node's Pebble block cache (shared by its replicas).", nil, nil)
 	descCacheMiss = prometheus.NewDesc("swarmkv_pebble_block_cache_misses_total", "Misses of the node's Pebble block cache (shared by its replicas).", nil, nil)
 	descCacheSize = prometheus.NewDesc("swarmkv_pebble_block_cache_bytes", "Bytes held by the node's Pebble block cache.", nil, nil)
-	descMembers   = prometheus.NewDesc("swarmkv_gossip_members", "Gossip members known to this node, by liveness.", []string{"state"}, nil)
-	descReady     = prometheus.NewDesc("swarmkv_node_ready", "1 when every local shard has a leader.", nil, nil)
+	descWALFsync  = prometheus.NewDesc("swarmkv_raftlog_wal_fsync_seconds",
+		"Latency of the Raft log store's WAL fsyncs, which every Raft append waits for (the node's shared log store; absent with --log-store bolt).", nil, nil)
+	descMembers = prometheus.NewDesc("swarmkv_gossip_members", "Gossip members known to this node, by liveness.", []string{"state"}, nil)
+	descReady   = prometheus.NewDesc("swarmkv_node_ready", "1 when every local shard has a leader.", nil, nil)
 )
 
 // nodeCollector reads the node's state at scrape time.
@@ -83,7 +85,7 @@ type nodeCollector struct{ n *Node }
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRaftState, descRaftTerm, descCommit, descApplied, descApplyLag, descLastIndex,
 		descContact, descDisk, descMemtable, descL0, descDebt, descReadAmp, descCacheHits, descCacheMiss, descCacheSize,
-		descMembers, descReady} {
+		descWALFsync, descMembers, descReady} {
 		ch <- d
 	}
 }
@@ -135,6 +137,11 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descCacheHits, prometheus.CounterValue, float64(cm.Hits))
 		ch <- prometheus.MustNewConstMetric(descCacheMiss, prometheus.CounterValue, float64(cm.Misses))
 		gauge(descCacheSize, float64(cm.Size))
+	}
+	if ls := n.cfg.logStore; ls != nil {
+		if st, err := ls.FsyncStats(); err == nil { // ErrClosed while the node closes
+			ch <- prometheus.MustNewConstHistogram(descWALFsync, st.Count, st.Sum.Seconds(), st.Buckets)
+		}
 	}
 	alive, dead := 0, 0
 	n.members.mu.RLock()

@@ -61,12 +61,17 @@ func TestMetricsEndpoint(t *testing.T) {
 		`swarmkv_node_ready 1`,
 		`swarmkv_pebble_block_cache_hits_total`,
 		`swarmkv_pebble_block_cache_bytes`,
+		`swarmkv_raftlog_wal_fsync_seconds_bucket{le="0.0001"}`,
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="Put",grpc_service="swarmkv.v1.KV",grpc_type="unary"} 1`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+	// Every Raft append so far was fsync'd: the histogram counts them.
+	if f := fams["swarmkv_raftlog_wal_fsync_seconds"]; f == nil || len(f.Metric) != 1 || f.Metric[0].GetHistogram().GetSampleCount() == 0 {
+		t.Errorf("swarmkv_raftlog_wal_fsync_seconds: %v, want one histogram with fsyncs counted", f)
 	}
 	if !strings.Contains(get("/debug/pprof/"), "goroutine") {
 		t.Error("/debug/pprof/ does not list profiles")

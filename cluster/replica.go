@@ -223,7 +223,7 @@ func openLogStore(c Config, cache *pebble.Cache) (*raftlog.Store, error) {
 		}
 		return nil, nil
 	}
-	s, err := raftlog.Open(raftlog.Options{Dir: dir, Cache: cache, Logger: c.Logger})
+	s, err := raftlog.Open(raftlog.Options{Dir: dir, Cache: cache, Logger: c.Logger, MinSyncInterval: c.WALMinSyncInterval})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: raft log store: %w (is another swarmnode using this data dir?)", err)
 	}

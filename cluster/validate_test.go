@@ -701,6 +701,9 @@ func TestConfigValidate(t *testing.T) {
 		{"block cache too small", func(c *Config) { c.BlockCacheSize = 1000 }, "block cache size 1000: want 1 MiB..64 GiB"},
 		{"memtable too small", func(c *Config) { c.MemTableSize = 1000 }, "memtable size 1000: want 256 KiB..1 GiB"},
 		{"memtable too large", func(c *Config) { c.MemTableSize = 2 << 30 }, "memtable size 2147483648"},
+		{"wal min sync interval negative", func(c *Config) { c.WALMinSyncInterval = -time.Millisecond }, "WAL min sync interval -1ms: want 0..10ms"},
+		{"wal min sync interval too long", func(c *Config) { c.WALMinSyncInterval = 11 * time.Millisecond }, "WAL min sync interval 11ms"},
+		{"wal min sync interval with bolt", func(c *Config) { c.WALMinSyncInterval = time.Millisecond; c.LogStore = LogStoreBolt }, `WAL min sync interval 1ms: only the "pebble" log store has one`},
 		{"redis write timeout too short", func(c *Config) { c.RedisWriteTimeout = time.Millisecond }, "redis write timeout 1ms"},
 		// hashicorp/raft refuses timings under 5ms (commit timeout under
 		// 1ms) when a replica starts; Validate must refuse them first, or

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -454,3 +455,121 @@ func (s countSnap) Persist(sink raft.SnapshotSink) error {
 	return sink.Close()
 }
 func (countSnap) Release() {}
+
+// TestFsyncStats: the WAL fsync histogram counts the synced appends (at
+// most one fsync each: Pebble may share one among concurrent commits, never
+// more), its buckets are cumulative, and a closed store refuses.
+func TestFsyncStats(t *testing.T) {
+	s, err := Open(Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.FsyncStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := group(t, s, 1)
+	const appends = 50
+	for i := uint64(1); i <= appends; i++ {
+		if err := g.StoreLogs([]*raft.Log{entry(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := s.FsyncStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.Count - before.Count; n < 1 || n > appends {
+		t.Fatalf("%d fsyncs for %d sequential synced appends, want 1..%d", n, appends, appends)
+	}
+	if st.Sum <= before.Sum {
+		t.Fatalf("fsync time did not grow: %v then %v", before.Sum, st.Sum)
+	}
+	bounds := make([]float64, 0, len(st.Buckets))
+	for b := range st.Buckets {
+		bounds = append(bounds, b)
+	}
+	slices.Sort(bounds)
+	if len(bounds) < 10 || bounds[0] != 0.0001 {
+		t.Fatalf("bounds %v: want 100 us first and at least 10", bounds)
+	}
+	prev := uint64(0)
+	for _, b := range bounds {
+		c := st.Buckets[b]
+		if c < prev || c > st.Count {
+			t.Fatalf("bucket le=%g holds %d after %d (count %d): not cumulative", b, c, prev, st.Count)
+		}
+		prev = c
+	}
+	if last := st.Buckets[bounds[len(bounds)-1]]; last != st.Count {
+		t.Fatalf("largest bound (%gs) holds %d of %d fsyncs", bounds[len(bounds)-1], last, st.Count)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.FsyncStats(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("FsyncStats after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestMinSyncInterval: Open refuses an interval out of range, and with one
+// set, WAL fsyncs are at least that far apart, so concurrent appends of
+// many groups share them: over a run of elapsed time there are at most
+// elapsed/interval + 1 fsyncs (unset, a fast disk gives one per few
+// appends, many more). Every append is still durable when StoreLogs
+// returns (the crash tests cover that for the store in general).
+func TestMinSyncInterval(t *testing.T) {
+	for _, d := range []time.Duration{-time.Microsecond, MaxMinSyncInterval + 1} {
+		if s, err := Open(Options{Dir: t.TempDir(), MinSyncInterval: d}); err == nil {
+			s.Close()
+			t.Fatalf("Open with MinSyncInterval %v: no error", d)
+		}
+	}
+	const interval = 5 * time.Millisecond
+	s, err := Open(Options{Dir: t.TempDir(), MinSyncInterval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	before, err := s.FsyncStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const groups, appends = 8, 20
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, groups)
+	for id := uint32(1); id <= groups; id++ {
+		g := group(t, s, id)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := uint64(1); i <= appends; i++ {
+				if err := g.StoreLogs([]*raft.Log{entry(i)}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	st, err := s.FsyncStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := st.Count - before.Count
+	if limit := uint64(elapsed/interval) + 1; n > limit {
+		t.Fatalf("%d fsyncs in %v with a %v interval, want at most %d", n, elapsed, interval, limit)
+	}
+	for id := uint32(1); id <= groups; id++ {
+		if last, _ := group(t, s, id).LastIndex(); last != appends {
+			t.Fatalf("group %d: last index %d, want %d", id, last, appends)
+		}
+	}
+	t.Logf("%d appends, %d fsyncs in %v", groups*appends, n, elapsed)
+}

@@ -66,6 +66,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.RedisWriteTimeout, "redis-write-timeout", 30*time.Second, "disconnect a RESP client that takes longer to accept a reply (100ms..1h)")
 	fs.Int64Var(&cacheMiB, "block-cache-mib", 64, "Pebble block cache for table blocks, shared by every local store, in MiB (1..65536; the node adds the memtables, which Pebble charges against the cache)")
 	fs.Uint64Var(&memtableKiB, "memtable-kib", 4096, "Pebble memtable size of each shard replica, in KiB (256..1048576)")
+	fs.DurationVar(&cfg.WALMinSyncInterval, "wal-min-sync-interval", 0, "least time between two fsyncs of the Raft log store's WAL: appends arriving sooner wait and share the next fsync (0: sync at once; at most 10ms; pebble log store)")
 	fs.StringVar(&cfg.LogStore, "log-store", cluster.LogStorePebble, "Raft log store: pebble (one per node, shared by every shard) or bolt (raft-boltdb per replica); a data dir keeps the one it was created with")
 	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
 	fs.DurationVar(&snapEvery, "snapshot-interval", 30*time.Second, "how often replicas check the snapshot threshold")

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Compares swarmnode binaries (variants) on the loopback cluster the way
+# docs/performance.md measures: per round, each variant in turn gets a fresh
+# 3-node, 8-shard cluster (scripts/loopback-cluster.sh) and runs the chosen
+# workloads on it; variants are interleaved (A B, A B, ...) so that drift of
+# a shared, noisy machine hits every variant alike. Each run prints one line
+# (ops/s, mean and p99 latency, errors, node CPU per op, Raft log WAL
+# fsyncs per op where the nodes export swarmkv_raftlog_wal_fsync_seconds,
+# the largest node RSS); the end prints the medians per variant and workload.
+#
+#   scripts/perf-ab.sh NAME=BINARY [NAME=BINARY ...]
+#
+# Environment:
+#   ROUNDS=3                                   rounds (medians need 3)
+#   WORKLOADS="put100 put1 put1000 get100 ledger100"
+#   NODE_ENV_<NAME>="GOMAXPROCS=1 ..."         environment of that variant's nodes,
+#       e.g. SWARM_EXTRA_FLAGS=--wal-min-sync-interval=250us (serve flags)
+#   WORK=/tmp/swarmkv-perf-ab                  data dirs and raw JSON results
+#
+# Workloads (8-byte keys, 256-byte values, the bench defaults otherwise):
+#   put100    put, 100 clients over 4 connections, 10 s
+#   put1      put, 1 client, 8 s
+#   put1000   put, 1000 clients over 8 connections, 10 s
+#   get100    linearizable get, 100 clients, 10k keys prefilled, 10 s
+#   ledger100 ProcessUsage, 100 clients over 10,000 accounts, 10 s
+#
+# Node CPU per op is utime+stime of the 3 node processes around the bench
+# (prefills included) over its operations. The load tool runs on the same
+# machine and its CPU is not counted. Needs the loopback ports of
+# scripts/loopback-cluster.sh free: it refuses to start if a node is running.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+rounds=${ROUNDS:-3}
+workloads=${WORKLOADS:-put100 put1 put1000 get100 ledger100}
+work=${WORK:-/tmp/swarmkv-perf-ab}
+ep=127.0.0.1:17100,127.0.0.1:27100,127.0.0.1:37100
+[ $# -ge 1 ] || { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+names=()
+declare -A bin
+for v in "$@"; do
+  n=${v%%=*}; b=${v#*=}
+  [[ $n =~ ^[A-Za-z0-9_]+$ && $n != "$v" && -x $b ]] || { echo "perf-ab: want NAME=BINARY with an executable BINARY, got '$v'" >&2; exit 2; }
+  names+=("$n"); bin[$n]=$b
+done
+for w in $workloads; do
+  case $w in put100|put1|put1000|get100|ledger100) ;; *) echo "perf-ab: unknown workload '$w'" >&2; exit 2 ;; esac
+done
+if curl -sf -m 1 127.0.0.1:17102/healthz >/dev/null 2>&1; then
+  echo "perf-ab: a node already answers on 127.0.0.1:17102; stop that cluster first" >&2; exit 1
+fi
+mkdir -p "$work"
+results=$work/results.tsv
+: >"$results"
+
+node_cpu() { # clock ticks of the nodes of data dir $1
+  local t=0 p s
+  for p in $(cat "$1/pids"); do s=$(awk '{print $14+$15}' "/proc/$p/stat"); t=$((t + s)); done
+  echo "$t"
+}
+wal_fsyncs() { # WAL fsyncs of the 3 nodes' Raft log stores so far ("" if not exported)
+  local i
+  for i in 1 2 3; do curl -sf -m 2 "127.0.0.1:${i}7102/metrics" || true; done |
+    awk '/^swarmkv_raftlog_wal_fsync_seconds_count/ { n += $2; seen = 1 } END { if (seen) printf "%d", n }'
+}
+json_field() { # field $2 of the one-line JSON object $1
+  sed -n "s/.*\"$2\":\([0-9.e+-]*\).*/\1/p" <<<"$1"
+}
+hz=$(getconf CLK_TCK)
+d=
+trap '[ -n "$d" ] && "$here/loopback-cluster.sh" down "$d" >/dev/null 2>&1' EXIT
+
+for r in $(seq 1 "$rounds"); do
+  for n in "${names[@]}"; do
+    d=$work/lc-$n-$r
+    rm -rf "$d"
+    envvar=NODE_ENV_$n
+    # shellcheck disable=SC2086
+    env ${!envvar:-} SWARMNODE=${bin[$n]} "$here/loopback-cluster.sh" up 3 8 "$d" >/dev/null
+    sleep 2
+    for w in $workloads; do
+      case $w in
+        put100) args="put --clients 100 --conns 4 --duration 10s" ;;
+        put1) args="put --clients 1 --conns 1 --duration 8s" ;;
+        put1000) args="put --clients 1000 --conns 8 --duration 10s" ;;
+        get100) args="get --clients 100 --key-space 10000 --duration 10s" ;;
+        ledger100) args="ledger --clients 100 --accounts 10000 --duration 10s" ;;
+      esac
+      c0=$(node_cpu "$d"); f0=$(wal_fsyncs)
+      # shellcheck disable=SC2086
+      out=$("${bin[$n]}" bench $args --json --progress=false --endpoints "$ep" 2>"$work/bench.err" | tr -d '\n ') || true
+      c1=$(node_cpu "$d"); f1=$(wal_fsyncs)
+      if [ -z "$(json_field "$out" ops_per_sec)" ]; then
+        echo "round $r $n $w: bench failed: $(tail -1 "$work/bench.err")" >&2
+        continue
+      fi
+      echo "$out" >>"$work/$n-$w-$r.json"
+      rss=$(for p in $(cat "$d/pids"); do awk '/VmRSS/ {print $2}' "/proc/$p/status"; done | sort -n | tail -1)
+      ops=$(json_field "$out" ops); ops=${ops:-0}
+      line=$(awk -v n="$n" -v w="$w" -v r="$r" -v tput="$(json_field "$out" ops_per_sec)" \
+        -v mean="$(json_field "$out" mean_ms)" -v p99="$(json_field "$out" p99_ms)" \
+        -v errs="$(json_field "$out" errors)" -v ops="$ops" -v cpu=$((c1 - c0)) -v hz="$hz" -v rss="$rss" \
+        -v fs="${f0:+${f1:+$((f1 - f0))}}" \
+        'BEGIN { cpuop = ops > 0 ? cpu / hz * 1e6 / ops : 0; fsop = (fs != "" && ops > 0) ? sprintf("%.3f", fs / ops) : "-";
+                 printf "%s\t%s\t%d\t%.0f\t%.2f\t%.1f\t%d\t%.0f\t%d\t%s\n", n, w, r, tput, mean, p99, errs, cpuop, rss / 1024, fsop }')
+      echo "$line" >>"$results"
+      awk -F'\t' '{ printf "round %s %-8s %-9s %7s ops/s  mean %6s ms  p99 %6s ms  errors %s  node CPU/op %5s us  fsyncs/op %s  RSS %s MiB\n", $3, $1, $2, $4, $5, $6, $7, $8, $10, $9 }' <<<"$line"
+    done
+    "$here/loopback-cluster.sh" down "$d" >/dev/null
+    d=
+  done
+done
+
+echo
+echo "medians of $rounds rounds (ops/s [runs]; mean ms; p99 ms; node CPU/op us; WAL fsyncs/op; largest RSS MiB)"
+for w in $workloads; do
+  for n in "${names[@]}"; do
+    awk -F'\t' -v n="$n" -v w="$w" '
+      $1 == n && $2 == w { k++; t[k] = $4; m[k] = $5; p[k] = $6; c[k] = $8; f[k] = $10; if ($9 > rss) rss = $9; runs = runs (runs ? ", " : "") $4 }
+      function med(a,   i, j, x) { for (i = 2; i <= k; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x } return a[int((k + 1) / 2)] }
+      END { if (k) printf "%-9s %-8s %7s [%s]; %s; %s; %s; %s; %s\n", w, n, med(t), runs, med(m), med(p), med(c), (f[1] == "-" ? "-" : med(f)), rss }' "$results"
+  done
+done

@@ -75,6 +75,10 @@ var (
 	descCacheSize = prometheus.NewDesc("swarmkv_pebble_block_cache_bytes", "Bytes held by the node's Pebble block cache.", nil, nil)
 	descWALFsync  = prometheus.NewDesc("swarmkv_raftlog_wal_fsync_seconds",
 		"Latency of the Raft log store's WAL fsyncs, which every Raft append waits for (the node's shared log store; absent with --log-store bolt).", nil, nil)
+	descPropEntries = prometheus.NewDesc("swarmkv_proposal_entries_total",
+		"Raft entries the replica's proposal coalescer proposed as leader.", []string{"shard"}, nil)
+	descPropCmds = prometheus.NewDesc("swarmkv_proposal_commands_total",
+		"Commands those entries carried (over swarmkv_proposal_entries_total: commands per entry).", []string{"shard"}, nil)
 	descMembers = prometheus.NewDesc("swarmkv_gossip_members", "Gossip members known to this node, by liveness.", []string{"state"}, nil)
 	descReady   = prometheus.NewDesc("swarmkv_node_ready", "1 when every local shard has a leader.", nil, nil)
 )
@@ -85,7 +89,7 @@ type nodeCollector struct{ n *Node }
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRaftState, descRaftTerm, descCommit, descApplied, descApplyLag, descLastIndex,
 		descContact, descDisk, descMemtable, descL0, descDebt, descReadAmp, descCacheHits, descCacheMiss, descCacheSize,
-		descWALFsync, descMembers, descReady} {
+		descWALFsync, descPropEntries, descPropCmds, descMembers, descReady} {
 		ch <- d
 	}
 }
@@ -124,6 +128,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		gauge(descContact, contact, s)
+		ch <- prometheus.MustNewConstMetric(descPropEntries, prometheus.CounterValue, float64(r.propEntries.Load()), s)
+		ch <- prometheus.MustNewConstMetric(descPropCmds, prometheus.CounterValue, float64(r.propCmds.Load()), s)
 		if m, ok := r.fsm.Metrics(); ok {
 			gauge(descDisk, float64(m.DiskBytes), s)
 			gauge(descMemtable, float64(m.MemTableBytes), s)

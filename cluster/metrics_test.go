@@ -73,6 +73,20 @@ func TestMetricsEndpoint(t *testing.T) {
 	if f := fams["swarmkv_raftlog_wal_fsync_seconds"]; f == nil || len(f.Metric) != 1 || f.Metric[0].GetHistogram().GetSampleCount() == 0 {
 		t.Errorf("swarmkv_raftlog_wal_fsync_seconds: %v, want one histogram with fsyncs counted", f)
 	}
+	// The put (and the node's own writes, such as the default pool) went
+	// through their shards' coalescers: at least one entry, and every
+	// entry carries at least one command.
+	sum := func(name string) (n float64) {
+		if f := fams[name]; f != nil {
+			for _, m := range f.Metric {
+				n += m.GetCounter().GetValue()
+			}
+		}
+		return n
+	}
+	if e, c := sum("swarmkv_proposal_entries_total"), sum("swarmkv_proposal_commands_total"); e < 1 || c < e {
+		t.Errorf("proposal entries %v, commands %v; want at least one entry and a command per entry", e, c)
+	}
 	if !strings.Contains(get("/debug/pprof/"), "goroutine") {
 		t.Error("/debug/pprof/ does not list profiles")
 	}
@@ -81,8 +95,8 @@ func TestMetricsEndpoint(t *testing.T) {
 // TestBlockCacheHoldsBlocks: the node's Pebble cache keeps blocks even
 // though every store charges its memtables against it. Sized as
 // BlockCacheSize alone, the cache was all memtable reservation (the Raft
-// log store's 32 MiB alone exceeds the 1 MiB here, and the default 64 MiB
-// went the same way): it cached nothing and every read of a table missed.
+// log store's memtable alone exceeds the 1 MiB here, and the default
+// 64 MiB went the same way): it cached nothing and every read of a table missed.
 func TestBlockCacheHoldsBlocks(t *testing.T) {
 	tc := newTestCluster(t, 1, 1, func(c *Config) {
 		c.BlockCacheSize = 1 << 20

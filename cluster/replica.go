@@ -76,6 +76,9 @@ type replica struct {
 	}
 	propSignal chan struct{} // cap 1: the queue is not empty
 	inflight   chan struct{} // cap maxEntriesInFlight: a token per coalesced entry in Raft
+	// propEntries and propCmds count the coalescer's entries and the
+	// commands they carried (metrics).
+	propEntries, propCmds atomic.Uint64
 
 	done      chan struct{}
 	wg        sync.WaitGroup
@@ -678,6 +681,8 @@ func (r *replica) submit(batch []*proposal) {
 		}
 	}
 	f := r.raft.Apply(data, max(timeout, time.Millisecond))
+	r.propEntries.Add(1)
+	r.propCmds.Add(uint64(len(batch)))
 	go func() {
 		err := f.Error()
 		<-r.inflight

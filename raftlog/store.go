@@ -35,9 +35,12 @@ type Options struct {
 	// serves recent entries), so a node passes its shared cache, sized to
 	// hold this store's memtable besides its blocks.
 	Cache *pebble.Cache
-	// MemTableSize is Pebble's memtable size in bytes. Default 32 MiB.
-	// Entries are usually deleted (after a snapshot) before a second
-	// memtable flush.
+	// MemTableSize is Pebble's memtable size in bytes. Default 4 MiB.
+	// Pebble reuses the WAL of a flushed memtable for the next one, so a
+	// small memtable soon has the store appending over written blocks of a
+	// recycled WAL rather than growing a new file, and such an fsync costs
+	// a third less here (docs/performance.md, round 6). The price is that
+	// entries reach sstables before a snapshot deletes them.
 	MemTableSize uint64
 	// MinSyncInterval is the least time between two WAL fsyncs: a synced
 	// commit that comes sooner after the previous fsync waits for the rest
@@ -57,7 +60,7 @@ type Options struct {
 
 // DefaultMemTableSize is the memtable size of a Store opened without
 // Options.MemTableSize.
-const DefaultMemTableSize = 32 << 20
+const DefaultMemTableSize = 4 << 20
 
 const privateCacheSize = 8 << 20
 

@@ -23,6 +23,10 @@
 #   put1000   put, 1000 clients over 8 connections, 10 s
 #   get100    linearizable get, 100 clients, 10k keys prefilled, 10 s
 #   ledger100 ProcessUsage, 100 clients over 10,000 accounts, 10 s
+#   warm      put, 100 clients over 4 connections, 20 s: run first, it takes
+#             the nodes' Pebble WALs past their first memtable rotations
+#             (log files recycled rather than grown), as on a node that has
+#             been up for a while
 #
 # Node CPU per op is utime+stime of the 3 node processes around the bench
 # (prefills included) over its operations. The load tool runs on the same
@@ -43,7 +47,7 @@ for v in "$@"; do
   names+=("$n"); bin[$n]=$b
 done
 for w in $workloads; do
-  case $w in put100|put1|put1000|get100|ledger100) ;; *) echo "perf-ab: unknown workload '$w'" >&2; exit 2 ;; esac
+  case $w in put100|put1|put1000|get100|ledger100|warm) ;; *) echo "perf-ab: unknown workload '$w'" >&2; exit 2 ;; esac
 done
 if curl -sf -m 1 127.0.0.1:17102/healthz >/dev/null 2>&1; then
   echo "perf-ab: a node already answers on 127.0.0.1:17102; stop that cluster first" >&2; exit 1
@@ -80,6 +84,7 @@ for r in $(seq 1 "$rounds"); do
     for w in $workloads; do
       case $w in
         put100) args="put --clients 100 --conns 4 --duration 10s" ;;
+        warm) args="put --clients 100 --conns 4 --duration 20s" ;;
         put1) args="put --clients 1 --conns 1 --duration 8s" ;;
         put1000) args="put --clients 1000 --conns 8 --duration 10s" ;;
         get100) args="get --clients 100 --key-space 10000 --duration 10s" ;;

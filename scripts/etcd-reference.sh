@@ -48,7 +48,8 @@ if [ ! -x "$etcd" ] || [ ! -x "$bench" ]; then
   (
     cd "$work/mod"
     [ -f go.mod ] || go mod init etcdref >/dev/null 2>&1
-    GOFLAGS=-mod=mod go get "go.etcd.io/etcd/server/v3@$version" "go.etcd.io/etcd/v3@$version" >/dev/null 2>&1
+    GOFLAGS=-mod=mod go get "go.etcd.io/etcd/server/v3@$version" "go.etcd.io/etcd/v3@$version" >get.log 2>&1 ||
+      { echo "etcd-reference: fetching etcd $version from the module proxy failed:" >&2; tail -5 get.log >&2; exit 1; }
     CGO_ENABLED=0 GOFLAGS=-mod=mod go build -o "$etcd" go.etcd.io/etcd/server/v3
     CGO_ENABLED=0 GOFLAGS=-mod=mod go build -o "$bench" go.etcd.io/etcd/v3/tools/benchmark
   )

@@ -133,3 +133,38 @@ func TestProposeReturnsOnClose(t *testing.T) {
 		t.Fatal("proposals still waiting 30s after the replica closed")
 	}
 }
+
+// TestProposeLoneWriter: a writer alone on a replica has each proposal
+// carried by an entry of its own (proposed from the caller's goroutine, see
+// proposeCoalesced), counted in the proposal counters, applied in order.
+func TestProposeLoneWriter(t *testing.T) {
+	tc := newTestCluster(t, 3, 2, nil)
+	ctx := ctxT(t, 60*time.Second)
+	// Not the pools shard, whose leader writes the default pool.
+	tc.nodes[0].mu.RLock()
+	sh := 1 - tc.nodes[0].mu.smap.ShardOf(poolsRoutingKey)
+	tc.nodes[0].mu.RUnlock()
+	i := tc.leaderOf(sh)
+	if i < 0 {
+		t.Fatal("no leader")
+	}
+	r := tc.nodes[i].localReplica(sh)
+	key := kvKey([]byte("lone"), "k")
+	entries0, cmds0 := r.propEntries.Load(), r.propCmds.Load()
+	const n = 20
+	for j := range n {
+		res, err := r.propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
+			Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: key, Value: []byte(fmt.Sprint(j))}},
+		}})
+		if err != nil || !res.Succeeded {
+			t.Fatalf("put %d: %+v, %v", j, res, err)
+		}
+	}
+	if e, c := r.propEntries.Load()-entries0, r.propCmds.Load()-cmds0; e != n || c != n {
+		t.Fatalf("%d sequential proposals: %d entries, %d commands; want %d each", n, e, c, n)
+	}
+	v, err := r.fsm.Get(key)
+	if err != nil || string(v) != fmt.Sprint(n-1) {
+		t.Fatalf("key holds %q, %v; want the last put %q", v, err, fmt.Sprint(n-1))
+	}
+}

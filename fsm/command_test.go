@@ -324,6 +324,11 @@ func TestDecodeCommandStrict(t *testing.T) {
 		{"unknown nested field", enc(map[string]any{"op": 1, "batch": map[string]any{"x": 1}})},
 		{"case-folded field", enc(map[string]any{"OP": 1})},
 		{"duplicate key", []byte{commandVersion, 0xa2, 0x62, 'o', 'p', 0x01, 0x62, 'o', 'p', 0x01}},
+		{"duplicate key, other value", []byte{commandVersion, 0xa2, 0x62, 'o', 'p', 0x01, 0x62, 'o', 'p', 0x02}},
+		{"nested duplicate key", []byte{commandVersion, 0xa2, 0x62, 'o', 'p', 0x01, 0x65, 'b', 'a', 't', 'c', 'h',
+			0xa1, 0x61, 'm', 0x81, 0xa3, 0x61, 'k', 0x00, 0x63, 'k', 'e', 'y', 0x42, 0x20, 'k', 0x63, 'k', 'e', 'y', 0x42, 0x20, 'k'}},
+		{"nested unknown field", []byte{commandVersion, 0xa2, 0x62, 'o', 'p', 0x01, 0x65, 'b', 'a', 't', 'c', 'h',
+			0xa1, 0x61, 'm', 0x81, 0xa3, 0x61, 'k', 0x00, 0x61, 'x', 0x00, 0x63, 'k', 'e', 'y', 0x42, 0x20, 'k'}},
 		{"indefinite map", []byte{commandVersion, 0xbf, 0x62, 'o', 'p', 0x01, 0xff}},
 		{"tag", []byte{commandVersion, 0xc1, 0xa1, 0x62, 'o', 'p', 0x01}},
 		{"op overflow", enc(map[string]any{"op": 300})},
@@ -531,4 +536,39 @@ func BenchmarkEncodeCommand(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkDecodeCommand decodes what every replica decodes per entry under
+// put load (an OpMulti of 6 puts of 256-byte values, then each put) and per
+// ledger charge (a ProcessUsage).
+func BenchmarkDecodeCommand(b *testing.B) {
+	value := bytes.Repeat([]byte{0xab}, 256)
+	puts := make([][]byte, 6)
+	for i := range puts {
+		puts[i] = mustEncode(b, batchCmd(nil, Mutation{Kind: MutPut, Key: []byte{0x20, 'u', byte(i), 'k', 'e', 'y', '0', '0', '0', '1'}, Value: value}))
+	}
+	multi := mustEncode(b, &Command{Op: OpMulti, Multi: puts})
+	b.Run("cmd=multi6put", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			c, err := DecodeCommand(multi)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, p := range c.Multi {
+				if _, err := DecodeCommand(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	usage := mustEncode(b, processUsageCmd(5, 1, 2, 40, 3))
+	b.Run("cmd=processUsage", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodeCommand(usage); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

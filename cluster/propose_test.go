@@ -135,8 +135,8 @@ func TestProposeReturnsOnClose(t *testing.T) {
 }
 
 // TestProposeLoneWriter: a writer alone on a replica has each proposal
-// carried by an entry of its own (proposed from the caller's goroutine, see
-// proposeCoalesced), counted in the proposal counters, applied in order.
+// carried by an entry of its own (nothing waits to be coalesced with it),
+// counted in the proposal counters, applied in order.
 func TestProposeLoneWriter(t *testing.T) {
 	tc := newTestCluster(t, 3, 2, nil)
 	ctx := ctxT(t, 60*time.Second)

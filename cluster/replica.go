@@ -579,19 +579,11 @@ func (r *replica) proposeCoalesced(ctx context.Context, data []byte) (*fsm.Resul
 	}
 	p := &proposal{ctx: ctx, data: data, out: make(chan proposalOutcome, 1)}
 	r.props.Lock()
-	if len(r.props.queue) == 0 && r.tryInflight() {
-		// Nothing queued and an entry slot free: propose from this
-		// goroutine, saving proposeLoop's wakeup on a lone writer's path.
-		// Whoever takes a slot proposes, so the queue keeps its order.
-		r.props.Unlock()
-		r.submit([]*proposal{p})
-	} else {
-		r.props.queue = append(r.props.queue, p)
-		r.props.Unlock()
-		select {
-		case r.propSignal <- struct{}{}:
-		default:
-		}
+	r.props.queue = append(r.props.queue, p)
+	r.props.Unlock()
+	select {
+	case r.propSignal <- struct{}{}:
+	default:
 	}
 	select {
 	case o := <-p.out:
@@ -631,16 +623,6 @@ func (r *replica) proposeLoop() {
 			}
 			r.submit(batch)
 		}
-	}
-}
-
-// tryInflight takes an in-flight entry slot if one is free now.
-func (r *replica) tryInflight() bool {
-	select {
-	case r.inflight <- struct{}{}:
-		return true
-	default:
-		return false
 	}
 }
 

@@ -17,7 +17,7 @@
 #       e.g. SWARM_EXTRA_FLAGS=--wal-min-sync-interval=250us (serve flags)
 #   WORK=/tmp/swarmkv-perf-ab                  data dirs and raw JSON results
 #
-# Workloads (8-byte keys, 256-byte values, the bench defaults otherwise):
+# Workloads (scripts/bench-workloads.sh; 8-byte keys, 256-byte values):
 #   put100    put, 100 clients over 4 connections, 10 s
 #   put1      put, 1 client, 8 s
 #   put1000   put, 1000 clients over 8 connections, 10 s
@@ -46,8 +46,10 @@ for v in "$@"; do
   [[ $n =~ ^[A-Za-z0-9_]+$ && $n != "$v" && -x $b ]] || { echo "perf-ab: want NAME=BINARY with an executable BINARY, got '$v'" >&2; exit 2; }
   names+=("$n"); bin[$n]=$b
 done
+# shellcheck source=bench-workloads.sh
+. "$here/bench-workloads.sh"
 for w in $workloads; do
-  case $w in put100|put1|put1000|get100|ledger100|warm) ;; *) echo "perf-ab: unknown workload '$w'" >&2; exit 2 ;; esac
+  bench_args "$w" >/dev/null || { echo "perf-ab: unknown workload '$w'" >&2; exit 2; }
 done
 if curl -sf -m 1 127.0.0.1:17102/healthz >/dev/null 2>&1; then
   echo "perf-ab: a node already answers on 127.0.0.1:17102; stop that cluster first" >&2; exit 1
@@ -82,14 +84,7 @@ for r in $(seq 1 "$rounds"); do
     env ${!envvar:-} SWARMNODE=${bin[$n]} "$here/loopback-cluster.sh" up 3 8 "$d" >/dev/null
     sleep 2
     for w in $workloads; do
-      case $w in
-        put100) args="put --clients 100 --conns 4 --duration 10s" ;;
-        warm) args="put --clients 100 --conns 4 --duration 20s" ;;
-        put1) args="put --clients 1 --conns 1 --duration 8s" ;;
-        put1000) args="put --clients 1000 --conns 8 --duration 10s" ;;
-        get100) args="get --clients 100 --key-space 10000 --duration 10s" ;;
-        ledger100) args="ledger --clients 100 --accounts 10000 --duration 10s" ;;
-      esac
+      args=$(bench_args "$w")
       c0=$(node_cpu "$d"); f0=$(wal_fsyncs)
       # shellcheck disable=SC2086
       out=$("${bin[$n]}" bench $args --json --progress=false --endpoints "$ep" 2>"$work/bench.err" | tr -d '\n ') || true

@@ -6,7 +6,7 @@
 # `go tool pprof` (e.g. go tool pprof -top -cum OUT/n1.prof OUT/n2.prof OUT/n3.prof).
 #
 #   scripts/profile-nodes.sh [workload]      workload: put100 (default),
-#                                            put1, put1000, get100, ledger100
+#       put1, put1000, get100, ledger100 (scripts/bench-workloads.sh)
 # Environment:
 #   SWARMNODE=./bin/swarmnode   the binary (make build)
 #   SHARDS=8                    shards of the cluster
@@ -28,14 +28,10 @@ secs=${SECONDS_PROFILED:-10}
 warm=${WARM:-20s}
 out=${OUT:-/tmp/swarmkv-profile}
 ep=127.0.0.1:17100,127.0.0.1:27100,127.0.0.1:37100
-case $workload in
-  put100) args="put --clients 100 --conns 4" ;;
-  put1) args="put --clients 1 --conns 1" ;;
-  put1000) args="put --clients 1000 --conns 8" ;;
-  get100) args="get --clients 100 --key-space 10000" ;;
-  ledger100) args="ledger --clients 100 --accounts 10000" ;;
-  *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
-esac
+# shellcheck source=bench-workloads.sh
+. "$here/bench-workloads.sh"
+# The workload's own --duration is overridden below (the last flag wins).
+args=$(bench_args "$workload") || { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 [ -x "$bin" ] || { echo "profile-nodes: $bin is not built (make build)" >&2; exit 2; }
 if curl -sf -m 1 127.0.0.1:17102/healthz >/dev/null 2>&1; then
   echo "profile-nodes: a node already answers on 127.0.0.1:17102; stop that cluster first" >&2; exit 1
@@ -46,7 +42,8 @@ trap 'SWARMNODE=$bin "$here/loopback-cluster.sh" down "$d" >/dev/null 2>&1 || tr
 SWARMNODE=$bin "$here/loopback-cluster.sh" up 3 "$shards" "$d" >/dev/null
 if [ "$warm" != 0 ]; then
   echo "warming: put, 100 clients, $warm" >&2
-  "$bin" bench put --clients 100 --conns 4 --duration "$warm" --progress=false --endpoints "$ep" >/dev/null
+  # shellcheck disable=SC2046
+  "$bin" bench $(bench_args warm) --duration "$warm" --progress=false --endpoints "$ep" >/dev/null
 fi
 echo "profiling $workload: ${secs}s of each node's CPU in a $((secs + 8))s run" >&2
 # shellcheck disable=SC2086
@@ -63,26 +60,17 @@ grep -E 'throughput|latency' "$out/bench.txt" || { cat "$out/bench.txt" >&2; exi
 top=$(go tool pprof -top -cum -nodecount=100000 "$out/n1.prof" "$out/n2.prof" "$out/n3.prof" 2>/dev/null)
 total=$(sed -n 's/.*Total samples = \([0-9.]*\)s.*/\1/p' <<<"$top")
 echo "nodes' CPU in the profiles: ${total}s over 3 x ${secs}s"
-# share NAME REGEX...: the largest cumulative % among the functions matching
-# any REGEX (the outermost of a component's frames).
+# share NAME REGEX...: the cumulative % of the outermost function matching
+# each REGEX, the largest of them (MODE=sum: their sum, for disjoint frames).
 share() {
-  local name=$1; shift
-  local pct=0 re
+  local name=$1 re p pct=0; shift
   for re in "$@"; do
     p=$(awk -v re="$re" '$6 ~ re { v = $5; sub("%", "", v); if (v + 0 > m) m = v + 0 } END { print m + 0 }' <<<"$top")
-    pct=$(awk -v a="$pct" -v b="$p" 'BEGIN { print (b > a ? b : a) }')
+    pct=$(awk -v a="$pct" -v b="$p" -v sum="${MODE:-}" 'BEGIN { print (sum == "sum" ? a + b : (b > a ? b : a)) }')
   done
   printf '  %-58s %5.1f %%\n' "$name" "$pct"
 }
-sum() { # like share, but adds the matches (disjoint frames)
-  local name=$1; shift
-  local pct=0 re
-  for re in "$@"; do
-    p=$(awk -v re="$re" '$6 ~ re { v = $5; sub("%", "", v); if (v + 0 > m) m = v + 0 } END { print m + 0 }' <<<"$top")
-    pct=$(awk -v a="$pct" -v b="$p" 'BEGIN { print a + b }')
-  done
-  printf '  %-58s %5.1f %%\n' "$name" "$pct"
-}
+sum() { MODE=sum share "$@"; }
 echo "share of the nodes' CPU (cumulative, components overlap):"
 share "state machine apply (3 replicas)" '^github.com/swarmkv/swarmkv/fsm.\(\*FSM\).ApplyBatch$'
 share "  command decoding (CBOR)" '^github.com/swarmkv/swarmkv/fsm.DecodeCommand$'

@@ -84,7 +84,16 @@ type Config struct {
 	LeaderBalanceInterval time.Duration
 
 	// Raft timing. Defaults: heartbeat and election timeout 1s, leader
-	// lease 500ms, commit timeout 50ms.
+	// lease 500ms, commit timeout 500ms. The commit timeout is how long a
+	// shard leader with nothing new to replicate waits before it tells
+	// its followers the commit index anyway (hashicorp/raft's heartbeats
+	// do not carry it): under load entries carry it within milliseconds,
+	// so it only bounds how stale an idle shard's followers are, and
+	// every expiry is an AppendEntries round trip per follower and group.
+	// At 50ms (hashicorp/raft's default) those round trips were half of an
+	// idle 3-node, 8-shard cluster's CPU (docs/performance.md, round 7).
+	// The meta group uses at most metaCommitTimeout, so that every node
+	// learns a cluster-state change promptly.
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
@@ -258,7 +267,7 @@ func (c Config) WithDefaults() Config {
 		c.LeaderLeaseTimeout = c.HeartbeatTimeout / 2
 	}
 	if c.CommitTimeout == 0 {
-		c.CommitTimeout = 50 * time.Millisecond
+		c.CommitTimeout = 500 * time.Millisecond
 	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192
@@ -366,7 +375,7 @@ func (c Config) Validate() error {
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		return bad("leader lease %v exceeds heartbeat timeout %v", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
 	}
-	if err := raft.ValidateConfig(c.raftConfig(c.ID)); err != nil {
+	if err := raft.ValidateConfig(c.raftConfig(0, c.ID)); err != nil {
 		return bad("raft: %v", err)
 	}
 	if c.GossipProfile != "lan" && c.GossipProfile != "local" {

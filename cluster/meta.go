@@ -29,6 +29,11 @@ import (
 // state machine meta table).
 const metaShardID = shard.ID(MetaGroup)
 
+// metaCommitTimeout caps the meta group's Raft commit timeout (see
+// Config.CommitTimeout): its followers apply a cluster-state change within
+// 50-100ms of its commit even when nothing follows it.
+const metaCommitTimeout = 50 * time.Millisecond
+
 // metaStateKey is where the cluster state lives in the meta state machine.
 var metaStateKey = keys.KV([]byte("swarmkv"), []byte("cluster/state"))
 

@@ -180,7 +180,7 @@ func openReplica(rc replicaConfig) (_ *replica, err error) {
 		Logger:  hlog,
 	})
 
-	c := rc.node.raftConfig(rc.localID)
+	c := rc.node.raftConfig(rc.id, rc.localID)
 	c.NotifyCh = r.notify
 	c.Logger = hlog
 	if err := raft.ValidateConfig(c); err != nil {
@@ -267,14 +267,18 @@ func (n *Node) dropReplicaLog(id shard.ID) error {
 	return n.cfg.logStore.DropGroup(uint32(id))
 }
 
-// raftConfig is the hashicorp/raft configuration of a replica of this node.
-func (c Config) raftConfig(localID string) *raft.Config {
+// raftConfig is the hashicorp/raft configuration of this node's replica
+// of group id (a shard, or metaShardID).
+func (c Config) raftConfig(id shard.ID, localID string) *raft.Config {
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(localID)
 	rc.HeartbeatTimeout = c.HeartbeatTimeout
 	rc.ElectionTimeout = c.ElectionTimeout
 	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
 	rc.CommitTimeout = c.CommitTimeout
+	if id == metaShardID {
+		rc.CommitTimeout = min(rc.CommitTimeout, metaCommitTimeout)
+	}
 	rc.SnapshotThreshold = c.SnapshotThreshold
 	rc.SnapshotInterval = c.SnapshotInterval
 	rc.TrailingLogs = c.TrailingLogs

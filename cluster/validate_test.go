@@ -747,7 +747,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		{"heartbeat", c.HeartbeatTimeout, time.Second},
 		{"election", c.ElectionTimeout, time.Second},
 		{"lease", c.LeaderLeaseTimeout, 500 * time.Millisecond},
-		{"commit", c.CommitTimeout, 50 * time.Millisecond},
+		{"commit", c.CommitTimeout, 500 * time.Millisecond},
 		{"snapshot threshold", c.SnapshotThreshold, uint64(8192)},
 		{"snapshot interval", c.SnapshotInterval, 30 * time.Second},
 		{"trailing logs", c.TrailingLogs, uint64(10240)},
@@ -761,6 +761,19 @@ func TestConfigWithDefaults(t *testing.T) {
 		if tc.got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, tc.got, tc.want)
 		}
+	}
+	// A shard group replicates with the configured commit timeout; the
+	// meta group with at most metaCommitTimeout.
+	if got := c.raftConfig(3, "n1").CommitTimeout; got != c.CommitTimeout {
+		t.Errorf("shard group commit timeout %v, want %v", got, c.CommitTimeout)
+	}
+	if got := c.raftConfig(metaShardID, "n1").CommitTimeout; got != metaCommitTimeout {
+		t.Errorf("meta group commit timeout %v, want %v", got, metaCommitTimeout)
+	}
+	fast := c
+	fast.CommitTimeout = 5 * time.Millisecond
+	if got := fast.raftConfig(metaShardID, "n1").CommitTimeout; got != fast.CommitTimeout {
+		t.Errorf("meta group commit timeout %v with a configured %v, want the lower", got, fast.CommitTimeout)
 	}
 	// Set fields are kept; the lease follows the heartbeat.
 	c = Config{HeartbeatTimeout: 300 * time.Millisecond, Shards: 3, GossipProfile: "local"}.WithDefaults()

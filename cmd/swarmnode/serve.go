@@ -72,6 +72,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&snapEvery, "snapshot-interval", 30*time.Second, "how often replicas check the snapshot threshold")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", time.Second, "Raft heartbeat timeout")
 	fs.DurationVar(&cfg.ElectionTimeout, "election-timeout", time.Second, "Raft election timeout")
+	fs.DurationVar(&cfg.CommitTimeout, "commit-timeout", 500*time.Millisecond, "how long an idle shard leader waits before telling followers the commit index\n"+
+		"(bounds how stale a follower's reads of an idle shard are; the meta group uses at most 50ms)")
 	fs.StringVar(&cfg.GossipProfile, "gossip-profile", "lan", "memberlist timing: lan or local")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&keysFile, "token-keys-file", "", "`PATH` of the key ring that encrypts agent-pool bot tokens: one key_id:base64(32-byte key) per line,\n"+

@@ -2,8 +2,9 @@
 # Compares swarmnode binaries (variants) on the loopback cluster the way
 # docs/performance.md measures: per round, each variant in turn gets a fresh
 # 3-node, 8-shard cluster (scripts/loopback-cluster.sh) and runs the chosen
-# workloads on it; variants are interleaved (A B, A B, ...) so that drift of
-# a shared, noisy machine hits every variant alike. Each run prints one line
+# workloads on it; variants are interleaved, in alternating order (A B, B A,
+# A B, ...), so that drift of a shared, noisy machine and the advantage of
+# running first in a round hit every variant alike. Each run prints one line
 # (ops/s, mean and p99 latency, errors, node CPU per op, Raft log WAL
 # fsyncs per op where the nodes export swarmkv_raftlog_wal_fsync_seconds,
 # the largest node RSS); the end prints the medians per variant and workload.
@@ -76,7 +77,15 @@ d=
 trap '[ -n "$d" ] && "$here/loopback-cluster.sh" down "$d" >/dev/null 2>&1' EXIT
 
 for r in $(seq 1 "$rounds"); do
-  for n in "${names[@]}"; do
+  # Odd rounds run the variants in the given order, even rounds in reverse
+  # (A B, B A, A B, ...): the variant that runs first in a round measured
+  # faster, whichever it was (docs/performance.md, round 7).
+  order=("${names[@]}")
+  if [ $((r % 2)) = 0 ]; then
+    order=()
+    for ((i = ${#names[@]} - 1; i >= 0; i--)); do order+=("${names[$i]}"); done
+  fi
+  for n in "${order[@]}"; do
     d=$work/lc-$n-$r
     rm -rf "$d"
     envvar=NODE_ENV_$n

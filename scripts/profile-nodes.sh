@@ -6,7 +6,10 @@
 # `go tool pprof` (e.g. go tool pprof -top -cum OUT/n1.prof OUT/n2.prof OUT/n3.prof).
 #
 #   scripts/profile-nodes.sh [workload]      workload: put100 (default),
-#       put1, put1000, get100, ledger100 (scripts/bench-workloads.sh)
+#       put1, put1000, get100, ledger100 (scripts/bench-workloads.sh), or idle
+#       (no load and no warm-up: what an idle cluster spends)
+# Before the breakdown it prints the nodes' CPU over the profiled seconds
+# from /proc (utime+stime), which unlike the profiles counts every thread.
 # Environment:
 #   SWARMNODE=./bin/swarmnode   the binary (make build)
 #   SHARDS=8                    shards of the cluster
@@ -31,7 +34,8 @@ ep=127.0.0.1:17100,127.0.0.1:27100,127.0.0.1:37100
 # shellcheck source=bench-workloads.sh
 . "$here/bench-workloads.sh"
 # The workload's own --duration is overridden below (the last flag wins).
-args=$(bench_args "$workload") || { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+args=
+[ "$workload" = idle ] || args=$(bench_args "$workload") || { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 [ -x "$bin" ] || { echo "profile-nodes: $bin is not built (make build)" >&2; exit 2; }
 if curl -sf -m 1 127.0.0.1:17102/healthz >/dev/null 2>&1; then
   echo "profile-nodes: a node already answers on 127.0.0.1:17102; stop that cluster first" >&2; exit 1
@@ -40,26 +44,45 @@ rm -rf "$out"; mkdir -p "$out"
 d=$out/cluster
 trap 'SWARMNODE=$bin "$here/loopback-cluster.sh" down "$d" >/dev/null 2>&1 || true' EXIT
 SWARMNODE=$bin "$here/loopback-cluster.sh" up 3 "$shards" "$d" >/dev/null
+node_ticks() { # utime+stime of the 3 nodes, in clock ticks
+  local t=0 p
+  for p in $(cat "$d/pids"); do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done
+  echo "$t"
+}
+[ "$workload" = idle ] && warm=0
 if [ "$warm" != 0 ]; then
   echo "warming: put, 100 clients, $warm" >&2
   # shellcheck disable=SC2046
   "$bin" bench $(bench_args warm) --duration "$warm" --progress=false --endpoints "$ep" >/dev/null
 fi
-echo "profiling $workload: ${secs}s of each node's CPU in a $((secs + 8))s run" >&2
-# shellcheck disable=SC2086
-"$bin" bench $args --duration "$((secs + 8))s" --progress=false --endpoints "$ep" >"$out/bench.txt" 2>&1 &
-bench=$!
+if [ "$workload" = idle ]; then
+  echo "profiling an idle cluster: ${secs}s of each node's CPU" >&2
+else
+  echo "profiling $workload: ${secs}s of each node's CPU in a $((secs + 8))s run" >&2
+fi
+bench=
+if [ "$workload" != idle ]; then
+  # shellcheck disable=SC2086
+  "$bin" bench $args --duration "$((secs + 8))s" --progress=false --endpoints "$ep" >"$out/bench.txt" 2>&1 &
+  bench=$!
+fi
 sleep 5 # past the prefill of get and ledger
+t0=$(node_ticks)
 for i in 1 2 3; do
   curl -sf -m $((secs + 10)) -o "$out/n$i.prof" "127.0.0.1:${i}7102/debug/pprof/profile?seconds=$secs" &
 done
-wait
-wait "$bench" 2>/dev/null || true
-grep -E 'throughput|latency' "$out/bench.txt" || { cat "$out/bench.txt" >&2; exit 1; }
+wait $(jobs -p | grep -vx "${bench:-none}")
+t1=$(node_ticks)
+if [ -n "$bench" ]; then
+  wait "$bench" || true
+  grep -E 'throughput|latency' "$out/bench.txt" || { cat "$out/bench.txt" >&2; exit 1; }
+fi
+awk -v t=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v s="$secs" \
+  'BEGIN { printf "nodes'"'"' CPU from /proc: %.2f cores (3 nodes, %ds)\n", t / hz / s, s }'
 
 top=$(go tool pprof -top -cum -nodecount=100000 "$out/n1.prof" "$out/n2.prof" "$out/n3.prof" 2>/dev/null)
-total=$(sed -n 's/.*Total samples = \([0-9.]*\)s.*/\1/p' <<<"$top")
-echo "nodes' CPU in the profiles: ${total}s over 3 x ${secs}s"
+total=$(sed -n 's/.*Total samples = \([0-9.]*[mµu]*s\).*/\1/p' <<<"$top")
+echo "nodes' CPU in the profiles: ${total} over 3 x ${secs}s"
 # share NAME REGEX...: the cumulative % of the outermost function matching
 # each REGEX, the largest of them (MODE=sum: their sum, for disjoint frames).
 share() {

@@ -18,7 +18,7 @@
 #       e.g. SWARM_EXTRA_FLAGS=--wal-min-sync-interval=250us (serve flags)
 #   WORK=/tmp/swarmkv-perf-ab                  data dirs and raw JSON results
 #
-# Workloads (scripts/bench-workloads.sh; 8-byte keys, 256-byte values):
+# Workloads (scripts/bench-lib.sh; 8-byte keys, 256-byte values):
 #   put100    put, 100 clients over 4 connections, 10 s
 #   put1      put, 1 client, 8 s
 #   put1000   put, 1000 clients over 8 connections, 10 s
@@ -38,7 +38,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 rounds=${ROUNDS:-3}
 workloads=${WORKLOADS:-put100 put1 put1000 get100 ledger100}
 work=${WORK:-/tmp/swarmkv-perf-ab}
-ep=127.0.0.1:17100,127.0.0.1:27100,127.0.0.1:37100
 [ $# -ge 1 ] || { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 names=()
 declare -A bin
@@ -47,8 +46,8 @@ for v in "$@"; do
   [[ $n =~ ^[A-Za-z0-9_]+$ && $n != "$v" && -x $b ]] || { echo "perf-ab: want NAME=BINARY with an executable BINARY, got '$v'" >&2; exit 2; }
   names+=("$n"); bin[$n]=$b
 done
-# shellcheck source=bench-workloads.sh
-. "$here/bench-workloads.sh"
+# shellcheck source=bench-lib.sh
+. "$here/bench-lib.sh"
 for w in $workloads; do
   bench_args "$w" >/dev/null || { echo "perf-ab: unknown workload '$w'" >&2; exit 2; }
 done
@@ -59,11 +58,6 @@ mkdir -p "$work"
 results=$work/results.tsv
 : >"$results"
 
-node_cpu() { # clock ticks of the nodes of data dir $1
-  local t=0 p s
-  for p in $(cat "$1/pids"); do s=$(awk '{print $14+$15}' "/proc/$p/stat"); t=$((t + s)); done
-  echo "$t"
-}
 wal_fsyncs() { # WAL fsyncs of the 3 nodes' Raft log stores so far ("" if not exported)
   local i
   for i in 1 2 3; do curl -sf -m 2 "127.0.0.1:${i}7102/metrics" || true; done |

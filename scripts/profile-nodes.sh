@@ -6,7 +6,7 @@
 # `go tool pprof` (e.g. go tool pprof -top -cum OUT/n1.prof OUT/n2.prof OUT/n3.prof).
 #
 #   scripts/profile-nodes.sh [workload]      workload: put100 (default),
-#       put1, put1000, get100, ledger100 (scripts/bench-workloads.sh), or idle
+#       put1, put1000, get100, ledger100 (scripts/bench-lib.sh), or idle
 #       (no load and no warm-up: what an idle cluster spends)
 # Before the breakdown it prints the nodes' CPU over the profiled seconds
 # from /proc (utime+stime), which unlike the profiles counts every thread.
@@ -30,9 +30,8 @@ shards=${SHARDS:-8}
 secs=${SECONDS_PROFILED:-10}
 warm=${WARM:-20s}
 out=${OUT:-/tmp/swarmkv-profile}
-ep=127.0.0.1:17100,127.0.0.1:27100,127.0.0.1:37100
-# shellcheck source=bench-workloads.sh
-. "$here/bench-workloads.sh"
+# shellcheck source=bench-lib.sh
+. "$here/bench-lib.sh"
 # The workload's own --duration is overridden below (the last flag wins).
 args=
 [ "$workload" = idle ] || args=$(bench_args "$workload") || { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
@@ -44,11 +43,6 @@ rm -rf "$out"; mkdir -p "$out"
 d=$out/cluster
 trap 'SWARMNODE=$bin "$here/loopback-cluster.sh" down "$d" >/dev/null 2>&1 || true' EXIT
 SWARMNODE=$bin "$here/loopback-cluster.sh" up 3 "$shards" "$d" >/dev/null
-node_ticks() { # utime+stime of the 3 nodes, in clock ticks
-  local t=0 p
-  for p in $(cat "$d/pids"); do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done
-  echo "$t"
-}
 [ "$workload" = idle ] && warm=0
 if [ "$warm" != 0 ]; then
   echo "warming: put, 100 clients, $warm" >&2
@@ -67,12 +61,12 @@ if [ "$workload" != idle ]; then
   bench=$!
 fi
 sleep 5 # past the prefill of get and ledger
-t0=$(node_ticks)
+t0=$(node_cpu "$d")
 for i in 1 2 3; do
   curl -sf -m $((secs + 10)) -o "$out/n$i.prof" "127.0.0.1:${i}7102/debug/pprof/profile?seconds=$secs" &
 done
 wait $(jobs -p | grep -vx "${bench:-none}")
-t1=$(node_ticks)
+t1=$(node_cpu "$d")
 if [ -n "$bench" ]; then
   wait "$bench" || true
   grep -E 'throughput|latency' "$out/bench.txt" || { cat "$out/bench.txt" >&2; exit 1; }

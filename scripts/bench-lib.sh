@@ -1,6 +1,8 @@
-# Sourced by scripts/perf-ab.sh and scripts/profile-nodes.sh: the named
-# workloads docs/performance.md measures, as `swarmnode bench` arguments
-# (8-byte keys, 256-byte values, the bench defaults otherwise).
+# Sourced by scripts/perf-ab.sh and scripts/profile-nodes.sh: what both need
+# of the cluster of scripts/loopback-cluster.sh (its endpoints, its nodes'
+# CPU) and the named workloads docs/performance.md measures, as
+# `swarmnode bench` arguments (8-byte keys, 256-byte values, the bench
+# defaults otherwise).
 #   put100    put, 100 clients over 4 connections, 10 s
 #   put1      put, 1 client, 8 s
 #   put1000   put, 1000 clients over 8 connections, 10 s
@@ -18,4 +20,15 @@ bench_args() {
     ledger100) echo "ledger --clients 100 --accounts 10000 --duration 10s" ;;
     *) return 1 ;;
   esac
+}
+
+# ep: the gRPC endpoints of the 3 nodes of scripts/loopback-cluster.sh.
+ep=127.0.0.1:17100,127.0.0.1:27100,127.0.0.1:37100
+
+# node_cpu DIR prints the CPU (utime+stime, in clock ticks) the nodes of the
+# cluster in data dir DIR have used so far.
+node_cpu() {
+  local t=0 p
+  for p in $(cat "$1/pids"); do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done
+  echo "$t"
 }

@@ -96,6 +96,7 @@ func (n *Node) openMeta(st *State, bootstrap bool) error {
 		voters:    servers,
 		bootstrap: bootstrap,
 		onReady:   n.metaReady,
+		checker:   n.checker,
 	})
 	if err != nil {
 		layer.Close()

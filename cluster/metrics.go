@@ -79,6 +79,10 @@ var (
 		"Raft entries the replica's proposal coalescer proposed as leader.", []string{"shard"}, nil)
 	descPropCmds = prometheus.NewDesc("swarmkv_proposal_commands_total",
 		"Commands those entries carried (over swarmkv_proposal_entries_total: commands per entry).", []string{"shard"}, nil)
+	descReadRounds = prometheus.NewDesc("swarmkv_read_rounds_total",
+		"Linearizable read rounds the replica ran as leader, by how leadership was confirmed: batched (the nodes' batched check) or verify_leader (Raft heartbeats).", []string{"shard", "check"}, nil)
+	descReads = prometheus.NewDesc("swarmkv_read_round_reads_total",
+		"Linearizable reads served by those rounds (over swarmkv_read_rounds_total: reads per round).", []string{"shard"}, nil)
 	descMembers = prometheus.NewDesc("swarmkv_gossip_members", "Gossip members known to this node, by liveness.", []string{"state"}, nil)
 	descReady   = prometheus.NewDesc("swarmkv_node_ready", "1 when every local shard has a leader.", nil, nil)
 )
@@ -89,7 +93,7 @@ type nodeCollector struct{ n *Node }
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRaftState, descRaftTerm, descCommit, descApplied, descApplyLag, descLastIndex,
 		descContact, descDisk, descMemtable, descL0, descDebt, descReadAmp, descCacheHits, descCacheMiss, descCacheSize,
-		descWALFsync, descPropEntries, descPropCmds, descMembers, descReady} {
+		descWALFsync, descPropEntries, descPropCmds, descReadRounds, descReads, descMembers, descReady} {
 		ch <- d
 	}
 }
@@ -130,6 +134,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descContact, contact, s)
 		ch <- prometheus.MustNewConstMetric(descPropEntries, prometheus.CounterValue, float64(r.propEntries.Load()), s)
 		ch <- prometheus.MustNewConstMetric(descPropCmds, prometheus.CounterValue, float64(r.propCmds.Load()), s)
+		ch <- prometheus.MustNewConstMetric(descReadRounds, prometheus.CounterValue, float64(r.readStats.checked.Load()), s, "batched")
+		ch <- prometheus.MustNewConstMetric(descReadRounds, prometheus.CounterValue, float64(r.readStats.verified.Load()), s, "verify_leader")
+		ch <- prometheus.MustNewConstMetric(descReads, prometheus.CounterValue, float64(r.readStats.reads.Load()), s)
 		if m, ok := r.fsm.Metrics(); ok {
 			gauge(descDisk, float64(m.DiskBytes), s)
 			gauge(descMemtable, float64(m.MemTableBytes), s)

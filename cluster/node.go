@@ -59,6 +59,9 @@ type Node struct {
 
 	inc   string // the data dir's incarnation
 	peers peers  // gRPC connections to other nodes (Admin calls)
+	// checker confirms the local leaders' read rounds with the peer nodes,
+	// all groups at once (readcheck.go).
+	checker *leaderChecker
 	kick  chan struct{}
 
 	// adoptMu serializes bootstrap, admission and the sync loop's changes
@@ -145,6 +148,11 @@ func New(cfg Config) (_ *Node, err error) {
 		raftLn.Close()
 		return nil, err
 	}
+	ckLayer, err := n.mux.Layer(ReadCheckGroup)
+	if err != nil {
+		return nil, err
+	}
+	n.checker = newLeaderChecker(ckLayer, cfg.ID, n.raftOf, n.log)
 
 	n.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
@@ -495,6 +503,7 @@ func (n *Node) openShard(st *State, p Placement, bootstrap bool) error {
 		voters:    servers,
 		bootstrap: bootstrap,
 		onReady:   onReady,
+		checker:   n.checker,
 	})
 	if err != nil {
 		layer.Close()
@@ -504,6 +513,21 @@ func (n *Node) openShard(st *State, p Placement, bootstrap bool) error {
 	n.mu.replicas[p.Shard] = r
 	n.mu.Unlock()
 	return nil
+}
+
+// raftOf returns the Raft instance of the local replica of a group (a
+// shard, or MetaGroup), nil if the node has none.
+func (n *Node) raftOf(group uint32) termReader {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	r := n.mu.replicas[shard.ID(group)]
+	if group == MetaGroup {
+		r = n.mu.meta
+	}
+	if r == nil || r.raft == nil {
+		return nil // not a typed nil
+	}
+	return r.raft
 }
 
 // Ready returns nil when the node can serve: the cluster is bootstrapped
@@ -610,6 +634,9 @@ func (n *Node) Close() error {
 		}
 		n.mu.Unlock()
 		n.peers.close()
+		if n.checker != nil { // reads in flight fall back to VerifyLeader
+			n.checker.close()
+		}
 		var wg sync.WaitGroup
 		var emu sync.Mutex
 		for _, r := range replicas {

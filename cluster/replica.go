@@ -44,7 +44,8 @@ var (
 //
 // Threads: raft runs its own goroutines; the replica adds a leadership
 // watcher (consumes NotifyCh, runs a barrier on each new leadership), a
-// read loop (batches linearizable reads under one VerifyLeader) and a
+// read loop (batches linearizable reads under one leadership check: the
+// node's leaderChecker, or VerifyLeader) and a
 // proposal loop (coalesces concurrent proposals into one Raft entry). All
 // three are joined by close. Each Raft future is waited on by a goroutine
 // of its own, which close does not join (see apply).
@@ -65,6 +66,10 @@ type replica struct {
 	readMu      sync.Mutex
 	readPending []chan readResult
 	readSignal  chan struct{}
+	// checker, if set, confirms read rounds for all of the node's groups
+	// at once (readcheck.go); VerifyLeader is the fallback.
+	checker   *leaderChecker
+	readStats readStats
 
 	onReady func(*replica) // replicaConfig.onReady
 
@@ -106,6 +111,8 @@ type replicaConfig struct {
 	// should stop once readyTerm changes. The node sets it on the pools
 	// shard to ensure the default pool.
 	onReady func(*replica)
+	// checker: the node's batched leadership check (nil: VerifyLeader).
+	checker *leaderChecker
 }
 
 func openReplica(rc replicaConfig) (_ *replica, err error) {
@@ -124,6 +131,7 @@ func openReplica(rc replicaConfig) (_ *replica, err error) {
 		inflight:   make(chan struct{}, maxEntriesInFlight),
 		done:       make(chan struct{}),
 		onReady:    rc.onReady,
+		checker:    rc.checker,
 	}
 	defer func() {
 		if err != nil {
@@ -348,7 +356,9 @@ func (r *replica) watchLeadership() {
 }
 
 // readLoop serves linearizable reads in batches: every read waiting when a
-// round starts shares one commit-index capture and one VerifyLeader.
+// round starts shares one commit-index capture and one leadership check
+// (the node's leaderChecker, which asks the peers about all of the node's
+// groups in one frame; VerifyLeader when that does not confirm).
 func (r *replica) readLoop() {
 	defer r.wg.Done()
 	for {
@@ -366,6 +376,7 @@ func (r *replica) readLoop() {
 			continue
 		}
 		res := r.readRound()
+		r.readStats.reads.Add(uint64(len(batch)))
 		for _, ch := range batch {
 			ch <- res
 		}
@@ -381,8 +392,13 @@ func (r *replica) readRound() readResult {
 		return readResult{err: ErrLeaderNotReady}
 	}
 	index := r.raft.CommitIndex()
-	if err := r.raft.VerifyLeader().Error(); err != nil {
-		return readResult{err: ErrNotLeader}
+	if r.checker != nil && r.checker.confirm(uint32(r.id), term, r.raft.GetConfiguration().Configuration()) {
+		r.readStats.checked.Add(1)
+	} else {
+		r.readStats.verified.Add(1)
+		if err := r.raft.VerifyLeader().Error(); err != nil {
+			return readResult{err: ErrNotLeader}
+		}
 	}
 	if r.raft.CurrentTerm() != term {
 		return readResult{err: ErrNotLeader}

@@ -1,0 +1,290 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+func TestCheckFrames(t *testing.T) {
+	pairs := []groupTerm{{0, 1}, {7, 1 << 40}, {MetaGroup, 3}}
+	frame, err := appendCheckRequest(nil, "n2", pairs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := readCheckFrame(bufio.NewReader(bytes.NewReader(frame)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, got, err := parseCheckRequest(body)
+	if err != nil || id != "n2" || !slices.Equal(got, pairs) {
+		t.Fatalf("round trip: %q %v %v", id, got, err)
+	}
+	if a, err := parseCheckResponse([]byte{readCheckVersion, 1, 0, 1}, 3); err != nil || !slices.Equal(a, []bool{true, false, true}) {
+		t.Fatalf("response: %v %v", a, err)
+	}
+
+	for name, b := range map[string][]byte{
+		"empty":         {},
+		"version":       {2, 2, 'n', '2', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+		"no id":         {readCheckVersion, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+		"short id":      {readCheckVersion, 5, 'n'},
+		"no pairs":      {readCheckVersion, 2, 'n', '2'},
+		"partial pair":  {readCheckVersion, 2, 'n', '2', 0, 0, 0, 1, 0},
+		"trailing byte": append(body[:len(body):len(body)], 0),
+	} {
+		if _, _, err := parseCheckRequest(b); !errors.Is(err, errCheckFrame) {
+			t.Errorf("request %s: err %v", name, err)
+		}
+	}
+	for name, b := range map[string][]byte{
+		"short":   {readCheckVersion, 1},
+		"long":    {readCheckVersion, 1, 1, 1, 1},
+		"version": {9, 1, 1, 1},
+		"answer":  {readCheckVersion, 1, 2, 1},
+	} {
+		if _, err := parseCheckResponse(b, 3); !errors.Is(err, errCheckFrame) {
+			t.Errorf("response %s: err %v", name, err)
+		}
+	}
+	for _, n := range []uint32{0, maxCheckFrame + 1} {
+		hdr := []byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
+		if _, err := readCheckFrame(bufio.NewReader(bytes.NewReader(hdr))); !errors.Is(err, errCheckFrame) {
+			t.Errorf("frame length %d: err %v", n, err)
+		}
+	}
+	if _, err := appendCheckRequest(nil, "", pairs); err == nil {
+		t.Error("empty id accepted")
+	}
+	if _, err := appendCheckRequest(nil, "n2", make([]groupTerm, maxChecksPerFrame+1)); err == nil {
+		t.Error("oversized request accepted")
+	}
+}
+
+// fakeTerms is a node's replicas as the checker reads them.
+type fakeTerms struct {
+	mu    sync.Mutex
+	terms map[uint32]uint64 // group -> current term; absent: no replica
+}
+
+type fakeReplica struct {
+	f     *fakeTerms
+	group uint32
+}
+
+func (r fakeReplica) State() raft.RaftState { return raft.Follower }
+func (r fakeReplica) CurrentTerm() uint64 {
+	r.f.mu.Lock()
+	defer r.f.mu.Unlock()
+	return r.f.terms[r.group]
+}
+
+func (f *fakeTerms) lookup(group uint32) termReader {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.terms[group]; !ok {
+		return nil
+	}
+	return fakeReplica{f, group}
+}
+
+func (f *fakeTerms) set(group uint32, term uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.terms[group] = term
+}
+
+// checkNode is one node of TestLeaderCheckerConfirm: a mux on loopback
+// and a checker over fake replicas.
+type checkNode struct {
+	id      string
+	mux     *Mux
+	checker *leaderChecker
+	terms   *fakeTerms
+}
+
+func newCheckNodes(t *testing.T, ids ...string) []*checkNode {
+	var nodes []*checkNode
+	for _, id := range ids {
+		m := newTestMux(t, MuxConfig{})
+		f := &fakeTerms{terms: map[uint32]uint64{}}
+		c := newLeaderChecker(newTestLayer(t, m, ReadCheckGroup), id, f.lookup, testLogger(t))
+		t.Cleanup(c.close)
+		nodes = append(nodes, &checkNode{id: id, mux: m, checker: c, terms: f})
+	}
+	return nodes
+}
+
+func voters(nodes ...*checkNode) raft.Configuration {
+	var cfg raft.Configuration
+	for _, n := range nodes {
+		cfg.Servers = append(cfg.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(n.id), Address: raft.ServerAddress(n.mux.Addr().String())})
+	}
+	return cfg
+}
+
+func TestLeaderCheckerConfirm(t *testing.T) {
+	nodes := newCheckNodes(t, "n1", "n2", "n3")
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	cfg := voters(n1, n2, n3)
+	const g = 5
+	for _, n := range nodes {
+		n.terms.set(g, 7)
+	}
+
+	// A quorum at the leader's term or an older one confirms.
+	if !n1.checker.confirm(g, 7, cfg) {
+		t.Fatal("peers at term 7: not confirmed")
+	}
+	n2.terms.set(g, 6)
+	if !n1.checker.confirm(g, 7, cfg) {
+		t.Fatal("n2 at term 6: not confirmed")
+	}
+	// n1 asks one peer, the next in ring order (n2); a peer past the term
+	// refuses, and the round is not confirmed (the replica falls back to
+	// VerifyLeader, which asks every follower).
+	n2.terms.set(g, 8)
+	if n1.checker.confirm(g, 7, cfg) {
+		t.Fatal("n2 at term 8: confirmed a deposed leader")
+	}
+	// A stale leader of term 6 is refused by everyone.
+	n2.terms.set(g, 7)
+	if n1.checker.confirm(g, 6, cfg) || n3.checker.confirm(g, 6, cfg) {
+		t.Fatal("term 6 confirmed while the voters are at 7")
+	}
+	// A group the peer has no replica of, and a peer that is not the voter
+	// the configuration names, answer no.
+	if n1.checker.confirm(g+1, 7, cfg) {
+		t.Fatal("confirmed a group the peers do not hold")
+	}
+	impostor := voters(n1, n2, n3)
+	impostor.Servers[1].ID = "n9" // n2's address
+	impostor.Servers[2].ID = "n8"
+	if n1.checker.confirm(g, 7, impostor) {
+		t.Fatal("confirmed by nodes with other IDs")
+	}
+	// Without a quorum of voters in the configuration there is nothing to
+	// ask; a single voter confirms itself; non-voters do not count.
+	solo := voters(n1)
+	if !n1.checker.confirm(g, 7, solo) {
+		t.Fatal("single voter: not confirmed")
+	}
+	withLearners := voters(n1, n2, n3)
+	withLearners.Servers[1].Suffrage = raft.Nonvoter
+	withLearners.Servers[2].Suffrage = raft.Nonvoter
+	if !n1.checker.confirm(g, 7, withLearners) {
+		t.Fatal("sole voter with non-voters: not confirmed")
+	}
+	notMember := voters(n2, n3)
+	n2.terms.set(g, 7)
+	if !n1.checker.confirm(g, 7, notMember) {
+		t.Fatal("n1 outside the configuration, both voters at term 7: not confirmed")
+	}
+	n3.terms.set(g, 9)
+	if n1.checker.confirm(g, 7, notMember) {
+		t.Fatal("n1 outside the configuration needs both voters: confirmed with n3 at term 9")
+	}
+	n3.terms.set(g, 7)
+
+	// Many groups at once: every answer goes to its own group.
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 64 {
+		grp := uint32(100 + i)
+		want := i%3 != 0
+		term := uint64(10)
+		if !want {
+			term = 9 // the peers are at 10
+		}
+		for _, n := range nodes {
+			n.terms.set(grp, 10)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if got := n1.checker.confirm(grp, term, cfg); got != want {
+				errs <- fmt.Errorf("group %d term %d: confirmed %v, want %v", grp, term, got, want)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	// A peer that is down: rounds are not confirmed until the checker
+	// asks the other peer first (checkPeerPenalty).
+	n2.checker.close()
+	deadline := time.Now().Add(10 * time.Second)
+	for !n1.checker.confirm(g, 7, cfg) {
+		if time.Now().After(deadline) {
+			t.Fatal("n2 down: never confirmed by n3")
+		}
+	}
+	if p := n1.checker.order(cfg.Servers[1:]); p[0].id != "n3" {
+		t.Fatalf("n2 down: asks %s first", p[0].id)
+	}
+}
+
+// TestLeaderCheckRealGroups: on a running cluster, the leader of a shard
+// has its real term confirmed by the peers' real replicas, and an older
+// term (a deposed leader's) refused.
+func TestLeaderCheckRealGroups(t *testing.T) {
+	tc := newTestCluster(t, 3, 2, nil)
+	const sh = shard.ID(1)
+	i := tc.leaderOf(sh)
+	if i < 0 {
+		t.Fatal("no leader")
+	}
+	r := tc.nodes[i].localReplica(sh)
+	cfg := r.raft.GetConfiguration().Configuration()
+	term := r.raft.CurrentTerm()
+	if !tc.nodes[i].checker.confirm(uint32(sh), term, cfg) {
+		t.Fatalf("leader of term %d not confirmed", term)
+	}
+	if tc.nodes[i].checker.confirm(uint32(sh), term-1, cfg) {
+		t.Fatalf("term %d confirmed while the group is at %d", term-1, term)
+	}
+	// Reads go through the check, not VerifyLeader.
+	before := r.readStats.checked.Load()
+	if err := r.readBarrier(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if r.readStats.checked.Load() == before {
+		t.Fatal("read round not confirmed by the batched check")
+	}
+}
+
+// TestIsolatedLeaderReads: a leader cut off from its peers serves no
+// linearizable read, through the check or otherwise.
+func TestIsolatedLeaderReads(t *testing.T) {
+	tc := newTestCluster(t, 3, 1, func(c *Config) {
+		// Long enough that the isolated leader still believes it leads
+		// while it is asked.
+		c.LeaderLeaseTimeout = 2 * time.Second
+		c.HeartbeatTimeout = 2 * time.Second
+		c.ElectionTimeout = 2 * time.Second
+	})
+	const sh = shard.ID(0)
+	i := tc.leaderOf(sh)
+	r := tc.nodes[i].localReplica(sh)
+	tc.net.Isolate(tc.cfgs[i].ID)
+	defer tc.net.Heal()
+	start := time.Now()
+	err := r.readBarrier(ctxT(t, 10*time.Second))
+	if err == nil {
+		t.Fatalf("isolated leader served a linearizable read (state %v)", r.raft.State())
+	}
+	t.Logf("isolated leader's read: %v after %v; rounds confirmed %d, verified %d",
+		err, time.Since(start).Round(time.Millisecond), r.readStats.checked.Load(), r.readStats.verified.Load())
+}

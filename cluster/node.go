@@ -62,7 +62,7 @@ type Node struct {
 	// checker confirms the local leaders' read rounds with the peer nodes,
 	// all groups at once (readcheck.go).
 	checker *leaderChecker
-	kick  chan struct{}
+	kick    chan struct{}
 
 	// adoptMu serializes bootstrap, admission and the sync loop's changes
 	// to the local replicas; metaMu serializes metaUpdate calls.

@@ -202,6 +202,17 @@ func (tc *testCluster) leaderOf(id shard.ID) int {
 	}
 }
 
+// leaderReplica returns the index of the node leading shard id and its
+// replica, failing the test when no leader shows within 10 s.
+func (tc *testCluster) leaderReplica(id shard.ID) (int, *replica) {
+	tc.t.Helper()
+	i := tc.leaderOf(id)
+	if i < 0 {
+		tc.t.Fatalf("no leader of shard %d", id)
+	}
+	return i, tc.nodes[i].localReplica(id)
+}
+
 // currentLeaderOf returns the index of the node leading shard id now, or -1.
 func (tc *testCluster) currentLeaderOf(id shard.ID) int {
 	for i, n := range tc.nodes {

@@ -20,11 +20,7 @@ func TestProposeCoalesced(t *testing.T) {
 	tc := newTestCluster(t, 3, 1, nil)
 	ctx := ctxT(t, 60*time.Second)
 	const sh = shard.ID(0)
-	i := tc.leaderOf(sh)
-	if i < 0 {
-		t.Fatal("no leader")
-	}
-	r := tc.nodes[i].localReplica(sh)
+	_, r := tc.leaderReplica(sh)
 	rk := []byte("coalesce")
 	race := kvKey(rk, "race")
 	before := r.fsm.AppliedIndex()
@@ -108,11 +104,7 @@ func TestProposeCoalesced(t *testing.T) {
 func TestProposeReturnsOnClose(t *testing.T) {
 	tc := newTestCluster(t, 3, 1, nil)
 	const sh = shard.ID(0)
-	i := tc.leaderOf(sh)
-	if i < 0 {
-		t.Fatal("no leader")
-	}
-	r := tc.nodes[i].localReplica(sh)
+	i, r := tc.leaderReplica(sh)
 	ctx := context.Background() // no deadline: only the close can end a wait
 	var wg sync.WaitGroup
 	for j := range 200 {
@@ -144,11 +136,7 @@ func TestProposeLoneWriter(t *testing.T) {
 	tc.nodes[0].mu.RLock()
 	sh := 1 - tc.nodes[0].mu.smap.ShardOf(poolsRoutingKey)
 	tc.nodes[0].mu.RUnlock()
-	i := tc.leaderOf(sh)
-	if i < 0 {
-		t.Fatal("no leader")
-	}
-	r := tc.nodes[i].localReplica(sh)
+	_, r := tc.leaderReplica(sh)
 	key := kvKey([]byte("lone"), "k")
 	entries0, cmds0 := r.propEntries.Load(), r.propCmds.Load()
 	const n = 20

@@ -141,58 +141,42 @@ func TestLeaderCheckerConfirm(t *testing.T) {
 		n.terms.set(g, 7)
 	}
 
-	// A quorum at the leader's term or an older one confirms.
-	if !n1.checker.confirm(g, 7, cfg) {
-		t.Fatal("peers at term 7: not confirmed")
-	}
-	n2.terms.set(g, 6)
-	if !n1.checker.confirm(g, 7, cfg) {
-		t.Fatal("n2 at term 6: not confirmed")
-	}
-	// n1 asks one peer, the next in ring order (n2); a peer past the term
-	// refuses, and the round is not confirmed (the replica falls back to
-	// VerifyLeader, which asks every follower).
-	n2.terms.set(g, 8)
-	if n1.checker.confirm(g, 7, cfg) {
-		t.Fatal("n2 at term 8: confirmed a deposed leader")
-	}
-	// A stale leader of term 6 is refused by everyone.
-	n2.terms.set(g, 7)
-	if n1.checker.confirm(g, 6, cfg) || n3.checker.confirm(g, 6, cfg) {
-		t.Fatal("term 6 confirmed while the voters are at 7")
-	}
-	// A group the peer has no replica of, and a peer that is not the voter
-	// the configuration names, answer no.
-	if n1.checker.confirm(g+1, 7, cfg) {
-		t.Fatal("confirmed a group the peers do not hold")
-	}
 	impostor := voters(n1, n2, n3)
 	impostor.Servers[1].ID = "n9" // n2's address
 	impostor.Servers[2].ID = "n8"
-	if n1.checker.confirm(g, 7, impostor) {
-		t.Fatal("confirmed by nodes with other IDs")
-	}
-	// Without a quorum of voters in the configuration there is nothing to
-	// ask; a single voter confirms itself; non-voters do not count.
-	solo := voters(n1)
-	if !n1.checker.confirm(g, 7, solo) {
-		t.Fatal("single voter: not confirmed")
-	}
 	withLearners := voters(n1, n2, n3)
 	withLearners.Servers[1].Suffrage = raft.Nonvoter
 	withLearners.Servers[2].Suffrage = raft.Nonvoter
-	if !n1.checker.confirm(g, 7, withLearners) {
-		t.Fatal("sole voter with non-voters: not confirmed")
+	// n1 asks one peer of three voters, the next in ring order (n2); a
+	// round not confirmed falls back to VerifyLeader in the replica.
+	for _, c := range []struct {
+		name   string
+		n2, n3 uint64 // the peers' terms of group g
+		asker  *checkNode
+		group  uint32
+		term   uint64
+		cfg    raft.Configuration
+		want   bool
+	}{
+		{"peers at the term", 7, 7, n1, g, 7, cfg, true},
+		{"asked peer at an older term", 6, 9, n1, g, 7, cfg, true},
+		{"asked peer past the term (deposed)", 8, 7, n1, g, 7, cfg, false},
+		{"older leader's term, asked by n1", 7, 7, n1, g, 6, cfg, false},
+		{"older leader's term, asked by n3", 7, 7, n3, g, 6, cfg, false},
+		{"group the peers do not hold", 7, 7, n1, g + 1, 7, cfg, false},
+		{"other nodes at the voters' addresses", 7, 7, n1, g, 7, impostor, false},
+		{"single voter", 9, 9, n1, g, 7, voters(n1), true},
+		{"sole voter with non-voters", 9, 9, n1, g, 7, withLearners, true},
+		{"asker outside the configuration, both voters at the term", 7, 7, n1, g, 7, voters(n2, n3), true},
+		{"asker outside the configuration, one voter past the term", 7, 9, n1, g, 7, voters(n2, n3), false},
+	} {
+		n2.terms.set(g, c.n2)
+		n3.terms.set(g, c.n3)
+		if got := c.asker.checker.confirm(c.group, c.term, c.cfg); got != c.want {
+			t.Errorf("%s: confirmed %v, want %v", c.name, got, c.want)
+		}
 	}
-	notMember := voters(n2, n3)
 	n2.terms.set(g, 7)
-	if !n1.checker.confirm(g, 7, notMember) {
-		t.Fatal("n1 outside the configuration, both voters at term 7: not confirmed")
-	}
-	n3.terms.set(g, 9)
-	if n1.checker.confirm(g, 7, notMember) {
-		t.Fatal("n1 outside the configuration needs both voters: confirmed with n3 at term 9")
-	}
 	n3.terms.set(g, 7)
 
 	// Many groups at once: every answer goes to its own group.
@@ -242,11 +226,7 @@ func TestLeaderCheckerConfirm(t *testing.T) {
 func TestLeaderCheckRealGroups(t *testing.T) {
 	tc := newTestCluster(t, 3, 2, nil)
 	const sh = shard.ID(1)
-	i := tc.leaderOf(sh)
-	if i < 0 {
-		t.Fatal("no leader")
-	}
-	r := tc.nodes[i].localReplica(sh)
+	i, r := tc.leaderReplica(sh)
 	cfg := r.raft.GetConfiguration().Configuration()
 	term := r.raft.CurrentTerm()
 	if !tc.nodes[i].checker.confirm(uint32(sh), term, cfg) {
@@ -276,8 +256,7 @@ func TestIsolatedLeaderReads(t *testing.T) {
 		c.ElectionTimeout = 2 * time.Second
 	})
 	const sh = shard.ID(0)
-	i := tc.leaderOf(sh)
-	r := tc.nodes[i].localReplica(sh)
+	i, r := tc.leaderReplica(sh)
 	tc.net.Isolate(tc.cfgs[i].ID)
 	defer tc.net.Heal()
 	start := time.Now()

@@ -126,6 +126,11 @@ func TestRunUsageErrors(t *testing.T) {
 		{name: "kv bad limit", args: []string{"kv", "scan", "--user", "a", "--limit", "many"}, errSub: `invalid value "many" for flag -limit`},
 		{name: "kv bad timeout", args: []string{"kv", "get", "--user", "a", "k", "--timeout", "soon"}, errSub: `invalid value "soon" for flag -timeout`},
 		{name: "kv help", args: []string{"kv", "get", "-h"}, errSub: "help requested", stderr: "-endpoints"},
+		{name: "bench help", args: []string{"bench", "-h"}, errSub: "help requested", stderr: "-clients"},
+		{name: "bench workload help", args: []string{"bench", "put", "--help"}, errSub: "help requested", stderr: "-clients"},
+		{name: "bench without workload", args: []string{"bench", "--clients", "3"}, errSub: "bench: missing workload", stderr: "-clients"},
+		{name: "bench unknown workload", args: []string{"bench", "--clients", "3", "nope"}, errSub: `bench: unknown workload "nope"`},
+		{name: "bench two workloads", args: []string{"bench", "put", "get"}, errSub: `bench: unexpected argument "get"`},
 		{name: "serve bad int", args: []string{"serve", "--shards", "x"}, errSub: `invalid value "x" for flag -shards`},
 		{name: "serve bad duration", args: []string{"serve", "--election-timeout", "5"}, errSub: `invalid value "5" for flag -election-timeout`},
 		{name: "serve unknown flag", args: []string{"serve", "--shard", "3"}, errSub: "flag provided but not defined: -shard"},
@@ -567,6 +572,13 @@ func checkBench(ctx context.Context, t *testing.T, grpcAddr string) {
 		if res.Ops != 200 || res.Errors != 0 || res.Throughput <= 0 || res.P50Ms <= 0 || res.P99Ms < res.P50Ms {
 			t.Errorf("bench %s: %+v", w, res)
 		}
+	}
+	// Flags may come before the workload.
+	out, _, err := runCmd(ctx, "bench", "--endpoints", grpcAddr, "--total", "50", "--clients", "2", "--conns", "1",
+		"--key-space", "50", "--progress=false", "--json", "put")
+	var res BenchResult
+	if err != nil || json.Unmarshal([]byte(out), &res) != nil || res.Workload != "put" || res.Ops != 50 {
+		t.Errorf("bench with the workload after the flags: %v, %q", err, out)
 	}
 	if _, _, err := runCmd(ctx, "bench", "nope", "--endpoints", grpcAddr); exitCode(err) != 2 {
 		t.Errorf("bench with an unknown workload: %v, want a usage error", err)

@@ -25,6 +25,18 @@ bench_args() {
 # ep: the gRPC endpoints of the 3 nodes of scripts/loopback-cluster.sh.
 ep=127.0.0.1:17100,127.0.0.1:27100,127.0.0.1:37100
 
+# node_sched DIR prints two figures summed over every thread of the nodes
+# of the cluster in data dir DIR: the times a thread was switched in to run
+# (a wakeup or a preempted thread resumed) and the nanoseconds threads spent
+# runnable, waiting for a core (/proc/<pid>/task/*/schedstat). On a machine
+# where a wakeup is dear, node CPU per op follows switches per op
+# (docs/performance.md, round 9).
+node_sched() {
+  local p
+  for p in $(cat "$1/pids"); do cat /proc/"$p"/task/*/schedstat 2>/dev/null; done |
+    awk '{ w += $2; n += $3 } END { printf "%.0f %.0f\n", n, w }'
+}
+
 # node_cpu DIR prints the CPU (utime+stime, in clock ticks) the nodes of the
 # cluster in data dir DIR have used so far.
 node_cpu() {

@@ -7,7 +7,8 @@
 # running first in a round hit every variant alike. Each run prints one line
 # (ops/s, mean and p99 latency, errors, node CPU per op, Raft log WAL
 # fsyncs per op where the nodes export swarmkv_raftlog_wal_fsync_seconds,
-# the largest node RSS); the end prints the medians per variant and workload.
+# the nodes' thread switches and run-queue wait per op, the largest node
+# RSS); the end prints the medians per variant and workload.
 #
 #   scripts/perf-ab.sh NAME=BINARY [NAME=BINARY ...]
 #
@@ -16,6 +17,8 @@
 #   WORKLOADS="put100 put1 put1000 get100 ledger100"
 #   NODE_ENV_<NAME>="GOMAXPROCS=1 ..."         environment of that variant's nodes,
 #       e.g. SWARM_EXTRA_FLAGS=--wal-min-sync-interval=250us (serve flags)
+#   SHARDS_<NAME>=8                            shards of that variant's cluster
+#       (the same binary twice with SHARDS_one=1 compares shard counts)
 #   WORK=/tmp/swarmkv-perf-ab                  data dirs and raw JSON results
 #
 # Workloads (scripts/bench-lib.sh; 8-byte keys, 256-byte values):
@@ -30,7 +33,10 @@
 #             been up for a while
 #
 # Node CPU per op is utime+stime of the 3 node processes around the bench
-# (prefills included) over its operations. The load tool runs on the same
+# (prefills included) over its operations; switches per op the times the
+# nodes' threads were switched in to run, and wait per op the time they
+# spent runnable but waiting for a core (/proc/<pid>/task/*/schedstat),
+# over the same window. The load tool runs on the same
 # machine and its CPU is not counted. Needs the loopback ports of
 # scripts/loopback-cluster.sh free: it refuses to start if a node is running.
 set -euo pipefail
@@ -82,16 +88,16 @@ for r in $(seq 1 "$rounds"); do
   for n in "${order[@]}"; do
     d=$work/lc-$n-$r
     rm -rf "$d"
-    envvar=NODE_ENV_$n
+    envvar=NODE_ENV_$n shardsvar=SHARDS_$n
     # shellcheck disable=SC2086
-    env ${!envvar:-} SWARMNODE=${bin[$n]} "$here/loopback-cluster.sh" up 3 8 "$d" >/dev/null
+    env ${!envvar:-} SWARMNODE=${bin[$n]} "$here/loopback-cluster.sh" up 3 "${!shardsvar:-8}" "$d" >/dev/null
     sleep 2
     for w in $workloads; do
       args=$(bench_args "$w")
-      c0=$(node_cpu "$d"); f0=$(wal_fsyncs)
+      c0=$(node_cpu "$d"); f0=$(wal_fsyncs); read -r s0 q0 < <(node_sched "$d")
       # shellcheck disable=SC2086
       out=$("${bin[$n]}" bench $args --json --progress=false --endpoints "$ep" 2>"$work/bench.err" | tr -d '\n ') || true
-      c1=$(node_cpu "$d"); f1=$(wal_fsyncs)
+      c1=$(node_cpu "$d"); f1=$(wal_fsyncs); read -r s1 q1 < <(node_sched "$d")
       if [ -z "$(json_field "$out" ops_per_sec)" ]; then
         echo "round $r $n $w: bench failed: $(tail -1 "$work/bench.err")" >&2
         continue
@@ -102,11 +108,12 @@ for r in $(seq 1 "$rounds"); do
       line=$(awk -v n="$n" -v w="$w" -v r="$r" -v tput="$(json_field "$out" ops_per_sec)" \
         -v mean="$(json_field "$out" mean_ms)" -v p99="$(json_field "$out" p99_ms)" \
         -v errs="$(json_field "$out" errors)" -v ops="$ops" -v cpu=$((c1 - c0)) -v hz="$hz" -v rss="$rss" \
-        -v fs="${f0:+${f1:+$((f1 - f0))}}" \
+        -v fs="${f0:+${f1:+$((f1 - f0))}}" -v sw=$((s1 - s0)) -v qw=$((q1 - q0)) \
         'BEGIN { cpuop = ops > 0 ? cpu / hz * 1e6 / ops : 0; fsop = (fs != "" && ops > 0) ? sprintf("%.3f", fs / ops) : "-";
-                 printf "%s\t%s\t%d\t%.0f\t%.2f\t%.1f\t%d\t%.0f\t%d\t%s\n", n, w, r, tput, mean, p99, errs, cpuop, rss / 1024, fsop }')
+                 swop = ops > 0 ? sw / ops : 0; qop = ops > 0 ? qw / 1000 / ops : 0
+                 printf "%s\t%s\t%d\t%.0f\t%.2f\t%.1f\t%d\t%.0f\t%d\t%s\t%.2f\t%.0f\n", n, w, r, tput, mean, p99, errs, cpuop, rss / 1024, fsop, swop, qop }')
       echo "$line" >>"$results"
-      awk -F'\t' '{ printf "round %s %-8s %-9s %7s ops/s  mean %6s ms  p99 %6s ms  errors %s  node CPU/op %5s us  fsyncs/op %s  RSS %s MiB\n", $3, $1, $2, $4, $5, $6, $7, $8, $10, $9 }' <<<"$line"
+      awk -F'\t' '{ printf "round %s %-8s %-9s %7s ops/s  mean %6s ms  p99 %6s ms  errors %s  node CPU/op %5s us  fsyncs/op %s  switches/op %s  wait/op %s us  RSS %s MiB\n", $3, $1, $2, $4, $5, $6, $7, $8, $10, $11, $12, $9 }' <<<"$line"
     done
     "$here/loopback-cluster.sh" down "$d" >/dev/null
     d=
@@ -114,12 +121,12 @@ for r in $(seq 1 "$rounds"); do
 done
 
 echo
-echo "medians of $rounds rounds (ops/s [runs]; mean ms; p99 ms; node CPU/op us; WAL fsyncs/op; largest RSS MiB)"
+echo "medians of $rounds rounds (ops/s [runs]; mean ms; p99 ms; node CPU/op us; WAL fsyncs/op; switches/op; wait/op us; largest RSS MiB)"
 for w in $workloads; do
   for n in "${names[@]}"; do
     awk -F'\t' -v n="$n" -v w="$w" '
-      $1 == n && $2 == w { k++; t[k] = $4; m[k] = $5; p[k] = $6; c[k] = $8; f[k] = $10; if ($9 > rss) rss = $9; runs = runs (runs ? ", " : "") $4 }
+      $1 == n && $2 == w { k++; t[k] = $4; m[k] = $5; p[k] = $6; c[k] = $8; f[k] = $10; s[k] = $11; q[k] = $12; if ($9 > rss) rss = $9; runs = runs (runs ? ", " : "") $4 }
       function med(a,   i, j, x) { for (i = 2; i <= k; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x } return a[int((k + 1) / 2)] }
-      END { if (k) printf "%-9s %-8s %7s [%s]; %s; %s; %s; %s; %s\n", w, n, med(t), runs, med(m), med(p), med(c), (f[1] == "-" ? "-" : med(f)), rss }' "$results"
+      END { if (k) printf "%-9s %-8s %7s [%s]; %s; %s; %s; %s; %s; %s; %s\n", w, n, med(t), runs, med(m), med(p), med(c), (f[1] == "-" ? "-" : med(f)), med(s), med(q), rss }' "$results"
   done
 done

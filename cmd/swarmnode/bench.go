@@ -102,19 +102,17 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&c.opTimeout, "op-timeout", 10*time.Second, "deadline of one operation")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the load tool to `FILE` (go tool pprof)")
 	unary := fs.Bool("unary", false, "send every call as its own unary gRPC call instead of pipelining the calls to a node over one stream")
-	// The workload may come before or after the flags (bench put --clients 1,
-	// bench --clients 1 put); bench -h prints the usage.
-	pos, err := parseInterleaved(fs, args)
+	workload, pos, err := parseVerb(fs, args)
 	if err != nil {
 		return usageError{err}
 	}
-	if len(pos) == 0 {
+	if workload == "" {
 		fs.Usage()
 		return usageError{errors.New("bench: missing workload")}
 	}
-	c.workload = pos[0]
-	if len(pos) > 1 {
-		return usageError{fmt.Errorf("bench: unexpected argument %q", pos[1])}
+	c.workload = workload
+	if len(pos) > 0 {
+		return usageError{fmt.Errorf("bench: unexpected argument %q", pos[0])}
 	}
 	c.endpoints = strings.Split(*endpoints, ",")
 	if c.client, err = conn.clientConfig(*endpoints); err != nil {

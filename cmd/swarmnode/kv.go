@@ -41,6 +41,18 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseVerb parses the command line of a command with verbs (swarmnode kv
+// get ..., swarmnode token create ...): the flags may come before or after
+// the verb, which is the first positional argument ("" when there is
+// none), and -h anywhere asks for the usage (flag.ErrHelp).
+func parseVerb(fs *flag.FlagSet, args []string) (verb string, pos []string, err error) {
+	pos, err = parseInterleaved(fs, args)
+	if err != nil || len(pos) == 0 {
+		return "", nil, err
+	}
+	return pos[0], pos[1:], nil
+}
+
 func kv(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kv", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -51,14 +63,13 @@ func kv(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	limit := fs.Int("limit", 100, "scan: at most this many keys")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
 	conn := addConnFlags(fs)
-	if len(args) == 0 {
-		fs.Usage()
-		return usageError{errors.New("kv: missing verb")}
-	}
-	verb := args[0]
-	pos, err := parseInterleaved(fs, args[1:])
+	verb, pos, err := parseVerb(fs, args)
 	if err != nil {
 		return usageError{err}
+	}
+	if verb == "" {
+		fs.Usage()
+		return usageError{errors.New("kv: missing verb")}
 	}
 	want := map[string][2]int{"put": {2, 2}, "get": {1, 1}, "del": {1, 1}, "scan": {0, 1}}[verb]
 	if want == [2]int{} {

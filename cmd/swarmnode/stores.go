@@ -71,14 +71,13 @@ func newStoreFlags(name, usage string, stderr io.Writer) *storeFlags {
 
 // parse parses args (verb first) and checks the positional count.
 func (f *storeFlags) parse(args []string, want map[string]int) (string, []string, error) {
-	if len(args) == 0 {
-		f.fs.Usage()
-		return "", nil, usageError{fmt.Errorf("%s: missing command", f.fs.Name())}
-	}
-	verb := args[0]
-	pos, err := parseInterleaved(f.fs, args[1:])
+	verb, pos, err := parseVerb(f.fs, args)
 	if err != nil {
 		return "", nil, usageError{err}
+	}
+	if verb == "" {
+		f.fs.Usage()
+		return "", nil, usageError{fmt.Errorf("%s: missing command", f.fs.Name())}
 	}
 	n, ok := want[verb]
 	if !ok {

@@ -54,14 +54,13 @@ func token(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	name := fs.String("name", "", "create: the token's name (who uses it)")
 	var roles roleList
 	fs.Var(&roles, "role", "create: a role, or a comma-separated list; repeatable")
-	if len(args) == 0 {
-		fs.Usage()
-		return usageError{errors.New("token: missing create, list or revoke")}
-	}
-	verb := args[0]
-	pos, err := parseInterleaved(fs, args[1:])
+	verb, pos, err := parseVerb(fs, args)
 	if err != nil {
 		return usageError{err}
+	}
+	if verb == "" {
+		fs.Usage()
+		return usageError{errors.New("token: missing create, list or revoke")}
 	}
 	if v, ok := lookupEnv("SWARM_ADMIN"); ok && !flagGiven(fs, "admin") {
 		f.admin = v

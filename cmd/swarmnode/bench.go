@@ -102,13 +102,9 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&c.opTimeout, "op-timeout", 10*time.Second, "deadline of one operation")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the load tool to `FILE` (go tool pprof)")
 	unary := fs.Bool("unary", false, "send every call as its own unary gRPC call instead of pipelining the calls to a node over one stream")
-	workload, pos, err := parseVerb(fs, args)
+	workload, pos, err := parseVerb(fs, args, "bench: missing workload")
 	if err != nil {
-		return usageError{err}
-	}
-	if workload == "" {
-		fs.Usage()
-		return usageError{errors.New("bench: missing workload")}
+		return err
 	}
 	c.workload = workload
 	if len(pos) > 0 {

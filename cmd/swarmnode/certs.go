@@ -40,13 +40,9 @@ func certs(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	addrs := fs.String("addr", "", "node: comma-separated host names and IPs the node is reached at")
 	roles := fs.String("role", "", "client: comma-separated roles (e.g. registry:read,billing:write)")
 	valid := fs.Duration("valid", 0, "lifetime (default: CA 10 years, others 1 year)")
-	verb, pos, err := parseVerb(fs, args)
+	verb, pos, err := parseVerb(fs, args, "certs: missing ca, node or client")
 	if err != nil {
-		return usageError{err}
-	}
-	if verb == "" {
-		fs.Usage()
-		return usageError{errors.New("certs: missing ca, node or client")}
+		return err
 	}
 	if len(pos) > 0 {
 		return usageError{fmt.Errorf("certs %s: unexpected argument %q", verb, pos[0])}

@@ -43,12 +43,17 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // parseVerb parses the command line of a command with verbs (swarmnode kv
 // get ..., swarmnode token create ...): the flags may come before or after
-// the verb, which is the first positional argument ("" when there is
-// none), and -h anywhere asks for the usage (flag.ErrHelp).
-func parseVerb(fs *flag.FlagSet, args []string) (verb string, pos []string, err error) {
+// the verb, which is the first positional argument, and -h anywhere asks
+// for the usage (flag.ErrHelp). Every error is a usageError; without a
+// verb it prints the usage and the error says missing.
+func parseVerb(fs *flag.FlagSet, args []string, missing string) (verb string, pos []string, err error) {
 	pos, err = parseInterleaved(fs, args)
-	if err != nil || len(pos) == 0 {
-		return "", nil, err
+	if err != nil {
+		return "", nil, usageError{err}
+	}
+	if len(pos) == 0 {
+		fs.Usage()
+		return "", nil, usageError{errors.New(missing)}
 	}
 	return pos[0], pos[1:], nil
 }
@@ -63,13 +68,9 @@ func kv(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	limit := fs.Int("limit", 100, "scan: at most this many keys")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
 	conn := addConnFlags(fs)
-	verb, pos, err := parseVerb(fs, args)
+	verb, pos, err := parseVerb(fs, args, "kv: missing verb")
 	if err != nil {
-		return usageError{err}
-	}
-	if verb == "" {
-		fs.Usage()
-		return usageError{errors.New("kv: missing verb")}
+		return err
 	}
 	want := map[string][2]int{"put": {2, 2}, "get": {1, 1}, "del": {1, 1}, "scan": {0, 1}}[verb]
 	if want == [2]int{} {

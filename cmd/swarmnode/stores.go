@@ -71,13 +71,9 @@ func newStoreFlags(name, usage string, stderr io.Writer) *storeFlags {
 
 // parse parses args (verb first) and checks the positional count.
 func (f *storeFlags) parse(args []string, want map[string]int) (string, []string, error) {
-	verb, pos, err := parseVerb(f.fs, args)
+	verb, pos, err := parseVerb(f.fs, args, f.fs.Name()+": missing command")
 	if err != nil {
-		return "", nil, usageError{err}
-	}
-	if verb == "" {
-		f.fs.Usage()
-		return "", nil, usageError{fmt.Errorf("%s: missing command", f.fs.Name())}
+		return "", nil, err
 	}
 	n, ok := want[verb]
 	if !ok {

@@ -54,13 +54,9 @@ func token(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	name := fs.String("name", "", "create: the token's name (who uses it)")
 	var roles roleList
 	fs.Var(&roles, "role", "create: a role, or a comma-separated list; repeatable")
-	verb, pos, err := parseVerb(fs, args)
+	verb, pos, err := parseVerb(fs, args, "token: missing create, list or revoke")
 	if err != nil {
-		return usageError{err}
-	}
-	if verb == "" {
-		fs.Usage()
-		return usageError{errors.New("token: missing create, list or revoke")}
+		return err
 	}
 	if v, ok := lookupEnv("SWARM_ADMIN"); ok && !flagGiven(fs, "admin") {
 		f.admin = v

@@ -106,7 +106,26 @@ func (s *adminServer) MetaState(ctx context.Context, _ *rpc.MetaStateRequest) (*
 		resp, err = c.MetaState(ctx, &rpc.MetaStateRequest{})
 		return err
 	})
-	return resp, err
+	if err != nil {
+		return nil, err
+	}
+	// A node identity that the committed state does not list as a member
+	// (a removed node, a node waiting to be admitted) learns its own
+	// record only (nodeauth.go).
+	if id := callerOf(ctx); id != nil && id.node {
+		st, err := decodeState(resp.StateJson)
+		if err != nil {
+			return nil, adminStatus(err)
+		}
+		if !stateHasMember(st, id.nodeID) {
+			b, err := json.Marshal(redactForNonMember(st, id.nodeID))
+			if err != nil {
+				return nil, adminStatus(err)
+			}
+			resp = &rpc.MetaStateResponse{StateJson: b, LeaderId: resp.LeaderId}
+		}
+	}
+	return resp, nil
 }
 
 func (s *adminServer) JoinNode(ctx context.Context, req *rpc.JoinNodeRequest) (*rpc.JoinNodeResponse, error) {

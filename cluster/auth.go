@@ -25,7 +25,9 @@ import (
 //
 // Auth is on with TLS (or Config.Auth). A caller is then one of:
 //
-//	a node       a node certificate of the cluster CA: everything
+//	a node       a node certificate of the cluster CA, or (Config.Auth
+//	             without TLS) a cluster-secret credential (nodeauth.go):
+//	             everything, while the cluster state lists it as a member
 //	a client     a client certificate of the CA: roles from its OU values
 //	             (auth.ParseRole; unknown ones ignored)
 //	a token      "authorization: Bearer swk_..." (gRPC metadata, HTTP
@@ -107,21 +109,31 @@ var grpcPerms = map[string]auth.Perm{
 	"/swarmkv.v1.Admin/Snapshot":       {Keyspace: auth.Node},
 }
 
+// metaStateMethod is the one Admin call a non-member node may make.
+const metaStateMethod = rpc.Admin_MetaState_FullMethodName
+
 // identity is an authenticated caller.
 type identity struct {
-	name  string   // for logs: "node:n1", "cert:alice", "token:<id>(<name>)"
-	node  bool     // a node certificate
-	roles []string // canonical roles
+	name   string   // for logs: "node:n1", "cert:alice", "token:<id>(<name>)"
+	node   bool     // a node certificate or cluster-secret credential
+	nodeID string   // the node's id when node is set
+	roles  []string // canonical roles
 }
 
-func (id *identity) allows(p auth.Perm) bool {
-	if id == nil {
-		return false
+// allows reports whether id may use p, and if not why: a node identity
+// needs to be a member of the cluster (isMemberNode), anyone else a role.
+func (n *Node) allows(id *identity, p auth.Perm) (bool, string) {
+	switch {
+	case id == nil:
+		return false, msgNoCredentials
+	case id.node && !n.isMemberNode(id.nodeID):
+		return false, errNotMember(id.nodeID)
+	case id.node:
+		return true, ""
+	case !auth.Allows(id.roles, p):
+		return false, "needs " + p.String()
 	}
-	if id.node {
-		return true
-	}
-	return auth.Allows(id.roles, p)
+	return true, ""
 }
 
 // errNoCredentials and errBadToken are what a refused caller is told.
@@ -151,7 +163,7 @@ func identifyCert(cs *tls.ConnectionState) *identity {
 	}
 	c := cs.PeerCertificates[0]
 	if id := pki.NodeID(c); id != "" {
-		return &identity{name: "node:" + id, node: true}
+		return &identity{name: "node:" + id, node: true, nodeID: id}
 	}
 	var roles []string
 	for _, ou := range c.Subject.OrganizationalUnit {
@@ -182,9 +194,9 @@ func (n *Node) identifyToken(tok string) (*identity, bool) {
 	return nil, false
 }
 
-// identifyGRPC returns the caller of a gRPC call (nil, "" without
-// credentials; nil and a message for bad ones).
-func (n *Node) identifyGRPC(ctx context.Context) (*identity, string) {
+// identifyGRPC returns the caller of a gRPC call of method (nil and a
+// message without credentials or with bad ones).
+func (n *Node) identifyGRPC(ctx context.Context, method string) (*identity, string) {
 	if p, ok := peer.FromContext(ctx); ok {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
 			if id := identifyCert(&ti.State); id != nil {
@@ -193,6 +205,9 @@ func (n *Node) identifyGRPC(ctx context.Context) (*identity, string) {
 		}
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
+	if id := n.identifySecret(md, method); id != nil {
+		return id, ""
+	}
 	vals := md.Get("authorization")
 	if len(vals) == 0 {
 		return nil, msgNoCredentials
@@ -231,24 +246,28 @@ func (n *Node) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInf
 	if r, isRedis := req.(*rpc.RedisExecRequest); isRedis {
 		perm = redisPerm(r)
 	}
-	if ok && perm.Keyspace == auth.Node && n.tls == nil {
-		// Without TLS nodes cannot prove who they are (Config.Auth on
-		// loopback): node-to-node calls stay open.
-		return handler(ctx, req)
-	}
-	id, msg := n.identifyGRPC(ctx)
-	switch {
-	case !ok:
+	id, msg := n.identifyGRPC(ctx, info.FullMethod)
+	if !ok {
 		n.audit("grpc", id, info.FullMethod, false, "method not in the permission table")
 		return nil, status.Error(codes.PermissionDenied, "swarmkv: method not allowed")
-	case id == nil:
+	}
+	if id == nil {
 		n.audit("grpc", id, info.FullMethod, false, msg)
 		return nil, status.Error(codes.PermissionDenied, msg)
-	case !id.allows(perm):
-		n.audit("grpc", id, info.FullMethod, false, "needs "+perm.String())
+	}
+	if allowed, why := n.allows(id, perm); !allowed {
+		if id.node && info.FullMethod == metaStateMethod {
+			// A node that is not (or no longer) a member learns its own
+			// membership record only (adminServer.MetaState).
+			return handler(withCaller(ctx, id), req)
+		}
+		n.audit("grpc", id, info.FullMethod, false, why)
+		if id.node {
+			return nil, status.Error(codes.PermissionDenied, why)
+		}
 		return nil, status.Errorf(codes.PermissionDenied, "swarmkv: %s may not call %s (needs %s)", id.name, info.FullMethod, perm)
 	}
-	return handler(ctx, req)
+	return handler(withCaller(ctx, id), req)
 }
 
 // redisPerm: a single read-only command needs assets:read, anything else
@@ -304,16 +323,20 @@ func (n *Node) authHTTP(next http.Handler) http.Handler {
 			}
 		}
 		w.Header().Set("Content-Type", "application/json")
-		switch {
-		case id == nil:
+		if id == nil {
 			n.audit("http", nil, what, false, msg)
 			w.WriteHeader(http.StatusUnauthorized)
 			writeJSONError(w, msg)
 			return
-		case !id.allows(auth.Perm{Keyspace: auth.Admin}):
-			n.audit("http", id, what, false, "needs admin")
+		}
+		if allowed, why := n.allows(id, auth.Perm{Keyspace: auth.Admin}); !allowed {
+			n.audit("http", id, what, false, why)
 			w.WriteHeader(http.StatusForbidden)
-			writeJSONError(w, "swarmkv: "+id.name+" may not use the admin API (needs the admin role)")
+			if id.node {
+				writeJSONError(w, why)
+			} else {
+				writeJSONError(w, "swarmkv: "+id.name+" may not use the admin API (needs the admin role)")
+			}
 			return
 		}
 		if r.Method != http.MethodGet && !id.node {

@@ -78,8 +78,8 @@ func (f *redisFront) authGate(c redcon.Conn, st *redisConn, argv [][]byte) (resp
 	if !ok {
 		return resp.Value{}, false // answered by the front without data
 	}
-	if !a.id.allows(perm) {
-		f.n.audit("redis", a.id, strings.ToUpper(name), false, "needs "+perm.String())
+	if allowed, why := f.n.allows(a.id, perm); !allowed {
+		f.n.audit("redis", a.id, strings.ToUpper(name), false, why)
 		if st.multi {
 			st.dirty = true
 		}

@@ -197,8 +197,20 @@ type Config struct {
 	// another key are not heard.
 	GossipKeys [][]byte
 	// Auth turns client authentication and roles on without TLS (bearer
-	// tokens only; tests). It is always on with TLS.
+	// tokens only; tests). It is always on with TLS. Without TLS it is
+	// refused on a non-loopback listener (even with Insecure), and nodes
+	// prove to each other that they know the cluster secret
+	// (ClusterSecretFile, nodeauth.go).
 	Auth bool
+	// ClusterSecretFile is the cluster secret of Auth without TLS: a file
+	// of at least 32 bytes of random text (e.g. `head -c 32 /dev/urandom |
+	// base64`), the same on every node, readable by its owner only (mode
+	// 0600 or 0400). Node-to-node gRPC calls and Raft connections carry an
+	// HMAC made with it (nodeauth.go, mux_auth.go). Empty: a one-node
+	// cluster (no Join) makes and keeps <DataDir>/cluster-secret; a node
+	// with Join addresses refuses to start. Not used with TLS (node
+	// certificates prove who a node is); setting it there is an error.
+	ClusterSecretFile string
 
 	// Logger receives structured logs; default slog.Default(). Records
 	// carry node (and shard) attributes.
@@ -425,12 +437,32 @@ func (e *insecureError) Error() string   { return e.msg }
 func (e *insecureError) Unwrap() []error { return []error{ErrInsecure, ErrConfig} }
 
 // checkSecure refuses non-loopback listeners without TLS (and a gossip
-// address without a key) unless Insecure is set.
+// address without a key) unless Insecure is set, and Auth without TLS on
+// any non-loopback listener even with Insecure: without TLS a node's
+// identity and a client's token cross the network in the clear, so auth
+// there would be a promise the node cannot keep.
 func (c Config) checkSecure() error {
+	listeners := [][2]string{{"grpc", c.GRPCAddr}, {"raft", c.RaftAddr}, {"http", c.HTTPAddr}, {"gossip", c.GossipAddr}, {"redis", c.RedisAddr}}
+	if !c.TLS.Enabled() {
+		if c.ClusterSecretFile != "" && !c.Auth {
+			return errConfigf("cluster secret file %s: only used with --auth without TLS", c.ClusterSecretFile)
+		}
+		if c.Auth {
+			for _, l := range listeners {
+				if l[1] != "" && !isLoopback(l[1]) {
+					return &insecureError{fmt.Sprintf("refusing --auth without TLS on %s (%s), even with --insecure: tokens and node credentials would cross the network in the clear; set --tls-ca, --tls-cert and --tls-key or listen on loopback", l[1], l[0])}
+				}
+			}
+			if c.ClusterSecretFile == "" && len(c.Join) > 0 {
+				return errConfigf("--auth without TLS on a node that joins others (--join) needs --cluster-secret-file: the same secret file on every node (a one-node cluster makes its own)")
+			}
+		}
+	} else if c.ClusterSecretFile != "" {
+		return errConfigf("cluster secret file %s: not used with TLS (node certificates prove who a node is); drop --cluster-secret-file", c.ClusterSecretFile)
+	}
 	if c.Insecure {
 		return nil
 	}
-	listeners := [][2]string{{"grpc", c.GRPCAddr}, {"raft", c.RaftAddr}, {"http", c.HTTPAddr}, {"gossip", c.GossipAddr}, {"redis", c.RedisAddr}}
 	for _, l := range listeners {
 		if l[1] == "" || isLoopback(l[1]) {
 			continue
@@ -443,6 +475,10 @@ func (c Config) checkSecure() error {
 		}
 	}
 	return nil
+}
+
+func errConfigf(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...))
 }
 
 // cacheCapacity is the size of the node's Pebble cache: BlockCacheSize for

@@ -77,6 +77,19 @@ type MuxConfig struct {
 	// (tls.go: both sides present node certificates of the cluster CA).
 	ServerTLS *tls.Config
 	ClientTLS *tls.Config
+	// Secret, if set, is the cluster secret (Config.Auth without TLS):
+	// every connection starts with the authenticated preface of
+	// mux_auth.go instead of the plain header, and connections without it
+	// are closed. Not with ServerTLS/ClientTLS.
+	Secret []byte
+	// LocalID is this node's id, named in the preface. Required with
+	// Secret.
+	LocalID string
+	// AllowPeer, if set, is asked about the node id of every accepted
+	// connection (the TLS node certificate's, or the preface's) once its
+	// handshake succeeded; an error closes the connection before any Raft
+	// traffic (nodeauth.go: members only).
+	AllowPeer func(nodeID string) error
 }
 
 // withDefaults returns c with zero fields set to their defaults.
@@ -105,6 +118,12 @@ func (c MuxConfig) Validate() error {
 	}
 	if (c.ServerTLS == nil) != (c.ClientTLS == nil) {
 		return fmt.Errorf("%w: ServerTLS and ClientTLS go together", ErrMuxConfig)
+	}
+	if len(c.Secret) > 0 && c.ServerTLS != nil {
+		return fmt.Errorf("%w: Secret is for connections without TLS", ErrMuxConfig)
+	}
+	if len(c.Secret) > 0 && !idPattern.MatchString(c.LocalID) {
+		return fmt.Errorf("%w: Secret needs a valid LocalID, got %q", ErrMuxConfig, c.LocalID)
 	}
 	if c.HandshakeTimeout < 0 {
 		return fmt.Errorf("%w: HandshakeTimeout %s is negative", ErrMuxConfig, c.HandshakeTimeout)
@@ -136,6 +155,10 @@ func (c MuxConfig) Validate() error {
 //	| 0x53 | 0x57 |                               | bytes ...
 //	+------+------+------+------+------+------+---------------------------
 //
+// With MuxConfig.Secret (Config.Auth without TLS) the header is the
+// authenticated preface of mux_auth.go instead, and a plain header is
+// refused. With TLS or a secret, MuxConfig.AllowPeer vets the peer's node id.
+//
 // The acceptor must receive the whole header within MuxConfig.HandshakeTimeout.
 // A connection with a bad magic, a short header, or a group with no open Layer
 // is closed and logged at debug level: a node may receive traffic for a shard
@@ -164,6 +187,9 @@ type Mux struct {
 	handshakeTimeout time.Duration
 	serverTLS        *tls.Config
 	clientTLS        *tls.Config
+	secret           []byte
+	localID          string
+	allowPeer        func(string) error
 
 	done chan struct{}  // closed by Close
 	wg   sync.WaitGroup // the accept goroutine and every handshake goroutine
@@ -193,6 +219,9 @@ func NewMux(cfg MuxConfig) (*Mux, error) {
 		handshakeTimeout: cfg.HandshakeTimeout,
 		serverTLS:        cfg.ServerTLS,
 		clientTLS:        cfg.ClientTLS,
+		secret:           cfg.Secret,
+		localID:          cfg.LocalID,
+		allowPeer:        cfg.AllowPeer,
 		done:             make(chan struct{}),
 	}
 	m.mu.layers = make(map[uint32]*Layer)
@@ -335,6 +364,9 @@ func (m *Mux) handshake(raw net.Conn) {
 	case errors.As(err, new(*tlsHandshakeError)):
 		m.log.Warn("raft mux: refused connection: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
 		_ = c.Close()
+	case errors.As(err, new(*peerRefusedError)):
+		m.log.Warn("raft mux: refused connection", "remote", c.RemoteAddr().String(), "err", err)
+		_ = c.Close()
 	case err != nil:
 		m.log.Debug("raft mux: rejected connection", "remote", c.RemoteAddr().String(), "err", err)
 		_ = c.Close()
@@ -360,8 +392,18 @@ func (m *Mux) readHeader(c net.Conn) (uint32, error) {
 	if _, err := io.ReadFull(c, hdr[:]); err != nil {
 		return 0, fmt.Errorf("cluster: mux header: %w", err)
 	}
-	group, err := parseMuxHeader(hdr)
+	var group uint32
+	var peerID string
+	var err error
+	if m.secret != nil {
+		group, peerID, err = m.acceptAuth(c, hdr) // mux_auth.go
+	} else {
+		group, err = parseMuxHeader(hdr)
+	}
 	if err != nil {
+		return 0, err
+	}
+	if err := m.checkPeer(c, peerID); err != nil {
 		return 0, err
 	}
 	if err := c.SetDeadline(time.Time{}); err != nil {
@@ -502,7 +544,11 @@ func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 			return nil, fmt.Errorf("cluster: mux dial group %d at %s: tls: %w", l.group, address, err)
 		}
 	}
-	if err := l.writeHeader(ctx, c); err != nil {
+	write := l.writeHeader
+	if l.m.secret != nil {
+		write = func(ctx context.Context, c net.Conn) error { return l.m.dialAuth(ctx, c, l.group) } // mux_auth.go
+	}
+	if err := write(ctx, c); err != nil {
 		_ = c.Close()
 		if l.ctx.Err() != nil {
 			return nil, ErrLayerClosed

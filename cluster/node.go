@@ -52,6 +52,9 @@ type Node struct {
 	httpLn   net.Listener
 	redis    *redisFront // the RESP front (redis.go); nil without RedisAddr
 	tls      *nodeTLS    // the node's TLS identity (tls.go); nil without Config.TLS
+	// secret is the cluster secret of Config.Auth without TLS
+	// (nodeauth.go); nil otherwise.
+	secret []byte
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -125,6 +128,12 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 		n.peers.creds = credentials.NewTLS(n.tls.peerConfig())
 	}
+	if n.secret, err = loadClusterSecret(cfg); err != nil {
+		return nil, err
+	}
+	if n.secret != nil {
+		n.peers.unary = n.nodeCredUnary
+	}
 	n.cache = pebble.NewCache(cfg.cacheCapacity())
 	if n.cfg.logStore, err = openLogStore(n.cfg, n.cache); err != nil { // shared by every replica; closed after them
 		return nil, err
@@ -139,7 +148,8 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	n.addrs.ID = cfg.ID
 	n.addrs.RaftAddr = advertised(cfg.RaftAdvertise, raftLn.Addr())
-	mcfg := MuxConfig{Listener: raftLn, Advertise: n.addrs.RaftAddr, Dial: cfg.Dial, Logger: n.log}
+	mcfg := MuxConfig{Listener: raftLn, Advertise: n.addrs.RaftAddr, Dial: cfg.Dial, Logger: n.log,
+		LocalID: cfg.ID, Secret: n.secret, AllowPeer: n.raftPeerAllowed}
 	if n.tls != nil {
 		mcfg.ServerTLS, mcfg.ClientTLS = n.tls.serverConfig(true), n.tls.peerConfig()
 	}

@@ -20,6 +20,9 @@ type peers struct {
 	// the node certificate (nodeTLS.peerConfig) or, without TLS, insecure.
 	// Set by New before any call.
 	creds credentials.TransportCredentials
+	// unary, if set, intercepts every call: it adds the cluster-secret
+	// credential without TLS (nodeauth.go). Set by New before any call.
+	unary grpc.UnaryClientInterceptor
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -38,7 +41,11 @@ func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if p.unary != nil {
+		opts = append(opts, grpc.WithUnaryInterceptor(p.unary))
+	}
+	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err
 	}

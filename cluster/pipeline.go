@@ -290,7 +290,7 @@ func (p *pipelineServer) call(ctx context.Context, call *rpc.PipelineCall) (any,
 // authorized on its own as well, by authUnary.
 func (n *Node) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if n.authOn() {
-		if id, msg := n.identifyGRPC(ss.Context()); id == nil {
+		if id, msg := n.identifyGRPC(ss.Context(), info.FullMethod); id == nil {
 			n.audit("grpc", nil, info.FullMethod, false, msg)
 			return status.Error(codes.PermissionDenied, msg)
 		}

@@ -86,7 +86,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&gossipKey, "gossip-key-file", "", "`PATH` of the gossip keyring: base64 16/24/32-byte keys, one per line, the first encrypts (swarmnode certs ca writes one)")
 	fs.BoolVar(&cfg.Insecure, "insecure", false, "allow non-loopback listen addresses without TLS and gossip encryption")
 	fs.BoolVar(&faults, "fault-injection", false, "test clusters only: serve PUT /debug/faults (admin API), which delays, drops and cuts this node's Raft traffic (make jepsen)")
-	fs.BoolVar(&cfg.Auth, "auth", false, "require client authentication (tokens) even without TLS (always on with TLS)")
+	fs.BoolVar(&cfg.Auth, "auth", false, "require client authentication (tokens) even without TLS (always on with TLS); without TLS loopback listeners only")
+	fs.StringVar(&cfg.ClusterSecretFile, "cluster-secret-file", "", "`PATH` of the cluster secret for --auth without TLS: at least 32 random bytes (head -c 32 /dev/urandom | base64),\n"+
+		"mode 0600, the same file on every node; node-to-node calls and Raft connections prove they know it.\n"+
+		"Needed by nodes that --join others; a lone node makes <data-dir>/cluster-secret")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}

@@ -1,0 +1,149 @@
+package cluster
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/swarmkv/swarmkv/internal/pki"
+)
+
+// Authenticated connection preface of the Raft port (MuxConfig.Secret: a
+// cluster secret, Config.Auth without TLS). Both sides prove they know the
+// secret with a challenge/response over fresh nonces, so a recorded
+// preface is worth nothing on another connection:
+//
+//	dialer -> acceptor  'S' 'A' | group uint32 BE | idLen uint8 | id | nonceD [16]
+//	acceptor -> dialer  nonceA [16] | macA [32]
+//	dialer -> acceptor  macD [32]
+//
+//	macA = HMAC-SHA256(secret, "swarmkv raft accept" 0 group 0 id 0 nonceD 0 nonceA)
+//	macD = HMAC-SHA256(secret, "swarmkv raft dial"   0 group 0 id 0 nonceD 0 nonceA)
+//
+// (group as its 4 bytes, nodeMAC's framing.) The acceptor hands the
+// connection to the group's Layer only after macD checks out and
+// MuxConfig.AllowPeer accepts id; the dialer writes Raft traffic only after
+// macA checks out. A connection without the preface ('S' 'W' header, or
+// anything else) is closed before any Raft byte is read. The secret itself
+// never crosses the wire; the traffic after the preface is not encrypted
+// (loopback only: config.go refuses Auth without TLS elsewhere).
+
+// muxAuthMagic starts an authenticated preface.
+var muxAuthMagic = [2]byte{'S', 'A'}
+
+const muxNonceLen = 16
+
+var (
+	errMuxNoAuth  = errors.New("cluster: mux: connection without the cluster-secret preface")
+	errMuxBadAuth = errors.New("cluster: mux: cluster-secret proof does not match")
+)
+
+// peerRefusedError is a connection refused for who its peer is: a failed
+// cluster-secret proof, or a node id MuxConfig.AllowPeer refuses.
+type peerRefusedError struct{ err error }
+
+func (e *peerRefusedError) Error() string { return "cluster: mux: peer refused: " + e.err.Error() }
+func (e *peerRefusedError) Unwrap() error { return e.err }
+
+func muxAuthMAC(secret []byte, label string, group uint32, id string, nonceD, nonceA []byte) []byte {
+	var g [4]byte
+	binary.BigEndian.PutUint32(g[:], group)
+	return nodeMAC(secret, label, string(g[:]), id, string(nonceD), string(nonceA))
+}
+
+// acceptAuth runs the acceptor's side of the preface after the 6-byte
+// header hdr; it returns the dialer's node id.
+func (m *Mux) acceptAuth(c net.Conn, hdr [muxHeaderLen]byte) (uint32, string, error) {
+	if hdr[0] != muxAuthMagic[0] || hdr[1] != muxAuthMagic[1] {
+		return 0, "", &peerRefusedError{errMuxNoAuth}
+	}
+	group := binary.BigEndian.Uint32(hdr[2:])
+	var l [1]byte
+	if _, err := io.ReadFull(c, l[:]); err != nil {
+		return 0, "", fmt.Errorf("cluster: mux preface: %w", err)
+	}
+	rest := make([]byte, int(l[0])+muxNonceLen)
+	if _, err := io.ReadFull(c, rest); err != nil {
+		return 0, "", fmt.Errorf("cluster: mux preface: %w", err)
+	}
+	id, nonceD := string(rest[:l[0]]), rest[l[0]:]
+	if !idPattern.MatchString(id) {
+		return 0, "", &peerRefusedError{fmt.Errorf("bad node id in the preface")}
+	}
+	nonceA := make([]byte, muxNonceLen)
+	if _, err := rand.Read(nonceA); err != nil {
+		return 0, "", err
+	}
+	out := append(nonceA, muxAuthMAC(m.secret, "swarmkv raft accept", group, id, nonceD, nonceA)...)
+	if _, err := c.Write(out); err != nil {
+		return 0, "", fmt.Errorf("cluster: mux preface: %w", err)
+	}
+	macD := make([]byte, 32)
+	if _, err := io.ReadFull(c, macD); err != nil {
+		return 0, "", fmt.Errorf("cluster: mux preface: %w", err)
+	}
+	if !hmac.Equal(macD, muxAuthMAC(m.secret, "swarmkv raft dial", group, id, nonceD, nonceA)) {
+		return 0, "", &peerRefusedError{fmt.Errorf("node %q: %w", id, errMuxBadAuth)}
+	}
+	return group, id, nil
+}
+
+// dialAuth runs the dialer's side of the preface for group on c, within
+// ctx's deadline.
+func (m *Mux) dialAuth(ctx context.Context, c net.Conn, group uint32) error {
+	dl, _ := ctx.Deadline() // zero: no deadline
+	if err := c.SetDeadline(dl); err != nil {
+		return err
+	}
+	nonceD := make([]byte, muxNonceLen)
+	if _, err := rand.Read(nonceD); err != nil {
+		return err
+	}
+	b := make([]byte, 0, muxHeaderLen+1+len(m.localID)+muxNonceLen)
+	b = append(b, muxAuthMagic[:]...)
+	b = binary.BigEndian.AppendUint32(b, group)
+	b = append(b, byte(len(m.localID)))
+	b = append(append(b, m.localID...), nonceD...)
+	if _, err := c.Write(b); err != nil {
+		return err
+	}
+	in := make([]byte, muxNonceLen+32)
+	if _, err := io.ReadFull(c, in); err != nil {
+		return fmt.Errorf("no cluster-secret proof from the peer: %w", err)
+	}
+	nonceA, macA := in[:muxNonceLen], in[muxNonceLen:]
+	if !hmac.Equal(macA, muxAuthMAC(m.secret, "swarmkv raft accept", group, m.localID, nonceD, nonceA)) {
+		return fmt.Errorf("the peer's cluster-secret proof does not match: %w", errMuxBadAuth)
+	}
+	if _, err := c.Write(muxAuthMAC(m.secret, "swarmkv raft dial", group, m.localID, nonceD, nonceA)); err != nil {
+		return err
+	}
+	return c.SetDeadline(time.Time{})
+}
+
+// checkPeer asks AllowPeer about the node id of an accepted connection: id
+// from the preface, or the TLS node certificate's.
+func (m *Mux) checkPeer(c net.Conn, id string) error {
+	if m.allowPeer == nil {
+		return nil
+	}
+	if tc, ok := c.(*tls.Conn); ok {
+		if cs := tc.ConnectionState(); len(cs.PeerCertificates) > 0 {
+			id = pki.NodeID(cs.PeerCertificates[0])
+		}
+	}
+	if id == "" {
+		return nil // neither TLS nor a secret: no identity to check
+	}
+	if err := m.allowPeer(id); err != nil {
+		return &peerRefusedError{err}
+	}
+	return nil
+}

@@ -1,0 +1,250 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+// Node identities (who may make node-to-node calls).
+//
+// With TLS a node proves its id with its node certificate (tls.go). With
+// Config.Auth and no TLS (loopback only, config.go checkSecure) nodes share
+// a cluster secret (Config.ClusterSecretFile) and prove that they know it:
+//
+//	gRPC       every node-to-node call carries the metadata
+//	           swarmkv-node: <id>
+//	           swarmkv-node-auth: <unix seconds>.<hex HMAC-SHA256(secret,
+//	               "swarmkv grpc\x00" id "\x00" method "\x00" seconds)>
+//	           accepted within nodeCredSkew of the server's clock, for that
+//	           method only
+//	Raft port  a challenge/response on the connection preface (mux_auth.go)
+//
+// Either way an identity counts only while the cluster state lists that
+// node id as a member (active or leaving; isMemberNode): a removed node's
+// certificate, or a removed node that kept the secret and claims its old
+// id, is refused on the Raft port, on Admin and on the client API. A node
+// that is in no cluster yet (no state: waiting to be admitted, or before
+// bootstrap) accepts every valid node identity: it holds no data, and the
+// meta leader that admits it must reach it before it is listed anywhere.
+// Admin/MetaState is the one call a non-member node may still make: it is
+// answered with that node's own membership record only (redactForNonMember),
+// which is how a removed node learns it was removed and stops.
+
+const (
+	// clusterSecretName is the secret a one-node cluster makes in its data
+	// dir when Auth is on without TLS and no ClusterSecretFile is given.
+	clusterSecretName = "cluster-secret"
+	// minClusterSecret is the least length of a cluster secret, in bytes.
+	minClusterSecret = 32
+	// nodeCredSkew is how far a gRPC node credential's time may be from the
+	// server's clock (every node is on one host: loopback only).
+	nodeCredSkew = 2 * time.Minute
+
+	mdNode     = "swarmkv-node"
+	mdNodeAuth = "swarmkv-node-auth"
+)
+
+// ErrClusterSecret is wrapped by every cluster secret file error.
+var ErrClusterSecret = errors.New("cluster: cluster secret")
+
+// loadClusterSecret returns the cluster secret of cfg (Auth without TLS),
+// or nil when none is needed. A secret file must be readable by its owner
+// only and hold at least minClusterSecret bytes (surrounding white space
+// is not part of the secret). Errors never quote the secret.
+func loadClusterSecret(cfg Config) ([]byte, error) {
+	if !cfg.Auth || cfg.TLS.Enabled() {
+		return nil, nil
+	}
+	path := cfg.ClusterSecretFile
+	if path == "" {
+		if len(cfg.Join) > 0 { // Validate refuses this too
+			return nil, fmt.Errorf("%w: a node that joins others needs --cluster-secret-file", ErrClusterSecret)
+		}
+		path = filepath.Join(cfg.DataDir, clusterSecretName)
+		if err := makeClusterSecret(path); err != nil {
+			return nil, err
+		}
+	}
+	return readClusterSecret(path)
+}
+
+// readClusterSecret reads and checks a cluster secret file.
+func readClusterSecret(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrClusterSecret, err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%w: %s is readable by group or others (mode %#o): chmod 600 it", ErrClusterSecret, path, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrClusterSecret, err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) < minClusterSecret {
+		return nil, fmt.Errorf("%w: %s holds %d bytes, want at least %d random ones (head -c 32 /dev/urandom | base64)", ErrClusterSecret, path, len(b), minClusterSecret)
+	}
+	return b, nil
+}
+
+// makeClusterSecret writes 32 random bytes (hex) to path (0600) unless it
+// exists.
+func makeClusterSecret(path string) error {
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return fmt.Errorf("%w: %w", ErrClusterSecret, err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrClusterSecret, err)
+	}
+	_, err = f.WriteString(hex.EncodeToString(raw[:]) + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("%w: %w", ErrClusterSecret, err)
+	}
+	return nil
+}
+
+// nodeMAC is HMAC-SHA256(secret, label 0 part 0 part ...).
+func nodeMAC(secret []byte, label string, parts ...string) []byte {
+	h := hmac.New(sha256.New, secret)
+	h.Write([]byte(label))
+	for _, p := range parts {
+		h.Write([]byte{0})
+		h.Write([]byte(p))
+	}
+	return h.Sum(nil)
+}
+
+// grpcNodeCred returns the metadata value of mdNodeAuth for a call of
+// method by node id at time now.
+func grpcNodeCred(secret []byte, id, method string, now time.Time) string {
+	ts := strconv.FormatInt(now.Unix(), 10)
+	return ts + "." + hex.EncodeToString(nodeMAC(secret, "swarmkv grpc", id, method, ts))
+}
+
+// checkGRPCNodeCred reports whether cred is a valid credential of node id
+// for method at time now.
+func checkGRPCNodeCred(secret []byte, id, method, cred string, now time.Time) bool {
+	ts, mac, ok := strings.Cut(cred, ".")
+	if !ok || len(ts) > 20 {
+		return false
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return false
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > nodeCredSkew || d < -nodeCredSkew {
+		return false
+	}
+	got, err := hex.DecodeString(mac)
+	if err != nil {
+		return false
+	}
+	return hmac.Equal(got, nodeMAC(secret, "swarmkv grpc", id, method, ts))
+}
+
+// nodeCredUnary is the client interceptor of node-to-node gRPC calls
+// without TLS: it adds this node's credential for the call's method.
+func (n *Node) nodeCredUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	ctx = metadata.AppendToOutgoingContext(ctx, mdNode, n.cfg.ID, mdNodeAuth, grpcNodeCred(n.secret, n.cfg.ID, method, time.Now()))
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// identifySecret returns the node identity of a call that carries a valid
+// cluster-secret credential for method, or nil.
+func (n *Node) identifySecret(md metadata.MD, method string) *identity {
+	if n.secret == nil {
+		return nil
+	}
+	ids, creds := md.Get(mdNode), md.Get(mdNodeAuth)
+	if len(ids) != 1 || len(creds) != 1 || !idPattern.MatchString(ids[0]) {
+		return nil
+	}
+	if !checkGRPCNodeCred(n.secret, ids[0], method, creds[0], time.Now()) {
+		return nil
+	}
+	return &identity{name: "node:" + ids[0], node: true, nodeID: ids[0]}
+}
+
+// isMemberNode reports whether node id may act as a node: the cluster state
+// this node knows lists it as active or leaving, or this node has no state
+// yet (see the comment at the top of this file).
+func (n *Node) isMemberNode(id string) bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.mu.state == nil {
+		return true
+	}
+	return stateHasMember(n.mu.state, id)
+}
+
+// stateHasMember reports whether st lists node id as active or leaving.
+func stateHasMember(st *State, id string) bool {
+	s := st.Status(id)
+	return s == StatusActive || s == StatusLeaving
+}
+
+// errNotMember is why a node identity that is not a member is refused.
+func errNotMember(id string) string {
+	return "swarmkv: node " + id + " is not a member of the cluster (removed or never admitted)"
+}
+
+// raftPeerAllowed is the Mux's check of a peer's node id (Raft port).
+func (n *Node) raftPeerAllowed(id string) error {
+	if !n.isMemberNode(id) {
+		return errors.New(errNotMember(id))
+	}
+	return nil
+}
+
+// redactForNonMember returns the state a non-member node is told: the
+// cluster id, the epoch, the shard map (public: Cluster/ClusterMap) and
+// its own membership record, if any. No other member, no placement, no
+// token.
+func redactForNonMember(st *State, id string) *State {
+	out := &State{FormatVersion: st.FormatVersion, ClusterID: st.ClusterID, Epoch: st.Epoch,
+		MapVersion: st.MapVersion, NumShards: st.NumShards, Slots: st.Slots}
+	if m := st.member(id); m != nil {
+		out.Nodes = []NodeAddrs{*m}
+	}
+	return out
+}
+
+// callerKey carries the caller's identity in a call's context (authUnary).
+type callerKey struct{}
+
+func withCaller(ctx context.Context, id *identity) context.Context {
+	return context.WithValue(ctx, callerKey{}, id)
+}
+
+// callerOf returns the identity authUnary found for the call, or nil.
+func callerOf(ctx context.Context) *identity {
+	id, _ := ctx.Value(callerKey{}).(*identity)
+	return id
+}

@@ -22,6 +22,30 @@ func TestServeRefusesInsecureListener(t *testing.T) {
 	}
 }
 
+// TestServeRefusesInsecureAuth: --insecure --auth on a network address
+// does not start (one line naming --auth), and never logs auth=true; the
+// same through the environment.
+func TestServeRefusesInsecureAuth(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a node that starts stops then
+	defer cancel()
+	_, stderr, err := runCmd(ctx, "serve", "--data-dir", t.TempDir(), "--insecure", "--auth", "--grpc-addr", "0.0.0.0:0")
+	if err == nil || exitCode(err) != 2 || !errors.Is(err, cluster.ErrInsecure) {
+		t.Fatalf("serve --insecure --auth on 0.0.0.0: %v (exit %d)", err, exitCode(err))
+	}
+	if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, "--auth") || !strings.Contains(msg, "0.0.0.0:0") {
+		t.Fatalf("want one line naming the address and --auth: %q", msg)
+	}
+	if strings.Contains(stderr, "auth=true") {
+		t.Fatalf("logged auth=true: %s", stderr)
+	}
+	t.Setenv("SWARM_AUTH", "true")
+	t.Setenv("SWARM_INSECURE", "true")
+	t.Setenv("SWARM_RAFT_ADDR", "0.0.0.0:0")
+	if _, _, err := runCmd(ctx, "serve", "--data-dir", t.TempDir()); !errors.Is(err, cluster.ErrInsecure) {
+		t.Fatalf("SWARM_AUTH with SWARM_INSECURE on 0.0.0.0: %v", err)
+	}
+}
+
 func TestCertsCommand(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()

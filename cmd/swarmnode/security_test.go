@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -222,5 +224,44 @@ func TestCLIOverTLS(t *testing.T) {
 	}
 	if !strings.Contains(serveLog.String(), "audit=true") {
 		t.Error("no audit records in the node's log")
+	}
+}
+
+// TestComposeTLSMountsOwnKeysOnly (issue 22 item 3): every node of
+// docker-compose.tls.yml mounts the CA certificate, the gossip keyring and
+// its own certificate and key, file by file: never the certs folder, the
+// CA key or another node's key.
+func TestComposeTLSMountsOwnKeysOnly(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docker-compose.tls.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts := map[string][]string{}
+	svc := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "   ") && strings.HasSuffix(line, ":") {
+			svc = strings.TrimSuffix(strings.TrimSpace(line), ":")
+			mounts[svc] = nil
+			continue
+		}
+		if svc != "" && strings.Contains(line, "certs") && (strings.Contains(line, "- ") || strings.Contains(line, "volumes:")) {
+			mounts[svc] = append(mounts[svc], strings.TrimSpace(line))
+		}
+	}
+	if len(mounts) != 5 {
+		t.Fatalf("services %v, want n1..n5", mounts)
+	}
+	for i := 1; i <= 5; i++ {
+		id := fmt.Sprintf("n%d", i)
+		var want []string
+		for _, f := range []string{"ca.pem", "gossip.key", id + ".pem", id + "-key.pem"} {
+			want = append(want, "- ./certs/"+f+":/certs/"+f+":ro")
+		}
+		got := mounts[id]
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s mounts %q, want %q", id, got, want)
+		}
 	}
 }

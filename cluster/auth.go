@@ -267,7 +267,10 @@ func (n *Node) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInf
 		}
 		return nil, status.Errorf(codes.PermissionDenied, "swarmkv: %s may not call %s (needs %s)", id.name, info.FullMethod, perm)
 	}
-	return handler(withCaller(ctx, id), req)
+	if info.FullMethod == metaStateMethod {
+		ctx = withCaller(ctx, id) // adminServer.MetaState tells non-members less
+	}
+	return handler(ctx, req)
 }
 
 // redisPerm: a single read-only command needs assets:read, anything else

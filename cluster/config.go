@@ -119,6 +119,10 @@ type Config struct {
 	// (it holds at least one item whatever its size). Default 4 MiB;
 	// 4 KiB..256 MiB.
 	MaxPageBytes int
+	// MaxKeysReply bounds the keys of a RESP KEYS reply: a KEYS that
+	// would answer more (or more than MaxPageBytes) is refused with an
+	// error that names SCAN. Default 100000; 1..10000000.
+	MaxKeysReply int
 	// RequestTimeout is the deadline of a gRPC call that arrives without
 	// one, and of each RESP command (forwarding and retries included):
 	// every read barrier, proposal and forward a call makes ends by then.
@@ -229,6 +233,7 @@ const (
 	// minPageBytes and maxPageBytesLimit bound MaxPageBytes.
 	minPageBytes      = 4 << 10
 	maxPageBytesLimit = 256 << 20
+	maxKeysReplyLimit = 10000000
 	// maxStreamsLimit and maxConnsPerIPLimit bound the connection limits.
 	maxStreamsLimit    = 1 << 20
 	maxConnsPerIPLimit = 1 << 20
@@ -292,6 +297,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxPageBytes == 0 {
 		c.MaxPageBytes = 4 << 20
+	}
+	if c.MaxKeysReply == 0 {
+		c.MaxKeysReply = 100000
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 10 * time.Second
@@ -403,6 +411,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPageBytes < minPageBytes || c.MaxPageBytes > maxPageBytesLimit {
 		return bad("max page bytes %d: want %d..%d", c.MaxPageBytes, minPageBytes, maxPageBytesLimit)
+	}
+	if c.MaxKeysReply < 1 || c.MaxKeysReply > maxKeysReplyLimit {
+		return bad("max keys reply %d: want 1..%d", c.MaxKeysReply, maxKeysReplyLimit)
 	}
 	if c.RequestTimeout < 10*time.Millisecond || c.RequestTimeout > time.Hour {
 		return bad("request timeout %v: want 10ms..1h", c.RequestTimeout)

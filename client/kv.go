@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"errors"
+	"iter"
 
 	"google.golang.org/grpc"
 
@@ -78,7 +80,10 @@ type KeyValue struct {
 // Scan returns up to limit keys under routingKey that start with prefix,
 // in key order, beginning after startAfter (nil: from the first). more
 // reports whether further keys follow; pass the last key as startAfter to
-// continue. limit <= 0 asks for the server's page size.
+// continue. limit <= 0 asks for the server's page size. The server also
+// ends a page before its size passes its byte bound (--max-page-bytes),
+// so a page may hold fewer than limit keys while more is true; it holds at
+// least one. ScanAll iterates over every page.
 func (c *Client) Scan(ctx context.Context, routingKey, prefix, startAfter []byte, limit int, opts ...ReadOption) (items []KeyValue, more bool, err error) {
 	cons, co := consistency(opts)
 	var resp *rpc.ScanResponse
@@ -150,4 +155,40 @@ func (c *Client) Batch(ctx context.Context, routingKey []byte, guards []Guard, o
 		return BatchResult{}, err
 	}
 	return BatchResult{Succeeded: resp.GetSucceeded(), FailedGuard: int(resp.GetFailedGuard())}, nil
+}
+
+// ScanAll iterates over every key under routingKey that starts with
+// prefix, in key order, reading one server page (of the server's page
+// size and byte bound) at a time, so at most one page is held in memory.
+// An error ends the iteration as its last element. Each page is a
+// separate read: the iteration is not one snapshot.
+//
+//	for kv, err := range c.ScanAll(ctx, rk, []byte("asset:")) {
+//		if err != nil { return err }
+//		use(kv)
+//	}
+func (c *Client) ScanAll(ctx context.Context, routingKey, prefix []byte, opts ...ReadOption) iter.Seq2[KeyValue, error] {
+	return func(yield func(KeyValue, error) bool) {
+		var after []byte
+		for {
+			items, more, err := c.Scan(ctx, routingKey, prefix, after, 0, opts...)
+			if err != nil {
+				yield(KeyValue{}, err)
+				return
+			}
+			for _, kv := range items {
+				if !yield(kv, nil) {
+					return
+				}
+			}
+			if !more {
+				return
+			}
+			if len(items) == 0 {
+				yield(KeyValue{}, errors.New("swarmkv: scan: the server answered an empty page with more"))
+				return
+			}
+			after = items[len(items)-1].Key
+		}
+	}
 }

@@ -366,29 +366,38 @@ func (p *Pools) DeletePool(ctx context.Context, actor, poolID string, cascade bo
 }
 
 // ListPools returns the pools actor may see: every public pool and actor's
-// own private ones, in pool id order.
+// own private ones, in pool id order, read page by page (pages.go).
 func (p *Pools) ListPools(ctx context.Context, actor string, opts ...ReadOption) ([]*records.Pool, error) {
+	return collectPages(ctx, "pools", func(ctx context.Context, pg Page) ([]*records.Pool, []byte, error) {
+		return p.ListPoolsPage(ctx, actor, pg, opts...)
+	})
+}
+
+// ListPoolsPage returns one page of the pools actor may see, in pool id
+// order, and the cursor of the next page (nil after the last). The page
+// may hold fewer pools than the limit, even none, while more follow.
+func (p *Pools) ListPoolsPage(ctx context.Context, actor string, pg Page, opts ...ReadOption) ([]*records.Pool, []byte, error) {
 	if err := checkActor(actor); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cons, co := consistency(opts)
 	var resp *rpc.PoolList
 	err := p.call(ctx, co, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
-		resp, err = pc.ListPools(ctx, &rpc.ListPoolsRequest{Actor: actor, Consistency: cons})
+		resp, err = pc.ListPools(ctx, &rpc.ListPoolsRequest{Actor: actor, Consistency: cons, Cursor: pg.Cursor, Limit: pg.limit()})
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([]*records.Pool, 0, len(resp.GetPools()))
 	for _, pp := range resp.GetPools() {
 		pool, err := poolFrom(pp)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, pool)
 	}
-	return out, nil
+	return out, nextCursor(resp.GetNextCursor()), nil
 }
 
 // ---------------------------------------------------------------- bots
@@ -481,33 +490,42 @@ func (p *Pools) RemoveBot(ctx context.Context, actor, agentID string) error {
 }
 
 // ListBots returns the bots of pool poolID, without tokens, in agent id
-// order. The pool must be visible to actor: ErrNotFound if it does not
-// exist, ErrPermissionDenied if it is another user's private pool.
+// order, read page by page (pages.go). The pool must be visible to actor:
+// ErrNotFound if it does not exist, ErrPermissionDenied if it is another
+// user's private pool.
 func (p *Pools) ListBots(ctx context.Context, actor, poolID string, opts ...ReadOption) ([]*BotInfo, error) {
+	return collectPages(ctx, "bots", func(ctx context.Context, pg Page) ([]*BotInfo, []byte, error) {
+		return p.ListBotsPage(ctx, actor, poolID, pg, opts...)
+	})
+}
+
+// ListBotsPage returns one page of the bots of pool poolID, as ListBots,
+// and the cursor of the next page (nil after the last).
+func (p *Pools) ListBotsPage(ctx context.Context, actor, poolID string, pg Page, opts ...ReadOption) ([]*BotInfo, []byte, error) {
 	if err := checkActor(actor); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := checkPoolID(poolID); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cons, co := consistency(opts)
 	var resp *rpc.BotList
 	err := p.call(ctx, co, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
-		resp, err = pc.ListBots(ctx, &rpc.ListBotsRequest{Actor: actor, PoolId: poolID, Consistency: cons})
+		resp, err = pc.ListBots(ctx, &rpc.ListBotsRequest{Actor: actor, PoolId: poolID, Consistency: cons, Cursor: pg.Cursor, Limit: pg.limit()})
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([]*BotInfo, 0, len(resp.GetBots()))
 	for _, b := range resp.GetBots() {
 		info, err := botFrom(b)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, info)
 	}
-	return out, nil
+	return out, nextCursor(resp.GetNextCursor()), nil
 }
 
 // GetBotToken returns bot agentID's plaintext token, decrypted by the
@@ -556,14 +574,15 @@ func (p *Pools) Heartbeat(ctx context.Context, runnerID, meta string) (*records.
 	return runnerFrom(resp.GetRunner())
 }
 
-// ListRunners returns every runner.
+// ListRunners returns every runner, in runner id order, read page by page
+// (pages.go).
 func (p *Pools) ListRunners(ctx context.Context, opts ...ReadOption) ([]*records.Runner, error) {
 	return p.listRunners(ctx, 0, opts)
 }
 
 // ListStaleRunners returns the runners not seen for at least maxAge (at
 // least 1ms; measured in whole milliseconds against the answering node's
-// clock).
+// clock), in runner id order, read page by page.
 func (p *Pools) ListStaleRunners(ctx context.Context, maxAge time.Duration, opts ...ReadOption) ([]*records.Runner, error) {
 	if maxAge < time.Millisecond {
 		return nil, invalidf("max age %v: want at least 1ms", maxAge)
@@ -571,17 +590,39 @@ func (p *Pools) ListStaleRunners(ctx context.Context, maxAge time.Duration, opts
 	return p.listRunners(ctx, maxAge.Milliseconds(), opts)
 }
 
+// ListRunnersPage returns one page of the runners, in runner id order, and
+// the cursor of the next page (nil after the last): every runner when
+// maxAge is 0, else those not seen for at least maxAge (at least 1ms),
+// in which case the page may hold fewer runners than the limit, even
+// none, while more follow.
+func (p *Pools) ListRunnersPage(ctx context.Context, maxAge time.Duration, pg Page, opts ...ReadOption) ([]*records.Runner, []byte, error) {
+	if maxAge != 0 && maxAge < time.Millisecond {
+		return nil, nil, invalidf("max age %v: want 0 or at least 1ms", maxAge)
+	}
+	return p.runnersPage(ctx, maxAge.Milliseconds(), pg, opts)
+}
+
 func (p *Pools) listRunners(ctx context.Context, staleAfterMs int64, opts []ReadOption) ([]*records.Runner, error) {
+	return collectPages(ctx, "runners", func(ctx context.Context, pg Page) ([]*records.Runner, []byte, error) {
+		return p.runnersPage(ctx, staleAfterMs, pg, opts)
+	})
+}
+
+func (p *Pools) runnersPage(ctx context.Context, staleAfterMs int64, pg Page, opts []ReadOption) ([]*records.Runner, []byte, error) {
 	cons, co := consistency(opts)
 	var resp *rpc.RunnerList
 	err := p.call(ctx, co, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
-		resp, err = pc.ListRunners(ctx, &rpc.ListRunnersRequest{StaleAfterMs: staleAfterMs, Consistency: cons})
+		resp, err = pc.ListRunners(ctx, &rpc.ListRunnersRequest{StaleAfterMs: staleAfterMs, Consistency: cons, Cursor: pg.Cursor, Limit: pg.limit()})
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return runnersFrom(resp.GetRunners())
+	rs, err := runnersFrom(resp.GetRunners())
+	if err != nil {
+		return nil, nil, err
+	}
+	return rs, nextCursor(resp.GetNextCursor()), nil
 }
 
 // ---------------------------------------------------------------- guilds

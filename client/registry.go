@@ -298,18 +298,31 @@ func (r *Registry) DeleteAgent(ctx context.Context, agentID keys.AgentID) error 
 	return r.DeleteAgentOf(ctx, a.UserID, agentID)
 }
 
-// ListAgentsByUser returns every agent of user, ordered by agent id.
+// ListAgentsByUser returns every agent of user, ordered by agent id, read
+// page by page (pages.go).
 func (r *Registry) ListAgentsByUser(ctx context.Context, user keys.UserID, opts ...ReadOption) ([]*records.AgentRecord, error) {
+	return collectPages(ctx, "agents of user", func(ctx context.Context, p Page) ([]*records.AgentRecord, []byte, error) {
+		return r.ListAgentsByUserPage(ctx, user, p, opts...)
+	})
+}
+
+// ListAgentsByUserPage returns one page of user's agents, ordered by agent
+// id, and the cursor of the next page (nil after the last).
+func (r *Registry) ListAgentsByUserPage(ctx context.Context, user keys.UserID, p Page, opts ...ReadOption) ([]*records.AgentRecord, []byte, error) {
 	cons, co := consistency(opts)
 	var resp *rpc.AgentList
 	err := r.routed(ctx, user, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
-		resp, err = rc.ListAgentsByUser(ctx, &rpc.UserRef{UserId: user[:], Consistency: cons})
+		resp, err = rc.ListAgentsByUser(ctx, &rpc.ListAgentsByUserRequest{UserId: user[:], Consistency: cons, Cursor: p.Cursor, Limit: p.limit()})
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return agentsFrom(resp.GetAgents())
+	agents, err := agentsFrom(resp.GetAgents())
+	if err != nil {
+		return nil, nil, err
+	}
+	return agents, nextCursor(resp.GetNextCursor()), nil
 }
 
 // CountAgentsByUser returns how many agents user has; the server counts
@@ -516,41 +529,57 @@ func (r *Registry) UpdateSessionStatus(ctx context.Context, id keys.SessionID, s
 }
 
 // ListSessionsByAgentOf returns the sessions of agent agentID that belong
-// to user (from user's shard), ordered by session id.
+// to user (from user's shard), ordered by session id, read page by page
+// (pages.go).
 func (r *Registry) ListSessionsByAgentOf(ctx context.Context, user keys.UserID, agentID keys.AgentID, opts ...ReadOption) ([]*records.SessionRecord, error) {
+	return collectPages(ctx, "sessions of agent", func(ctx context.Context, p Page) ([]*records.SessionRecord, []byte, error) {
+		return r.ListSessionsByAgentOfPage(ctx, user, agentID, p, opts...)
+	})
+}
+
+// ListSessionsByAgentOfPage returns one page of the sessions of agent
+// agentID that belong to user, ordered by session id, and the cursor of
+// the next page (nil after the last). The page may hold fewer sessions
+// than the limit, even none, while more follow.
+func (r *Registry) ListSessionsByAgentOfPage(ctx context.Context, user keys.UserID, agentID keys.AgentID, p Page, opts ...ReadOption) ([]*records.SessionRecord, []byte, error) {
+	ss, next, err := r.sessionsPage(ctx, r.c.ShardOf(user[:]), userTarget(user), agentID, p, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The shard's index is by agent id alone: drop other users' sessions
+	// of the same agent id that share the shard (the server skips them
+	// too).
+	return slices.DeleteFunc(ss, func(s *records.SessionRecord) bool { return s.UserID != user }), next, nil
+}
+
+// sessionsPage reads one page of the by-agent index of shard id, for
+// target (a user or the shard).
+func (r *Registry) sessionsPage(ctx context.Context, id shard.ID, target *rpc.Target, agentID keys.AgentID, p Page, opts []ReadOption) ([]*records.SessionRecord, []byte, error) {
 	cons, co := consistency(opts)
 	var resp *rpc.SessionList
-	err := r.routed(ctx, user, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
-		resp, err = rc.ListSessionsByAgent(ctx, &rpc.AgentRef{Target: userTarget(user), AgentId: agentID[:], Consistency: cons})
+	err := r.onShard(ctx, id, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
+		resp, err = rc.ListSessionsByAgent(ctx, &rpc.ListSessionsByAgentRequest{Target: target, AgentId: agentID[:],
+			Consistency: cons, Cursor: p.Cursor, Limit: p.limit()})
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ss, err := sessionsFrom(resp.GetSessions())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	// The shard's index is by agent id alone: drop other users' sessions
-	// of the same agent id that share the shard.
-	return slices.DeleteFunc(ss, func(s *records.SessionRecord) bool { return s.UserID != user }), nil
+	return ss, nextCursor(resp.GetNextCursor()), nil
 }
 
 // ListSessionsByAgent returns the sessions of agent agentID from every
 // shard's by-agent index (seed list_sessions_by_agent), ordered by session
-// id.
+// id. Each shard is read page by page (pages.go).
 func (r *Registry) ListSessionsByAgent(ctx context.Context, agentID keys.AgentID, opts ...ReadOption) ([]*records.SessionRecord, error) {
-	cons, co := consistency(opts)
 	all, err := fanCollect(ctx, r.c, func(ctx context.Context, id shard.ID) ([]*records.SessionRecord, error) {
-		var resp *rpc.SessionList
-		err := r.onShard(ctx, id, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
-			resp, err = rc.ListSessionsByAgent(ctx, &rpc.AgentRef{Target: shardTarget(id), AgentId: agentID[:], Consistency: cons})
-			return err
+		return collectPages(ctx, fmt.Sprintf("shard %d: sessions of agent", id), func(ctx context.Context, p Page) ([]*records.SessionRecord, []byte, error) {
+			return r.sessionsPage(ctx, id, shardTarget(id), agentID, p, opts)
 		})
-		if err != nil {
-			return nil, err
-		}
-		return sessionsFrom(resp.GetSessions())
 	})
 	if err != nil {
 		return nil, err

@@ -114,6 +114,15 @@ type Config struct {
 	Limits fsm.Limits
 	// MaxScanPage caps a Scan's page size. Default 1000.
 	MaxScanPage int
+	// MaxPageBytes bounds the encoded size of one page of a Scan or a
+	// listing, and of a KEYS reply: a page ends before it would pass it
+	// (it holds at least one item whatever its size). Default 4 MiB;
+	// 4 KiB..256 MiB.
+	MaxPageBytes int
+	// MaxKeysReply bounds the keys of a RESP KEYS reply: a KEYS that
+	// would answer more (or more than MaxPageBytes) is refused with an
+	// error that names SCAN. Default 100000; 1..10000000.
+	MaxKeysReply int
 	// RequestTimeout is the deadline of a gRPC call that arrives without
 	// one, and of each RESP command (forwarding and retries included):
 	// every read barrier, proposal and forward a call makes ends by then.
@@ -233,6 +242,10 @@ const (
 	maxValueSizeLimit = 64 << 20
 	maxBatchOpsLimit  = 65536
 	maxScanPageLimit  = 100000
+	// minPageBytes and maxPageBytesLimit bound MaxPageBytes.
+	minPageBytes      = 4 << 10
+	maxPageBytesLimit = 256 << 20
+	maxKeysReplyLimit = 10000000
 	// maxStreamsLimit and maxConnsPerIPLimit bound the connection limits.
 	maxStreamsLimit    = 1 << 20
 	maxConnsPerIPLimit = 1 << 20
@@ -293,6 +306,12 @@ func (c Config) WithDefaults() Config {
 	c.Limits = c.Limits.WithDefaults()
 	if c.MaxScanPage == 0 {
 		c.MaxScanPage = 1000
+	}
+	if c.MaxPageBytes == 0 {
+		c.MaxPageBytes = 4 << 20
+	}
+	if c.MaxKeysReply == 0 {
+		c.MaxKeysReply = 100000
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 10 * time.Second
@@ -401,6 +420,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxScanPage < 1 || c.MaxScanPage > maxScanPageLimit {
 		return bad("max scan page %d: want 1..%d", c.MaxScanPage, maxScanPageLimit)
+	}
+	if c.MaxPageBytes < minPageBytes || c.MaxPageBytes > maxPageBytesLimit {
+		return bad("max page bytes %d: want %d..%d", c.MaxPageBytes, minPageBytes, maxPageBytesLimit)
+	}
+	if c.MaxKeysReply < 1 || c.MaxKeysReply > maxKeysReplyLimit {
+		return bad("max keys reply %d: want 1..%d", c.MaxKeysReply, maxKeysReplyLimit)
 	}
 	if c.RequestTimeout < 10*time.Millisecond || c.RequestTimeout > time.Hour {
 		return bad("request timeout %v: want 10ms..1h", c.RequestTimeout)

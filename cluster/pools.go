@@ -307,17 +307,26 @@ func (s *poolsServer) poolBots(r *replica, id string) ([]*records.Bot, error) {
 	}
 	out := make([]*records.Bot, 0, len(kvs))
 	for _, kv := range kvs {
-		_, agentID, err := keys.DecodeBotByPool(kv.Key)
+		b, err := s.indexedBot(r, kv.Key)
 		if err != nil {
-			return nil, s.statusErr(r.id, err)
+			return nil, err
 		}
-		var b records.Bot
-		if err := getRecord(s.server, r, keys.Bot(agentID), &b); err != nil {
-			return nil, s.statusErr(r.id, fmt.Errorf("bots_by_pool entry without its bot %s: %w", agentID, err))
-		}
-		out = append(out, &b)
+		out = append(out, b)
 	}
 	return out, nil
+}
+
+// indexedBot reads the bot of a bots_by_pool index key.
+func (s *poolsServer) indexedBot(r *replica, indexKey []byte) (*records.Bot, error) {
+	_, agentID, err := keys.DecodeBotByPool(indexKey)
+	if err != nil {
+		return nil, s.statusErr(r.id, err)
+	}
+	var b records.Bot
+	if err := getRecord(s.server, r, keys.Bot(agentID), &b); err != nil {
+		return nil, s.statusErr(r.id, fmt.Errorf("bots_by_pool entry without its bot %s: %w", agentID, err))
+	}
+	return &b, nil
 }
 
 func (s *poolsServer) CreatePool(ctx context.Context, req *rpc.CreatePoolRequest) (*rpc.PoolResponse, error) {
@@ -388,10 +397,9 @@ func (s *poolsServer) ListPools(ctx context.Context, req *rpc.ListPoolsRequest) 
 	if err != nil {
 		return nil, err
 	}
-	prefix := keys.TablePrefix(keys.TablePools)
-	kvs, err := r.fsm.Scan(prefix, keys.PrefixEnd(prefix), 0)
+	pg, kvs, more, err := s.page(r, keys.TablePrefix(keys.TablePools), req.GetCursor(), req.GetLimit())
 	if err != nil {
-		return nil, s.statusErr(r.id, err)
+		return nil, err
 	}
 	out := &rpc.PoolList{}
 	for _, kv := range kvs {
@@ -399,10 +407,17 @@ func (s *poolsServer) ListPools(ctx context.Context, req *rpc.ListPoolsRequest) 
 		if err := records.Decode(kv.Value, &p); err != nil {
 			return nil, s.statusErr(r.id, fmt.Errorf("stored pool %x: %w", kv.Key, err))
 		}
-		if p.UsableBy(req.GetActor()) {
-			out.Pools = append(out.Pools, rpc.PoolToProto(&p))
+		if !p.UsableBy(req.GetActor()) {
+			pg.skip(kv.Key)
+			continue
 		}
+		pp := rpc.PoolToProto(&p)
+		if !pg.take(kv.Key, pp) {
+			break
+		}
+		out.Pools = append(out.Pools, pp)
 	}
+	out.NextCursor = pg.next(more)
 	return out, nil
 }
 
@@ -523,14 +538,23 @@ func (s *poolsServer) ListBots(ctx context.Context, req *rpc.ListBotsRequest) (*
 	if _, err := s.visiblePool(r, req.GetActor(), req.GetPoolId()); err != nil {
 		return nil, err
 	}
-	bots, err := s.poolBots(r, req.GetPoolId())
+	pg, kvs, more, err := s.page(r, keys.BotsByPoolPrefix(req.GetPoolId()), req.GetCursor(), req.GetLimit())
 	if err != nil {
 		return nil, err
 	}
-	out := &rpc.BotList{Bots: make([]*rpc.Bot, 0, len(bots))}
-	for _, b := range bots {
-		out.Bots = append(out.Bots, rpc.BotToProto(b))
+	out := &rpc.BotList{}
+	for _, kv := range kvs {
+		b, err := s.indexedBot(r, kv.Key)
+		if err != nil {
+			return nil, err
+		}
+		bp := rpc.BotToProto(b)
+		if !pg.take(kv.Key, bp) {
+			break
+		}
+		out.Bots = append(out.Bots, bp)
 	}
+	out.NextCursor = pg.next(more)
 	return out, nil
 }
 
@@ -583,23 +607,29 @@ func (s *poolsServer) ListRunners(ctx context.Context, req *rpc.ListRunnersReque
 	if err != nil {
 		return nil, err
 	}
-	prefix := keys.TablePrefix(keys.TableRunners)
-	kvs, err := r.fsm.Scan(prefix, keys.PrefixEnd(prefix), 0)
+	pg, kvs, more, err := s.page(r, keys.TablePrefix(keys.TableRunners), req.GetCursor(), req.GetLimit())
 	if err != nil {
-		return nil, s.statusErr(r.id, err)
+		return nil, err
 	}
-	runners := make([]*records.Runner, 0, len(kvs))
+	now := nowMs()
+	out := &rpc.RunnerList{}
 	for _, kv := range kvs {
 		var rn records.Runner
 		if err := records.Decode(kv.Value, &rn); err != nil {
 			return nil, s.statusErr(r.id, fmt.Errorf("stored runner %x: %w", kv.Key, err))
 		}
-		runners = append(runners, &rn)
+		// Key order is runner id order, the order staleRunners sorts by.
+		if len(staleRunners([]*records.Runner{&rn}, now, req.GetStaleAfterMs())) == 0 {
+			pg.skip(kv.Key)
+			continue
+		}
+		rp := rpc.RunnerToProto(&rn)
+		if !pg.take(kv.Key, rp) {
+			break
+		}
+		out.Runners = append(out.Runners, rp)
 	}
-	out := &rpc.RunnerList{}
-	for _, rn := range staleRunners(runners, nowMs(), req.GetStaleAfterMs()) {
-		out.Runners = append(out.Runners, rpc.RunnerToProto(rn))
-	}
+	out.NextCursor = pg.next(more)
 	return out, nil
 }
 

@@ -637,28 +637,45 @@ func (f *redisFront) fanOut(ctx context.Context, argv fsm.RedisArgv) ([]resp.Val
 	return out, nil
 }
 
+// cmdKeys merges the shards' KEYS replies. Each shard refuses a reply over
+// the reply limits (fsm.ReplyLimits); the merged reply is held to the same
+// limits, so a KEYS answers at most MaxKeysReply keys and MaxPageBytes
+// bytes or the error that points to SCAN.
 func cmdKeys(f *redisFront, ctx context.Context, _ *redisConn, a [][]byte) resp.Value {
 	replies, errv := f.fanOut(ctx, fsm.RedisArgv{[]byte("keys"), a[1]})
 	if errv != nil {
 		return *errv
 	}
+	lim := f.n.cfg.replyLimits()
 	var all []resp.Value
+	size := 0
 	for _, r := range replies {
-		all = append(all, r.Elems...)
+		for _, k := range r.Elems {
+			size += fsm.BulkSize(len(k.Str))
+			if len(all) >= lim.MaxKeys || size > lim.MaxBytes {
+				return errReply(fsm.KeysTooMany(lim, len(all) >= lim.MaxKeys))
+			}
+			all = append(all, k)
+		}
 	}
 	return resp.Array(all...)
 }
 
+// cmdDBSize sums the shards' key counts (swarmkv.dbsize counts without
+// listing keys).
 func cmdDBSize(f *redisFront, ctx context.Context, _ *redisConn, _ [][]byte) resp.Value {
-	replies, errv := f.fanOut(ctx, fsm.RedisArgv{[]byte("keys"), []byte("*")})
+	replies, errv := f.fanOut(ctx, fsm.RedisArgv{[]byte("swarmkv.dbsize")})
 	if errv != nil {
 		return *errv
 	}
-	n := 0
+	n := int64(0)
 	for _, r := range replies {
-		n += len(r.Elems)
+		if r.Kind != resp.KindInt {
+			return errReply("ERR swarmkv: bad dbsize reply")
+		}
+		n += r.Int
 	}
-	return resp.Int(int64(n))
+	return resp.Int(n)
 }
 
 // SCAN cursors: the shard in the top 8 bits, the shard's own cursor (a

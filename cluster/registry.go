@@ -233,15 +233,15 @@ func (s *registryServer) userRead(ctx context.Context, req *rpc.UserRef) (keys.U
 	return user, r, s.readAt(ctx, id, r, req.GetConsistency())
 }
 
-func (s *registryServer) ListAgentsByUser(ctx context.Context, req *rpc.UserRef) (*rpc.AgentList, error) {
-	user, r, err := s.userRead(ctx, req)
+// ListAgentsByUser answers one page of user's agents (paging.go).
+func (s *registryServer) ListAgentsByUser(ctx context.Context, req *rpc.ListAgentsByUserRequest) (*rpc.AgentList, error) {
+	user, r, err := s.userRead(ctx, &rpc.UserRef{UserId: req.GetUserId(), Consistency: req.GetConsistency()})
 	if err != nil {
 		return nil, err
 	}
-	prefix := keys.AgentPrefix(user)
-	kvs, err := r.fsm.Scan(prefix, keys.PrefixEnd(prefix), 0)
+	pg, kvs, more, err := s.page(r, keys.AgentPrefix(user), req.GetCursor(), req.GetLimit())
 	if err != nil {
-		return nil, s.statusErr(r.id, err)
+		return nil, err
 	}
 	out := &rpc.AgentList{}
 	for _, kv := range kvs {
@@ -249,8 +249,13 @@ func (s *registryServer) ListAgentsByUser(ctx context.Context, req *rpc.UserRef)
 		if err := records.Decode(kv.Value, &a); err != nil {
 			return nil, s.statusErr(r.id, err)
 		}
-		out.Agents = append(out.Agents, rpc.AgentToProto(&a))
+		p := rpc.AgentToProto(&a)
+		if !pg.take(kv.Key, p) {
+			break
+		}
+		out.Agents = append(out.Agents, p)
 	}
+	out.NextCursor = pg.next(more)
 	return out, nil
 }
 
@@ -303,10 +308,6 @@ func (s *registryServer) ListShardAgents(ctx context.Context, req *rpc.ShardAgen
 	if err := s.readAt(ctx, id, r, req.GetConsistency()); err != nil {
 		return nil, err
 	}
-	limit := int(req.GetLimit())
-	if limit <= 0 || limit > s.node.cfg.MaxScanPage {
-		limit = s.node.cfg.MaxScanPage
-	}
 	var prefix []byte
 	if req.GetByStatus() {
 		if req.GetStatus() > 255 || !records.AgentState(req.GetStatus()).Valid() {
@@ -316,22 +317,11 @@ func (s *registryServer) ListShardAgents(ctx context.Context, req *rpc.ShardAgen
 	} else {
 		prefix = keys.TablePrefix(keys.TableAgents)
 	}
-	start := prefix
-	if c := req.GetCursor(); len(c) > 0 {
-		if len(c) > 128 || string(c[:min(len(c), len(prefix))]) != string(prefix) {
-			return nil, s.statusErr(id, invalid("cursor does not belong to this listing"))
-		}
-		start = append(append([]byte(nil), c...), 0)
-	}
-	kvs, err := r.fsm.Scan(start, keys.PrefixEnd(prefix), limit+1)
+	pg, kvs, more, err := s.page(r, prefix, req.GetCursor(), req.GetLimit())
 	if err != nil {
-		return nil, s.statusErr(id, err)
+		return nil, err
 	}
 	out := &rpc.AgentList{}
-	if len(kvs) > limit {
-		kvs = kvs[:limit]
-		out.NextCursor = kvs[limit-1].Key
-	}
 	for _, kv := range kvs {
 		var a records.AgentRecord
 		b := kv.Value
@@ -347,8 +337,13 @@ func (s *registryServer) ListShardAgents(ctx context.Context, req *rpc.ShardAgen
 		if err := records.Decode(b, &a); err != nil {
 			return nil, s.statusErr(id, err)
 		}
-		out.Agents = append(out.Agents, rpc.AgentToProto(&a))
+		p := rpc.AgentToProto(&a)
+		if !pg.take(kv.Key, p) {
+			break
+		}
+		out.Agents = append(out.Agents, p)
 	}
+	out.NextCursor = pg.next(more)
 	return out, nil
 }
 
@@ -410,7 +405,9 @@ func (s *registryServer) UpdateSessionStatus(ctx context.Context, req *rpc.Updat
 	return &rpc.UpdateSessionStatusResponse{Session: rpc.SessionToProto(&sess)}, nil
 }
 
-func (s *registryServer) ListSessionsByAgent(ctx context.Context, req *rpc.AgentRef) (*rpc.SessionList, error) {
+// ListSessionsByAgent answers one page of the by-agent index (paging.go);
+// routed by user, other users' sessions are skipped.
+func (s *registryServer) ListSessionsByAgent(ctx context.Context, req *rpc.ListSessionsByAgentRequest) (*rpc.SessionList, error) {
 	agent, err := rpc.AgentIDFromBytes(req.GetAgentId())
 	if err != nil {
 		return nil, s.statusErr(0, badInput(err))
@@ -419,10 +416,9 @@ func (s *registryServer) ListSessionsByAgent(ctx context.Context, req *rpc.Agent
 	if err != nil {
 		return nil, err
 	}
-	prefix := keys.SessionByAgentPrefix(agent)
-	kvs, err := r.fsm.Scan(prefix, keys.PrefixEnd(prefix), 0)
+	pg, kvs, more, err := s.page(r, keys.SessionByAgentPrefix(agent), req.GetCursor(), req.GetLimit())
 	if err != nil {
-		return nil, s.statusErr(r.id, err)
+		return nil, err
 	}
 	out := &rpc.SessionList{}
 	for _, kv := range kvs {
@@ -435,10 +431,16 @@ func (s *registryServer) ListSessionsByAgent(ctx context.Context, req *rpc.Agent
 			return nil, s.statusErr(r.id, fmt.Errorf("session index entry without its session: %w", err))
 		}
 		if !ownedBy(req.GetTarget(), sess.UserID[:]) {
+			pg.skip(kv.Key)
 			continue
 		}
-		out.Sessions = append(out.Sessions, rpc.SessionToProto(&sess))
+		p := rpc.SessionToProto(&sess)
+		if !pg.take(kv.Key, p) {
+			break
+		}
+		out.Sessions = append(out.Sessions, p)
 	}
+	out.NextCursor = pg.next(more)
 	return out, nil
 }
 

@@ -167,10 +167,7 @@ func (s *server) Scan(ctx context.Context, req *rpc.ScanRequest) (*rpc.ScanRespo
 	if err != nil {
 		return nil, err
 	}
-	limit := int(req.GetLimit())
-	if limit <= 0 || limit > s.node.cfg.MaxScanPage {
-		limit = s.node.cfg.MaxScanPage
-	}
+	pg := s.newPager(req.GetLimit())
 	rk := req.GetRoutingKey()
 	prefix := keys.KVPrefix(rk, req.GetPrefix())
 	start := prefix
@@ -181,21 +178,23 @@ func (s *server) Scan(ctx context.Context, req *rpc.ScanRequest) (*rpc.ScanRespo
 			start = after
 		}
 	}
-	kvs, err := r.fsm.Scan(start, keys.PrefixEnd(prefix), limit+1)
+	kvs, more, err := r.fsm.ScanPage(start, keys.PrefixEnd(prefix), pg.limit, pg.maxBytes)
 	if err != nil {
 		return nil, s.statusErr(r.id, err)
 	}
 	resp := &rpc.ScanResponse{}
-	if len(kvs) > limit {
-		kvs, resp.More = kvs[:limit], true
-	}
 	for _, kv := range kvs {
 		_, k, err := keys.DecodeKV(kv.Key)
 		if err != nil {
 			return nil, s.statusErr(r.id, err)
 		}
-		resp.Items = append(resp.Items, &rpc.KeyValue{Key: k, Value: kv.Value})
+		item := &rpc.KeyValue{Key: k, Value: kv.Value}
+		if !pg.take(kv.Key, item) {
+			break
+		}
+		resp.Items = append(resp.Items, item)
 	}
+	resp.More = pg.next(more) != nil
 	return resp, nil
 }
 

@@ -36,6 +36,9 @@ type Config struct {
 	MemTableSize uint64
 	// Limits bound command sizes. Zero fields take their defaults.
 	Limits Limits
+	// Reply bounds what a Redis read may answer (KEYS, SCAN). Zero fields
+	// take their defaults.
+	Reply ReplyLimits
 	// Logger receives the FSM's and Pebble's logs, with attribute
 	// shard=<id>. Nil means slog.Default().
 	Logger *slog.Logger
@@ -69,6 +72,27 @@ const (
 	// the current one holds this many bytes.
 	maxRunBytes = 64 << 20
 )
+
+// ReplyLimits bound the reply of a Redis read that lists keys: KEYS is
+// refused (an error reply naming the bound and SCAN) when its reply would
+// pass either bound, and a SCAN page ends at MaxBytes. They apply to reads,
+// never to the applied state, so replicas need not agree on them.
+type ReplyLimits struct {
+	MaxKeys  int // keys of a KEYS reply; default 100000
+	MaxBytes int // RESP-encoded bytes of a KEYS reply or SCAN page; default 4 MiB
+}
+
+// WithDefaults returns l with every zero or negative field set to its
+// default.
+func (l ReplyLimits) WithDefaults() ReplyLimits {
+	if l.MaxKeys <= 0 {
+		l.MaxKeys = 100000
+	}
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = 4 << 20
+	}
+	return l
+}
 
 // WithDefaults returns l with every zero or negative field set to its
 // default.
@@ -125,6 +149,7 @@ var (
 type FSM struct {
 	shard  uint32
 	limits Limits
+	reply  ReplyLimits
 	log    *slog.Logger
 	db     *pebble.DB // valid while !mu.closed, used under mu.RLock
 
@@ -192,6 +217,7 @@ func open(cfg Config, fs vfs.FS) (*FSM, error) {
 	f := &FSM{
 		shard:  cfg.Shard,
 		limits: cfg.Limits.WithDefaults(),
+		reply:  cfg.Reply.WithDefaults(),
 		log:    log,
 		db:     db,
 		done:   make(chan struct{}),

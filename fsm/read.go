@@ -90,3 +90,50 @@ func wrapRead(what string, err error) error {
 	}
 	return fmt.Errorf("fsm: %s: %w", what, err)
 }
+
+// ScanPage returns copies of the keys in [start, end) and their values in
+// ascending order, as one page of a listing: at most limit of them (limit
+// <= 0: no count limit), and no more than fit in maxBytes counting each
+// key's and value's length (maxBytes <= 0: no byte limit). The first item
+// is returned whatever its size, so paging always progresses. more reports
+// whether a key follows the last one returned in the range. The meta table
+// is never returned. Unlike Scan, a page of large values never holds more
+// than about maxBytes in memory.
+func (f *FSM) ScanPage(start, end []byte, limit, maxBytes int) (page []KV, more bool, err error) {
+	if err := f.rlock(); err != nil {
+		return nil, false, err
+	}
+	defer f.mu.RUnlock()
+	it, err := f.iter(start, end)
+	if err != nil || it == nil {
+		return nil, false, wrapRead("scan page", err)
+	}
+	size := 0
+	ok := it.First()
+	for ; ok; ok = it.Next() {
+		if limit > 0 && len(page) >= limit {
+			break
+		}
+		// Sized before the value is read: a value that would not fit is
+		// never copied.
+		lv := it.LazyValue()
+		n := len(it.Key()) + lv.Len()
+		if len(page) > 0 && maxBytes > 0 && size+n > maxBytes {
+			break
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return nil, false, wrapRead("scan page", err)
+		}
+		size += n
+		page = append(page, KV{
+			Key:   append([]byte(nil), it.Key()...),
+			Value: append(make([]byte, 0, len(v)), v...),
+		})
+	}
+	if err := it.Close(); err != nil {
+		return nil, false, wrapRead("scan page", err)
+	}
+	return page, ok, nil
+}

@@ -222,6 +222,7 @@ type rexec struct {
 	r     pebble.Reader
 	w     *pebble.Batch
 	index uint64 // the log index being applied (0 for reads)
+	reply ReplyLimits
 }
 
 // exec runs one checked command. The error is a storage error; Redis-level
@@ -299,7 +300,7 @@ func (f *FSM) RedisRead(argv [][]byte) (resp.Value, error) {
 	if f.restoring.Load() {
 		return resp.Value{}, ErrRestoring
 	}
-	x := &rexec{r: f.db}
+	x := &rexec{r: f.db, reply: f.reply}
 	if len(argv) > 2 {
 		snap := f.db.NewSnapshot()
 		defer snap.Close()
@@ -406,6 +407,21 @@ func (x *rexec) remove(key []byte, m *keys.RedisMeta) error {
 // value (valid during the call only).
 func (x *rexec) each(prefix []byte, fn func(k, v []byte) error) error {
 	return x.eachRange(prefix, keys.PrefixEnd(prefix), fn)
+}
+
+// eachKey calls fn with each key in [lo, hi) without reading values.
+func (x *rexec) eachKey(lo, hi []byte, fn func(k []byte) error) error {
+	it, err := x.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := fn(it.Key()); err != nil {
+			_ = it.Close()
+			return err
+		}
+	}
+	return it.Close()
 }
 
 func (x *rexec) eachRange(lo, hi []byte, fn func(k, v []byte) error) error {

@@ -24,6 +24,7 @@ func redisTable() []*redisSpec {
 		{name: "type", arity: 2, first: 1, last: 1, step: 1, run: cmdType},
 		{name: "keys", arity: 2, flags: sl, run: cmdKeys},
 		{name: "swarmkv.scan", arity: -2, flags: in, run: cmdShardScan},
+		{name: "swarmkv.dbsize", arity: 1, flags: in, run: cmdDBSize},
 		{name: "swarmkv.versions", arity: -1, flags: in, first: 1, last: -1, step: 1, run: cmdVersions},
 		// strings
 		{name: "get", arity: 2, first: 1, last: 1, step: 1, run: cmdGet},
@@ -157,24 +158,60 @@ func cmdType(x *rexec, a [][]byte) (resp.Value, error) {
 }
 
 // cmdKeys lists this shard's keys matching the pattern (the front merges
-// the shards' answers).
+// the shards' answers). A reply that would pass the reply limits is an
+// error (KeysTooMany), never built: Redis has no KEYS limit, so a bounded
+// KEYS refuses rather than truncates.
 func cmdKeys(x *rexec, a [][]byte) (resp.Value, error) {
 	pat := a[1]
+	lim := x.reply.WithDefaults()
 	prefix := keys.RedisKey(resp.LiteralPrefix(pat))
 	out := []resp.Value{}
-	err := x.each(prefix, func(k, _ []byte) error {
-		if resp.Match(pat, k[1:]) {
-			out = append(out, resp.BulkBytes(bytes.Clone(k[1:])))
+	size := 0
+	err := x.eachKey(prefix, keys.PrefixEnd(prefix), func(k []byte) error {
+		if !resp.Match(pat, k[1:]) {
+			return nil
 		}
+		size += BulkSize(len(k) - 1)
+		if len(out) >= lim.MaxKeys || size > lim.MaxBytes {
+			return fail(KeysTooMany(lim, len(out) >= lim.MaxKeys))
+		}
+		out = append(out, resp.BulkBytes(bytes.Clone(k[1:])))
 		return nil
 	})
 	return resp.Array(out...), err
 }
 
+// BulkSize is the RESP size of a bulk string of n bytes ($n CRLF data
+// CRLF).
+func BulkSize(n int) int { return 1 + len(strconv.Itoa(n)) + 2 + n + 2 }
+
+// KeysTooMany is the error reply of a KEYS over lim: over its key count
+// when keys, else over its bytes.
+func KeysTooMany(lim ReplyLimits, keys bool) string {
+	if keys {
+		return "ERR KEYS result exceeds " + strconv.Itoa(lim.MaxKeys) + " keys; use SCAN"
+	}
+	return "ERR KEYS result exceeds " + strconv.Itoa(lim.MaxBytes) + " bytes; use SCAN"
+}
+
+// cmdDBSize counts this shard's keys (swarmkv.dbsize; the front sums the
+// shards' counts) without reading values or building a list.
+func cmdDBSize(x *rexec, _ [][]byte) (resp.Value, error) {
+	prefix := keys.RedisKey(nil)
+	n := int64(0)
+	err := x.eachKey(prefix, keys.PrefixEnd(prefix), func([]byte) error {
+		n++
+		return nil
+	})
+	return resp.Int(n), err
+}
+
 // cmdShardScan is SCAN on one shard: swarmkv.scan <cursor> [MATCH p]
 // [COUNT n] [TYPE t]. The cursor is a creation index (0: start); the reply
-// is [next cursor (0: done), [keys]]. Keys created by one command share a
-// creation index and are returned together, so a page may exceed COUNT.
+// is [next cursor (0: done), [keys]]. A page ends after COUNT entries or
+// once its keys reach the reply byte bound (ReplyLimits.MaxBytes). Keys
+// created by one command share a creation index and are returned together,
+// so a page may exceed either.
 func cmdShardScan(x *rexec, a [][]byte) (resp.Value, error) {
 	cursor, err := strconv.ParseUint(string(a[1]), 10, 64)
 	if err != nil {
@@ -185,7 +222,8 @@ func cmdShardScan(x *rexec, a [][]byte) (resp.Value, error) {
 		return *errv, nil
 	}
 	out := []resp.Value{}
-	seen := 0
+	seen, size := 0, 0
+	maxBytes := x.reply.WithDefaults().MaxBytes
 	var next, group uint64
 	stop := errStop
 	err = x.eachRange(keys.RedisScanFrom(cursor), keys.PrefixEnd([]byte{keys.TableRedisScan}), func(k, _ []byte) error {
@@ -193,7 +231,7 @@ func cmdShardScan(x *rexec, a [][]byte) (resp.Value, error) {
 		if err != nil {
 			return fail("ERR swarmkv: corrupt scan entry: " + err.Error())
 		}
-		if seen >= opt.Count && created != group {
+		if (seen >= opt.Count || size >= maxBytes) && created != group {
 			next = created
 			return stop
 		}
@@ -212,6 +250,7 @@ func cmdShardScan(x *rexec, a [][]byte) (resp.Value, error) {
 			}
 		}
 		out = append(out, resp.BulkBytes(bytes.Clone(key)))
+		size += BulkSize(len(key))
 		return nil
 	})
 	if err != nil && err != stop {

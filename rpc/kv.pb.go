@@ -509,8 +509,11 @@ type ScanRequest struct {
 	Prefix []byte `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	// Resume after this key (exclusive); empty: from the start of the prefix.
 	StartAfter []byte `protobuf:"bytes,3,opt,name=start_after,json=startAfter,proto3" json:"start_after,omitempty"`
-	// At most this many items; 0 means the server default (1000), and the
-	// server caps it at its configured page size.
+	// At most this many items; 0 means the server's page size
+	// (--max-scan-page, default 1000), which also caps it. A page also ends
+	// before its encoded size would pass --max-page-bytes (default 4 MiB); it
+	// always holds at least one item, so a scan makes progress however large
+	// a value is.
 	Limit         uint32      `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	Consistency   Consistency `protobuf:"varint,5,opt,name=consistency,proto3,enum=swarmkv.v1.Consistency" json:"consistency,omitempty"`
 	unknownFields protoimpl.UnknownFields

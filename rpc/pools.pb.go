@@ -621,10 +621,21 @@ func (x *DeletePoolResponse) GetBotsRemoved() uint32 {
 	return 0
 }
 
+// Listings (ListPools, ListBots, ListRunners) are paged. cursor: the
+// previous page's next_cursor, empty for the first page. limit: at most
+// this many stored items are read for the page; 0 means the server's page
+// size (--max-scan-page), which also caps it. A page also ends before its
+// encoded size would pass --max-page-bytes (it always holds at least one
+// item). Items the caller may not see (or, for runners, that are not
+// stale) are skipped, so a page may hold fewer items than the limit, even
+// none, while next_cursor is set. next_cursor is empty on the last page. A
+// caller that sends no cursor and no limit gets the first page only.
 type ListPoolsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Actor         string                 `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
 	Consistency   Consistency            `protobuf:"varint,2,opt,name=consistency,proto3,enum=swarmkv.v1.Consistency" json:"consistency,omitempty"`
+	Cursor        []byte                 `protobuf:"bytes,3,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Limit         uint32                 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -673,9 +684,24 @@ func (x *ListPoolsRequest) GetConsistency() Consistency {
 	return Consistency_CONSISTENCY_LINEARIZABLE
 }
 
+func (x *ListPoolsRequest) GetCursor() []byte {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
+func (x *ListPoolsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 type PoolList struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pools         []*Pool                `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	NextCursor    []byte                 `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -713,6 +739,13 @@ func (*PoolList) Descriptor() ([]byte, []int) {
 func (x *PoolList) GetPools() []*Pool {
 	if x != nil {
 		return x.Pools
+	}
+	return nil
+}
+
+func (x *PoolList) GetNextCursor() []byte {
+	if x != nil {
+		return x.NextCursor
 	}
 	return nil
 }
@@ -966,6 +999,8 @@ type ListBotsRequest struct {
 	Actor         string                 `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
 	PoolId        string                 `protobuf:"bytes,2,opt,name=pool_id,json=poolId,proto3" json:"pool_id,omitempty"`
 	Consistency   Consistency            `protobuf:"varint,3,opt,name=consistency,proto3,enum=swarmkv.v1.Consistency" json:"consistency,omitempty"`
+	Cursor        []byte                 `protobuf:"bytes,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Limit         uint32                 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1021,9 +1056,24 @@ func (x *ListBotsRequest) GetConsistency() Consistency {
 	return Consistency_CONSISTENCY_LINEARIZABLE
 }
 
+func (x *ListBotsRequest) GetCursor() []byte {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
+func (x *ListBotsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 type BotList struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Bots          []*Bot                 `protobuf:"bytes,1,rep,name=bots,proto3" json:"bots,omitempty"`
+	NextCursor    []byte                 `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1061,6 +1111,13 @@ func (*BotList) Descriptor() ([]byte, []int) {
 func (x *BotList) GetBots() []*Bot {
 	if x != nil {
 		return x.Bots
+	}
+	return nil
+}
+
+func (x *BotList) GetNextCursor() []byte {
+	if x != nil {
+		return x.NextCursor
 	}
 	return nil
 }
@@ -1202,6 +1259,8 @@ type ListRunnersRequest struct {
 	// Only runners not seen for at least this long; 0 lists every runner.
 	StaleAfterMs  int64       `protobuf:"varint,1,opt,name=stale_after_ms,json=staleAfterMs,proto3" json:"stale_after_ms,omitempty"`
 	Consistency   Consistency `protobuf:"varint,2,opt,name=consistency,proto3,enum=swarmkv.v1.Consistency" json:"consistency,omitempty"`
+	Cursor        []byte      `protobuf:"bytes,3,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Limit         uint32      `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1250,9 +1309,24 @@ func (x *ListRunnersRequest) GetConsistency() Consistency {
 	return Consistency_CONSISTENCY_LINEARIZABLE
 }
 
+func (x *ListRunnersRequest) GetCursor() []byte {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
+func (x *ListRunnersRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 type RunnerList struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Runners       []*Runner              `protobuf:"bytes,1,rep,name=runners,proto3" json:"runners,omitempty"`
+	NextCursor    []byte                 `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1290,6 +1364,13 @@ func (*RunnerList) Descriptor() ([]byte, []int) {
 func (x *RunnerList) GetRunners() []*Runner {
 	if x != nil {
 		return x.Runners
+	}
+	return nil
+}
+
+func (x *RunnerList) GetNextCursor() []byte {
+	if x != nil {
+		return x.NextCursor
 	}
 	return nil
 }
@@ -1724,12 +1805,16 @@ const file_pools_proto_rawDesc = "" +
 	"\apool_id\x18\x02 \x01(\tR\x06poolId\x12\x18\n" +
 	"\acascade\x18\x03 \x01(\bR\acascade\"7\n" +
 	"\x12DeletePoolResponse\x12!\n" +
-	"\fbots_removed\x18\x01 \x01(\rR\vbotsRemoved\"c\n" +
+	"\fbots_removed\x18\x01 \x01(\rR\vbotsRemoved\"\x91\x01\n" +
 	"\x10ListPoolsRequest\x12\x14\n" +
 	"\x05actor\x18\x01 \x01(\tR\x05actor\x129\n" +
-	"\vconsistency\x18\x02 \x01(\x0e2\x17.swarmkv.v1.ConsistencyR\vconsistency\"2\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x17.swarmkv.v1.ConsistencyR\vconsistency\x12\x16\n" +
+	"\x06cursor\x18\x03 \x01(\fR\x06cursor\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\"S\n" +
 	"\bPoolList\x12&\n" +
-	"\x05pools\x18\x01 \x03(\v2\x10.swarmkv.v1.PoolR\x05pools\"M\n" +
+	"\x05pools\x18\x01 \x03(\v2\x10.swarmkv.v1.PoolR\x05pools\x12\x1f\n" +
+	"\vnext_cursor\x18\x02 \x01(\fR\n" +
+	"nextCursor\"M\n" +
 	"\x12RegisterBotRequest\x12\x14\n" +
 	"\x05actor\x18\x01 \x01(\tR\x05actor\x12!\n" +
 	"\x03bot\x18\x02 \x01(\v2\x0f.swarmkv.v1.BotR\x03bot\"0\n" +
@@ -1742,25 +1827,33 @@ const file_pools_proto_rawDesc = "" +
 	"\x05actor\x18\x01 \x01(\tR\x05actor\x12\x19\n" +
 	"\bagent_id\x18\x02 \x01(\tR\aagentId\x129\n" +
 	"\vconsistency\x18\x03 \x01(\x0e2\x17.swarmkv.v1.ConsistencyR\vconsistency\"\x13\n" +
-	"\x11RemoveBotResponse\"{\n" +
+	"\x11RemoveBotResponse\"\xa9\x01\n" +
 	"\x0fListBotsRequest\x12\x14\n" +
 	"\x05actor\x18\x01 \x01(\tR\x05actor\x12\x17\n" +
 	"\apool_id\x18\x02 \x01(\tR\x06poolId\x129\n" +
-	"\vconsistency\x18\x03 \x01(\x0e2\x17.swarmkv.v1.ConsistencyR\vconsistency\".\n" +
+	"\vconsistency\x18\x03 \x01(\x0e2\x17.swarmkv.v1.ConsistencyR\vconsistency\x12\x16\n" +
+	"\x06cursor\x18\x04 \x01(\fR\x06cursor\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\rR\x05limit\"O\n" +
 	"\aBotList\x12#\n" +
-	"\x04bots\x18\x01 \x03(\v2\x0f.swarmkv.v1.BotR\x04bots\"+\n" +
+	"\x04bots\x18\x01 \x03(\v2\x0f.swarmkv.v1.BotR\x04bots\x12\x1f\n" +
+	"\vnext_cursor\x18\x02 \x01(\fR\n" +
+	"nextCursor\"+\n" +
 	"\x13GetBotTokenResponse\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\">\n" +
 	"\x10HeartbeatRequest\x12*\n" +
 	"\x06runner\x18\x01 \x01(\v2\x12.swarmkv.v1.RunnerR\x06runner\"?\n" +
 	"\x11HeartbeatResponse\x12*\n" +
-	"\x06runner\x18\x01 \x01(\v2\x12.swarmkv.v1.RunnerR\x06runner\"u\n" +
+	"\x06runner\x18\x01 \x01(\v2\x12.swarmkv.v1.RunnerR\x06runner\"\xa3\x01\n" +
 	"\x12ListRunnersRequest\x12$\n" +
 	"\x0estale_after_ms\x18\x01 \x01(\x03R\fstaleAfterMs\x129\n" +
-	"\vconsistency\x18\x02 \x01(\x0e2\x17.swarmkv.v1.ConsistencyR\vconsistency\":\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x17.swarmkv.v1.ConsistencyR\vconsistency\x12\x16\n" +
+	"\x06cursor\x18\x03 \x01(\fR\x06cursor\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\"[\n" +
 	"\n" +
 	"RunnerList\x12,\n" +
-	"\arunners\x18\x01 \x03(\v2\x12.swarmkv.v1.RunnerR\arunners\"`\n" +
+	"\arunners\x18\x01 \x03(\v2\x12.swarmkv.v1.RunnerR\arunners\x12\x1f\n" +
+	"\vnext_cursor\x18\x02 \x01(\fR\n" +
+	"nextCursor\"`\n" +
 	"\bGuildRef\x12\x19\n" +
 	"\bguild_id\x18\x01 \x01(\tR\aguildId\x129\n" +
 	"\vconsistency\x18\x02 \x01(\x0e2\x17.swarmkv.v1.ConsistencyR\vconsistency\"G\n" +

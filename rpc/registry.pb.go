@@ -776,6 +776,81 @@ func (x *CountResponse) GetCount() uint32 {
 	return 0
 }
 
+// A page of a user's agents (ListAgentsByUser); fields 1-2 as UserRef.
+// cursor: the previous page's next_cursor, empty for the first page.
+// limit: at most this many agents; 0 means the server's page size
+// (--max-scan-page), which also caps it. A page also ends before its
+// encoded size would pass --max-page-bytes (it always holds at least one
+// agent). A caller that sends no cursor and no limit gets the first page;
+// next_cursor says whether more follow.
+type ListAgentsByUserRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        []byte                 `protobuf:"bytes,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	Consistency   Consistency            `protobuf:"varint,2,opt,name=consistency,proto3,enum=swarmkv.v1.Consistency" json:"consistency,omitempty"`
+	Cursor        []byte                 `protobuf:"bytes,3,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Limit         uint32                 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAgentsByUserRequest) Reset() {
+	*x = ListAgentsByUserRequest{}
+	mi := &file_registry_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAgentsByUserRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAgentsByUserRequest) ProtoMessage() {}
+
+func (x *ListAgentsByUserRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_registry_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAgentsByUserRequest.ProtoReflect.Descriptor instead.
+func (*ListAgentsByUserRequest) Descriptor() ([]byte, []int) {
+	return file_registry_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListAgentsByUserRequest) GetUserId() []byte {
+	if x != nil {
+		return x.UserId
+	}
+	return nil
+}
+
+func (x *ListAgentsByUserRequest) GetConsistency() Consistency {
+	if x != nil {
+		return x.Consistency
+	}
+	return Consistency_CONSISTENCY_LINEARIZABLE
+}
+
+func (x *ListAgentsByUserRequest) GetCursor() []byte {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
+func (x *ListAgentsByUserRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 type UpdateAgentStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	UserId        []byte                 `protobuf:"bytes,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
@@ -787,7 +862,7 @@ type UpdateAgentStatusRequest struct {
 
 func (x *UpdateAgentStatusRequest) Reset() {
 	*x = UpdateAgentStatusRequest{}
-	mi := &file_registry_proto_msgTypes[13]
+	mi := &file_registry_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -799,7 +874,7 @@ func (x *UpdateAgentStatusRequest) String() string {
 func (*UpdateAgentStatusRequest) ProtoMessage() {}
 
 func (x *UpdateAgentStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_registry_proto_msgTypes[13]
+	mi := &file_registry_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -812,7 +887,7 @@ func (x *UpdateAgentStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAgentStatusRequest.ProtoReflect.Descriptor instead.
 func (*UpdateAgentStatusRequest) Descriptor() ([]byte, []int) {
-	return file_registry_proto_rawDescGZIP(), []int{13}
+	return file_registry_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateAgentStatusRequest) GetUserId() []byte {
@@ -845,7 +920,7 @@ type UpdateAgentStatusResponse struct {
 
 func (x *UpdateAgentStatusResponse) Reset() {
 	*x = UpdateAgentStatusResponse{}
-	mi := &file_registry_proto_msgTypes[14]
+	mi := &file_registry_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +932,7 @@ func (x *UpdateAgentStatusResponse) String() string {
 func (*UpdateAgentStatusResponse) ProtoMessage() {}
 
 func (x *UpdateAgentStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_registry_proto_msgTypes[14]
+	mi := &file_registry_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +945,7 @@ func (x *UpdateAgentStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAgentStatusResponse.ProtoReflect.Descriptor instead.
 func (*UpdateAgentStatusResponse) Descriptor() ([]byte, []int) {
-	return file_registry_proto_rawDescGZIP(), []int{14}
+	return file_registry_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UpdateAgentStatusResponse) GetAgent() *Agent {
@@ -896,7 +971,7 @@ type ShardAgentsRequest struct {
 
 func (x *ShardAgentsRequest) Reset() {
 	*x = ShardAgentsRequest{}
-	mi := &file_registry_proto_msgTypes[15]
+	mi := &file_registry_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +983,7 @@ func (x *ShardAgentsRequest) String() string {
 func (*ShardAgentsRequest) ProtoMessage() {}
 
 func (x *ShardAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_registry_proto_msgTypes[15]
+	mi := &file_registry_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +996,7 @@ func (x *ShardAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ShardAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_registry_proto_rawDescGZIP(), []int{15}
+	return file_registry_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ShardAgentsRequest) GetShard() uint32 {
@@ -975,7 +1050,7 @@ type PutSessionRequest struct {
 
 func (x *PutSessionRequest) Reset() {
 	*x = PutSessionRequest{}
-	mi := &file_registry_proto_msgTypes[16]
+	mi := &file_registry_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1062,7 @@ func (x *PutSessionRequest) String() string {
 func (*PutSessionRequest) ProtoMessage() {}
 
 func (x *PutSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_registry_proto_msgTypes[16]
+	mi := &file_registry_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1075,7 @@ func (x *PutSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSessionRequest.ProtoReflect.Descriptor instead.
 func (*PutSessionRequest) Descriptor() ([]byte, []int) {
-	return file_registry_proto_rawDescGZIP(), []int{16}
+	return file_registry_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PutSessionRequest) GetSession() *Session {
@@ -1018,7 +1093,7 @@ type PutSessionResponse struct {
 
 func (x *PutSessionResponse) Reset() {
 	*x = PutSessionResponse{}
-	mi := &file_registry_proto_msgTypes[17]
+	mi := &file_registry_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1105,7 @@ func (x *PutSessionResponse) String() string {
 func (*PutSessionResponse) ProtoMessage() {}
 
 func (x *PutSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_registry_proto_msgTypes[17]
+	mi := &file_registry_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1118,7 @@ func (x *PutSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSessionResponse.ProtoReflect.Descriptor instead.
 func (*PutSessionResponse) Descriptor() ([]byte, []int) {
-	return file_registry_proto_rawDescGZIP(), []int{17}
+	return file_registry_proto_rawDescGZIP(), []int{18}
 }
 
 type SessionRef struct {
@@ -1057,7 +1132,7 @@ type SessionRef struct {
 
 func (x *SessionRef) Reset() {
 	*x = SessionRef{}
-	mi := &file_registry_proto_msgTypes[18]
+	mi := &file_registry_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1144,7 @@ func (x *SessionRef) String() string {
 func (*SessionRef) ProtoMessage() {}
 
 func (x *SessionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_registry_proto_msgTypes[18]
+	mi := &file_registry_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1157,7 @@ func (x *SessionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRef.ProtoReflect.Descriptor instead.
 func (*SessionRef) Descriptor() ([]byte, []int) {
-	return file_registry_proto_rawDescGZIP(), []int{18}
+	return file_registry_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SessionRef) GetTarget() *Target {
@@ -1115,7 +1190,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_registry_proto_msgTypes[19]
+	mi := &file_registry_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1202,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_registry_proto_msgTypes[19]
+	mi := &file_registry_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1215,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_registry_proto_rawDescGZIP(), []int{19}
+	return file_registry_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -1161,7 +1236,7 @@ type UpdateSessionStatusRequest struct {
 
 func (x *UpdateSessionStatusRequest) Reset() {
 	*x = UpdateSessionStatusRequest{}
-	mi := &file_registry_proto_msgTypes[20]
+	mi := &file_registry_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1248,7 @@ func (x *UpdateSessionStatusRequest) String() string {
 func (*UpdateSessionStatusRequest) ProtoMessage() {}
 
 func (x *UpdateSessionStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_registry_proto_msgTypes[20]
+	mi := &file_registry_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1261,7 @@ func (x *UpdateSessionStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSessionStatusRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSessionStatusRequest) Descriptor() ([]byte, []int) {
-	return file_registry_proto_rawDescGZIP(), []int{20}
+	return file_registry_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UpdateSessionStatusRequest) GetTarget() *Target {
@@ -1219,7 +1294,7 @@ type UpdateSessionStatusResponse struct {
 
 func (x *UpdateSessionStatusResponse) Reset() {
 	*x = UpdateSessionStatusResponse{}
-	mi := &file_registry_proto_msgTypes[21]
+	mi := &file_registry_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1306,7 @@ func (x *UpdateSessionStatusResponse) String() string {
 func (*UpdateSessionStatusResponse) ProtoMessage() {}
 
 func (x *UpdateSessionStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_registry_proto_msgTypes[21]
+	mi := &file_registry_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1319,7 @@ func (x *UpdateSessionStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSessionStatusResponse.ProtoReflect.Descriptor instead.
 func (*UpdateSessionStatusResponse) Descriptor() ([]byte, []int) {
-	return file_registry_proto_rawDescGZIP(), []int{21}
+	return file_registry_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UpdateSessionStatusResponse) GetSession() *Session {
@@ -1254,16 +1329,98 @@ func (x *UpdateSessionStatusResponse) GetSession() *Session {
 	return nil
 }
 
-type SessionList struct {
+// A page of an agent's sessions (ListSessionsByAgent); fields 1-3 as
+// AgentRef; cursor and limit as in ListAgentsByUserRequest.
+type ListSessionsByAgentRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sessions      []*Session             `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	Target        *Target                `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	AgentId       []byte                 `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	Consistency   Consistency            `protobuf:"varint,3,opt,name=consistency,proto3,enum=swarmkv.v1.Consistency" json:"consistency,omitempty"`
+	Cursor        []byte                 `protobuf:"bytes,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Limit         uint32                 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsByAgentRequest) Reset() {
+	*x = ListSessionsByAgentRequest{}
+	mi := &file_registry_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsByAgentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsByAgentRequest) ProtoMessage() {}
+
+func (x *ListSessionsByAgentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_registry_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsByAgentRequest.ProtoReflect.Descriptor instead.
+func (*ListSessionsByAgentRequest) Descriptor() ([]byte, []int) {
+	return file_registry_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListSessionsByAgentRequest) GetTarget() *Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *ListSessionsByAgentRequest) GetAgentId() []byte {
+	if x != nil {
+		return x.AgentId
+	}
+	return nil
+}
+
+func (x *ListSessionsByAgentRequest) GetConsistency() Consistency {
+	if x != nil {
+		return x.Consistency
+	}
+	return Consistency_CONSISTENCY_LINEARIZABLE
+}
+
+func (x *ListSessionsByAgentRequest) GetCursor() []byte {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
+func (x *ListSessionsByAgentRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type SessionList struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Sessions []*Session             `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// Opaque cursor for the next page; empty when this was the last page. A
+	// page may hold fewer sessions than the limit (even none: sessions of
+	// other users are skipped) while next_cursor is set.
+	NextCursor    []byte `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionList) Reset() {
 	*x = SessionList{}
-	mi := &file_registry_proto_msgTypes[22]
+	mi := &file_registry_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1432,7 @@ func (x *SessionList) String() string {
 func (*SessionList) ProtoMessage() {}
 
 func (x *SessionList) ProtoReflect() protoreflect.Message {
-	mi := &file_registry_proto_msgTypes[22]
+	mi := &file_registry_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,12 +1445,19 @@ func (x *SessionList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionList.ProtoReflect.Descriptor instead.
 func (*SessionList) Descriptor() ([]byte, []int) {
-	return file_registry_proto_rawDescGZIP(), []int{22}
+	return file_registry_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SessionList) GetSessions() []*Session {
 	if x != nil {
 		return x.Sessions
+	}
+	return nil
+}
+
+func (x *SessionList) GetNextCursor() []byte {
+	if x != nil {
+		return x.NextCursor
 	}
 	return nil
 }
@@ -1307,7 +1471,7 @@ type PutUserRequest struct {
 
 func (x *PutUserRequest) Reset() {
 	*x = PutUserRequest{}
-	mi := &file_registry_proto_msgTypes[23]
+	mi := &file_registry_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1483,7 @@ func (x *PutUserRequest) String() string {
 func (*PutUserRequest) ProtoMessage() {}
 
 func (x *PutUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_registry_proto_msgTypes[23]
+	mi := &file_registry_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1496,7 @@ func (x *PutUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutUserRequest.ProtoReflect.Descriptor instead.
 func (*PutUserRequest) Descriptor() ([]byte, []int) {
-	return file_registry_proto_rawDescGZIP(), []int{23}
+	return file_registry_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PutUserRequest) GetUser() *User {
@@ -1350,7 +1514,7 @@ type PutUserResponse struct {
 
 func (x *PutUserResponse) Reset() {
 	*x = PutUserResponse{}
-	mi := &file_registry_proto_msgTypes[24]
+	mi := &file_registry_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1526,7 @@ func (x *PutUserResponse) String() string {
 func (*PutUserResponse) ProtoMessage() {}
 
 func (x *PutUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_registry_proto_msgTypes[24]
+	mi := &file_registry_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1539,7 @@ func (x *PutUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutUserResponse.ProtoReflect.Descriptor instead.
 func (*PutUserResponse) Descriptor() ([]byte, []int) {
-	return file_registry_proto_rawDescGZIP(), []int{24}
+	return file_registry_proto_rawDescGZIP(), []int{26}
 }
 
 type GetUserResponse struct {
@@ -1387,7 +1551,7 @@ type GetUserResponse struct {
 
 func (x *GetUserResponse) Reset() {
 	*x = GetUserResponse{}
-	mi := &file_registry_proto_msgTypes[25]
+	mi := &file_registry_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1563,7 @@ func (x *GetUserResponse) String() string {
 func (*GetUserResponse) ProtoMessage() {}
 
 func (x *GetUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_registry_proto_msgTypes[25]
+	mi := &file_registry_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1576,7 @@ func (x *GetUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUserResponse.ProtoReflect.Descriptor instead.
 func (*GetUserResponse) Descriptor() ([]byte, []int) {
-	return file_registry_proto_rawDescGZIP(), []int{25}
+	return file_registry_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetUserResponse) GetUser() *User {
@@ -1484,7 +1648,12 @@ const file_registry_proto_rawDesc = "" +
 	"\vnext_cursor\x18\x02 \x01(\fR\n" +
 	"nextCursor\"%\n" +
 	"\rCountResponse\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\rR\x05count\"f\n" +
+	"\x05count\x18\x01 \x01(\rR\x05count\"\x9b\x01\n" +
+	"\x17ListAgentsByUserRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\fR\x06userId\x129\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x17.swarmkv.v1.ConsistencyR\vconsistency\x12\x16\n" +
+	"\x06cursor\x18\x03 \x01(\fR\x06cursor\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\"f\n" +
 	"\x18UpdateAgentStatusRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\fR\x06userId\x12\x19\n" +
 	"\bagent_id\x18\x02 \x01(\fR\aagentId\x12\x16\n" +
@@ -1515,19 +1684,27 @@ const file_registry_proto_rawDesc = "" +
 	"session_id\x18\x02 \x01(\fR\tsessionId\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\rR\x06status\"L\n" +
 	"\x1bUpdateSessionStatusResponse\x12-\n" +
-	"\asession\x18\x01 \x01(\v2\x13.swarmkv.v1.SessionR\asession\">\n" +
+	"\asession\x18\x01 \x01(\v2\x13.swarmkv.v1.SessionR\asession\"\xcc\x01\n" +
+	"\x1aListSessionsByAgentRequest\x12*\n" +
+	"\x06target\x18\x01 \x01(\v2\x12.swarmkv.v1.TargetR\x06target\x12\x19\n" +
+	"\bagent_id\x18\x02 \x01(\fR\aagentId\x129\n" +
+	"\vconsistency\x18\x03 \x01(\x0e2\x17.swarmkv.v1.ConsistencyR\vconsistency\x12\x16\n" +
+	"\x06cursor\x18\x04 \x01(\fR\x06cursor\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\rR\x05limit\"_\n" +
 	"\vSessionList\x12/\n" +
-	"\bsessions\x18\x01 \x03(\v2\x13.swarmkv.v1.SessionR\bsessions\"6\n" +
+	"\bsessions\x18\x01 \x03(\v2\x13.swarmkv.v1.SessionR\bsessions\x12\x1f\n" +
+	"\vnext_cursor\x18\x02 \x01(\fR\n" +
+	"nextCursor\"6\n" +
 	"\x0ePutUserRequest\x12$\n" +
 	"\x04user\x18\x01 \x01(\v2\x10.swarmkv.v1.UserR\x04user\"\x11\n" +
 	"\x0fPutUserResponse\"7\n" +
 	"\x0fGetUserResponse\x12$\n" +
-	"\x04user\x18\x01 \x01(\v2\x10.swarmkv.v1.UserR\x04user2\xca\a\n" +
+	"\x04user\x18\x01 \x01(\v2\x10.swarmkv.v1.UserR\x04user2\xec\a\n" +
 	"\bRegistry\x12E\n" +
 	"\bPutAgent\x12\x1b.swarmkv.v1.PutAgentRequest\x1a\x1c.swarmkv.v1.PutAgentResponse\x12>\n" +
 	"\bGetAgent\x12\x14.swarmkv.v1.AgentRef\x1a\x1c.swarmkv.v1.GetAgentResponse\x12D\n" +
-	"\vDeleteAgent\x12\x14.swarmkv.v1.AgentRef\x1a\x1f.swarmkv.v1.DeleteAgentResponse\x12>\n" +
-	"\x10ListAgentsByUser\x12\x13.swarmkv.v1.UserRef\x1a\x15.swarmkv.v1.AgentList\x12C\n" +
+	"\vDeleteAgent\x12\x14.swarmkv.v1.AgentRef\x1a\x1f.swarmkv.v1.DeleteAgentResponse\x12N\n" +
+	"\x10ListAgentsByUser\x12#.swarmkv.v1.ListAgentsByUserRequest\x1a\x15.swarmkv.v1.AgentList\x12C\n" +
 	"\x11CountAgentsByUser\x12\x13.swarmkv.v1.UserRef\x1a\x19.swarmkv.v1.CountResponse\x12`\n" +
 	"\x11UpdateAgentStatus\x12$.swarmkv.v1.UpdateAgentStatusRequest\x1a%.swarmkv.v1.UpdateAgentStatusResponse\x12H\n" +
 	"\x0fListShardAgents\x12\x1e.swarmkv.v1.ShardAgentsRequest\x1a\x15.swarmkv.v1.AgentList\x12K\n" +
@@ -1535,8 +1712,8 @@ const file_registry_proto_rawDesc = "" +
 	"PutSession\x12\x1d.swarmkv.v1.PutSessionRequest\x1a\x1e.swarmkv.v1.PutSessionResponse\x12D\n" +
 	"\n" +
 	"GetSession\x12\x16.swarmkv.v1.SessionRef\x1a\x1e.swarmkv.v1.GetSessionResponse\x12f\n" +
-	"\x13UpdateSessionStatus\x12&.swarmkv.v1.UpdateSessionStatusRequest\x1a'.swarmkv.v1.UpdateSessionStatusResponse\x12D\n" +
-	"\x13ListSessionsByAgent\x12\x14.swarmkv.v1.AgentRef\x1a\x17.swarmkv.v1.SessionList\x12B\n" +
+	"\x13UpdateSessionStatus\x12&.swarmkv.v1.UpdateSessionStatusRequest\x1a'.swarmkv.v1.UpdateSessionStatusResponse\x12V\n" +
+	"\x13ListSessionsByAgent\x12&.swarmkv.v1.ListSessionsByAgentRequest\x1a\x17.swarmkv.v1.SessionList\x12B\n" +
 	"\aPutUser\x12\x1a.swarmkv.v1.PutUserRequest\x1a\x1b.swarmkv.v1.PutUserResponse\x12;\n" +
 	"\aGetUser\x12\x13.swarmkv.v1.UserRef\x1a\x1b.swarmkv.v1.GetUserResponseB$Z\"github.com/swarmkv/swarmkv/rpc;rpcb\x06proto3"
 
@@ -1552,7 +1729,7 @@ func file_registry_proto_rawDescGZIP() []byte {
 	return file_registry_proto_rawDescData
 }
 
-var file_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_registry_proto_goTypes = []any{
 	(*AgentSpec)(nil),                   // 0: swarmkv.v1.AgentSpec
 	(*Agent)(nil),                       // 1: swarmkv.v1.Agent
@@ -1567,71 +1744,76 @@ var file_registry_proto_goTypes = []any{
 	(*UserRef)(nil),                     // 10: swarmkv.v1.UserRef
 	(*AgentList)(nil),                   // 11: swarmkv.v1.AgentList
 	(*CountResponse)(nil),               // 12: swarmkv.v1.CountResponse
-	(*UpdateAgentStatusRequest)(nil),    // 13: swarmkv.v1.UpdateAgentStatusRequest
-	(*UpdateAgentStatusResponse)(nil),   // 14: swarmkv.v1.UpdateAgentStatusResponse
-	(*ShardAgentsRequest)(nil),          // 15: swarmkv.v1.ShardAgentsRequest
-	(*PutSessionRequest)(nil),           // 16: swarmkv.v1.PutSessionRequest
-	(*PutSessionResponse)(nil),          // 17: swarmkv.v1.PutSessionResponse
-	(*SessionRef)(nil),                  // 18: swarmkv.v1.SessionRef
-	(*GetSessionResponse)(nil),          // 19: swarmkv.v1.GetSessionResponse
-	(*UpdateSessionStatusRequest)(nil),  // 20: swarmkv.v1.UpdateSessionStatusRequest
-	(*UpdateSessionStatusResponse)(nil), // 21: swarmkv.v1.UpdateSessionStatusResponse
-	(*SessionList)(nil),                 // 22: swarmkv.v1.SessionList
-	(*PutUserRequest)(nil),              // 23: swarmkv.v1.PutUserRequest
-	(*PutUserResponse)(nil),             // 24: swarmkv.v1.PutUserResponse
-	(*GetUserResponse)(nil),             // 25: swarmkv.v1.GetUserResponse
-	(Consistency)(0),                    // 26: swarmkv.v1.Consistency
+	(*ListAgentsByUserRequest)(nil),     // 13: swarmkv.v1.ListAgentsByUserRequest
+	(*UpdateAgentStatusRequest)(nil),    // 14: swarmkv.v1.UpdateAgentStatusRequest
+	(*UpdateAgentStatusResponse)(nil),   // 15: swarmkv.v1.UpdateAgentStatusResponse
+	(*ShardAgentsRequest)(nil),          // 16: swarmkv.v1.ShardAgentsRequest
+	(*PutSessionRequest)(nil),           // 17: swarmkv.v1.PutSessionRequest
+	(*PutSessionResponse)(nil),          // 18: swarmkv.v1.PutSessionResponse
+	(*SessionRef)(nil),                  // 19: swarmkv.v1.SessionRef
+	(*GetSessionResponse)(nil),          // 20: swarmkv.v1.GetSessionResponse
+	(*UpdateSessionStatusRequest)(nil),  // 21: swarmkv.v1.UpdateSessionStatusRequest
+	(*UpdateSessionStatusResponse)(nil), // 22: swarmkv.v1.UpdateSessionStatusResponse
+	(*ListSessionsByAgentRequest)(nil),  // 23: swarmkv.v1.ListSessionsByAgentRequest
+	(*SessionList)(nil),                 // 24: swarmkv.v1.SessionList
+	(*PutUserRequest)(nil),              // 25: swarmkv.v1.PutUserRequest
+	(*PutUserResponse)(nil),             // 26: swarmkv.v1.PutUserResponse
+	(*GetUserResponse)(nil),             // 27: swarmkv.v1.GetUserResponse
+	(Consistency)(0),                    // 28: swarmkv.v1.Consistency
 }
 var file_registry_proto_depIdxs = []int32{
 	0,  // 0: swarmkv.v1.Agent.spec:type_name -> swarmkv.v1.AgentSpec
 	1,  // 1: swarmkv.v1.PutAgentRequest.agent:type_name -> swarmkv.v1.Agent
 	4,  // 2: swarmkv.v1.AgentRef.target:type_name -> swarmkv.v1.Target
-	26, // 3: swarmkv.v1.AgentRef.consistency:type_name -> swarmkv.v1.Consistency
+	28, // 3: swarmkv.v1.AgentRef.consistency:type_name -> swarmkv.v1.Consistency
 	1,  // 4: swarmkv.v1.GetAgentResponse.agent:type_name -> swarmkv.v1.Agent
-	26, // 5: swarmkv.v1.UserRef.consistency:type_name -> swarmkv.v1.Consistency
+	28, // 5: swarmkv.v1.UserRef.consistency:type_name -> swarmkv.v1.Consistency
 	1,  // 6: swarmkv.v1.AgentList.agents:type_name -> swarmkv.v1.Agent
-	1,  // 7: swarmkv.v1.UpdateAgentStatusResponse.agent:type_name -> swarmkv.v1.Agent
-	26, // 8: swarmkv.v1.ShardAgentsRequest.consistency:type_name -> swarmkv.v1.Consistency
-	2,  // 9: swarmkv.v1.PutSessionRequest.session:type_name -> swarmkv.v1.Session
-	4,  // 10: swarmkv.v1.SessionRef.target:type_name -> swarmkv.v1.Target
-	26, // 11: swarmkv.v1.SessionRef.consistency:type_name -> swarmkv.v1.Consistency
-	2,  // 12: swarmkv.v1.GetSessionResponse.session:type_name -> swarmkv.v1.Session
-	4,  // 13: swarmkv.v1.UpdateSessionStatusRequest.target:type_name -> swarmkv.v1.Target
-	2,  // 14: swarmkv.v1.UpdateSessionStatusResponse.session:type_name -> swarmkv.v1.Session
-	2,  // 15: swarmkv.v1.SessionList.sessions:type_name -> swarmkv.v1.Session
-	3,  // 16: swarmkv.v1.PutUserRequest.user:type_name -> swarmkv.v1.User
-	3,  // 17: swarmkv.v1.GetUserResponse.user:type_name -> swarmkv.v1.User
-	5,  // 18: swarmkv.v1.Registry.PutAgent:input_type -> swarmkv.v1.PutAgentRequest
-	7,  // 19: swarmkv.v1.Registry.GetAgent:input_type -> swarmkv.v1.AgentRef
-	7,  // 20: swarmkv.v1.Registry.DeleteAgent:input_type -> swarmkv.v1.AgentRef
-	10, // 21: swarmkv.v1.Registry.ListAgentsByUser:input_type -> swarmkv.v1.UserRef
-	10, // 22: swarmkv.v1.Registry.CountAgentsByUser:input_type -> swarmkv.v1.UserRef
-	13, // 23: swarmkv.v1.Registry.UpdateAgentStatus:input_type -> swarmkv.v1.UpdateAgentStatusRequest
-	15, // 24: swarmkv.v1.Registry.ListShardAgents:input_type -> swarmkv.v1.ShardAgentsRequest
-	16, // 25: swarmkv.v1.Registry.PutSession:input_type -> swarmkv.v1.PutSessionRequest
-	18, // 26: swarmkv.v1.Registry.GetSession:input_type -> swarmkv.v1.SessionRef
-	20, // 27: swarmkv.v1.Registry.UpdateSessionStatus:input_type -> swarmkv.v1.UpdateSessionStatusRequest
-	7,  // 28: swarmkv.v1.Registry.ListSessionsByAgent:input_type -> swarmkv.v1.AgentRef
-	23, // 29: swarmkv.v1.Registry.PutUser:input_type -> swarmkv.v1.PutUserRequest
-	10, // 30: swarmkv.v1.Registry.GetUser:input_type -> swarmkv.v1.UserRef
-	6,  // 31: swarmkv.v1.Registry.PutAgent:output_type -> swarmkv.v1.PutAgentResponse
-	8,  // 32: swarmkv.v1.Registry.GetAgent:output_type -> swarmkv.v1.GetAgentResponse
-	9,  // 33: swarmkv.v1.Registry.DeleteAgent:output_type -> swarmkv.v1.DeleteAgentResponse
-	11, // 34: swarmkv.v1.Registry.ListAgentsByUser:output_type -> swarmkv.v1.AgentList
-	12, // 35: swarmkv.v1.Registry.CountAgentsByUser:output_type -> swarmkv.v1.CountResponse
-	14, // 36: swarmkv.v1.Registry.UpdateAgentStatus:output_type -> swarmkv.v1.UpdateAgentStatusResponse
-	11, // 37: swarmkv.v1.Registry.ListShardAgents:output_type -> swarmkv.v1.AgentList
-	17, // 38: swarmkv.v1.Registry.PutSession:output_type -> swarmkv.v1.PutSessionResponse
-	19, // 39: swarmkv.v1.Registry.GetSession:output_type -> swarmkv.v1.GetSessionResponse
-	21, // 40: swarmkv.v1.Registry.UpdateSessionStatus:output_type -> swarmkv.v1.UpdateSessionStatusResponse
-	22, // 41: swarmkv.v1.Registry.ListSessionsByAgent:output_type -> swarmkv.v1.SessionList
-	24, // 42: swarmkv.v1.Registry.PutUser:output_type -> swarmkv.v1.PutUserResponse
-	25, // 43: swarmkv.v1.Registry.GetUser:output_type -> swarmkv.v1.GetUserResponse
-	31, // [31:44] is the sub-list for method output_type
-	18, // [18:31] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	28, // 7: swarmkv.v1.ListAgentsByUserRequest.consistency:type_name -> swarmkv.v1.Consistency
+	1,  // 8: swarmkv.v1.UpdateAgentStatusResponse.agent:type_name -> swarmkv.v1.Agent
+	28, // 9: swarmkv.v1.ShardAgentsRequest.consistency:type_name -> swarmkv.v1.Consistency
+	2,  // 10: swarmkv.v1.PutSessionRequest.session:type_name -> swarmkv.v1.Session
+	4,  // 11: swarmkv.v1.SessionRef.target:type_name -> swarmkv.v1.Target
+	28, // 12: swarmkv.v1.SessionRef.consistency:type_name -> swarmkv.v1.Consistency
+	2,  // 13: swarmkv.v1.GetSessionResponse.session:type_name -> swarmkv.v1.Session
+	4,  // 14: swarmkv.v1.UpdateSessionStatusRequest.target:type_name -> swarmkv.v1.Target
+	2,  // 15: swarmkv.v1.UpdateSessionStatusResponse.session:type_name -> swarmkv.v1.Session
+	4,  // 16: swarmkv.v1.ListSessionsByAgentRequest.target:type_name -> swarmkv.v1.Target
+	28, // 17: swarmkv.v1.ListSessionsByAgentRequest.consistency:type_name -> swarmkv.v1.Consistency
+	2,  // 18: swarmkv.v1.SessionList.sessions:type_name -> swarmkv.v1.Session
+	3,  // 19: swarmkv.v1.PutUserRequest.user:type_name -> swarmkv.v1.User
+	3,  // 20: swarmkv.v1.GetUserResponse.user:type_name -> swarmkv.v1.User
+	5,  // 21: swarmkv.v1.Registry.PutAgent:input_type -> swarmkv.v1.PutAgentRequest
+	7,  // 22: swarmkv.v1.Registry.GetAgent:input_type -> swarmkv.v1.AgentRef
+	7,  // 23: swarmkv.v1.Registry.DeleteAgent:input_type -> swarmkv.v1.AgentRef
+	13, // 24: swarmkv.v1.Registry.ListAgentsByUser:input_type -> swarmkv.v1.ListAgentsByUserRequest
+	10, // 25: swarmkv.v1.Registry.CountAgentsByUser:input_type -> swarmkv.v1.UserRef
+	14, // 26: swarmkv.v1.Registry.UpdateAgentStatus:input_type -> swarmkv.v1.UpdateAgentStatusRequest
+	16, // 27: swarmkv.v1.Registry.ListShardAgents:input_type -> swarmkv.v1.ShardAgentsRequest
+	17, // 28: swarmkv.v1.Registry.PutSession:input_type -> swarmkv.v1.PutSessionRequest
+	19, // 29: swarmkv.v1.Registry.GetSession:input_type -> swarmkv.v1.SessionRef
+	21, // 30: swarmkv.v1.Registry.UpdateSessionStatus:input_type -> swarmkv.v1.UpdateSessionStatusRequest
+	23, // 31: swarmkv.v1.Registry.ListSessionsByAgent:input_type -> swarmkv.v1.ListSessionsByAgentRequest
+	25, // 32: swarmkv.v1.Registry.PutUser:input_type -> swarmkv.v1.PutUserRequest
+	10, // 33: swarmkv.v1.Registry.GetUser:input_type -> swarmkv.v1.UserRef
+	6,  // 34: swarmkv.v1.Registry.PutAgent:output_type -> swarmkv.v1.PutAgentResponse
+	8,  // 35: swarmkv.v1.Registry.GetAgent:output_type -> swarmkv.v1.GetAgentResponse
+	9,  // 36: swarmkv.v1.Registry.DeleteAgent:output_type -> swarmkv.v1.DeleteAgentResponse
+	11, // 37: swarmkv.v1.Registry.ListAgentsByUser:output_type -> swarmkv.v1.AgentList
+	12, // 38: swarmkv.v1.Registry.CountAgentsByUser:output_type -> swarmkv.v1.CountResponse
+	15, // 39: swarmkv.v1.Registry.UpdateAgentStatus:output_type -> swarmkv.v1.UpdateAgentStatusResponse
+	11, // 40: swarmkv.v1.Registry.ListShardAgents:output_type -> swarmkv.v1.AgentList
+	18, // 41: swarmkv.v1.Registry.PutSession:output_type -> swarmkv.v1.PutSessionResponse
+	20, // 42: swarmkv.v1.Registry.GetSession:output_type -> swarmkv.v1.GetSessionResponse
+	22, // 43: swarmkv.v1.Registry.UpdateSessionStatus:output_type -> swarmkv.v1.UpdateSessionStatusResponse
+	24, // 44: swarmkv.v1.Registry.ListSessionsByAgent:output_type -> swarmkv.v1.SessionList
+	26, // 45: swarmkv.v1.Registry.PutUser:output_type -> swarmkv.v1.PutUserResponse
+	27, // 46: swarmkv.v1.Registry.GetUser:output_type -> swarmkv.v1.GetUserResponse
+	34, // [34:47] is the sub-list for method output_type
+	21, // [21:34] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_registry_proto_init() }
@@ -1648,7 +1830,7 @@ func file_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_registry_proto_rawDesc), len(file_registry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -50,7 +50,8 @@ type RegistryClient interface {
 	PutAgent(ctx context.Context, in *PutAgentRequest, opts ...grpc.CallOption) (*PutAgentResponse, error)
 	GetAgent(ctx context.Context, in *AgentRef, opts ...grpc.CallOption) (*GetAgentResponse, error)
 	DeleteAgent(ctx context.Context, in *AgentRef, opts ...grpc.CallOption) (*DeleteAgentResponse, error)
-	ListAgentsByUser(ctx context.Context, in *UserRef, opts ...grpc.CallOption) (*AgentList, error)
+	// One page of a user's agents, in agent id order.
+	ListAgentsByUser(ctx context.Context, in *ListAgentsByUserRequest, opts ...grpc.CallOption) (*AgentList, error)
 	CountAgentsByUser(ctx context.Context, in *UserRef, opts ...grpc.CallOption) (*CountResponse, error)
 	UpdateAgentStatus(ctx context.Context, in *UpdateAgentStatusRequest, opts ...grpc.CallOption) (*UpdateAgentStatusResponse, error)
 	// One shard's page of agents by status or of all agents.
@@ -58,8 +59,9 @@ type RegistryClient interface {
 	PutSession(ctx context.Context, in *PutSessionRequest, opts ...grpc.CallOption) (*PutSessionResponse, error)
 	GetSession(ctx context.Context, in *SessionRef, opts ...grpc.CallOption) (*GetSessionResponse, error)
 	UpdateSessionStatus(ctx context.Context, in *UpdateSessionStatusRequest, opts ...grpc.CallOption) (*UpdateSessionStatusResponse, error)
-	// Sessions of an agent: routed by the agent's user id, or per shard.
-	ListSessionsByAgent(ctx context.Context, in *AgentRef, opts ...grpc.CallOption) (*SessionList, error)
+	// One page of an agent's sessions, in session id order: routed by the
+	// agent's user id, or per shard.
+	ListSessionsByAgent(ctx context.Context, in *ListSessionsByAgentRequest, opts ...grpc.CallOption) (*SessionList, error)
 	PutUser(ctx context.Context, in *PutUserRequest, opts ...grpc.CallOption) (*PutUserResponse, error)
 	GetUser(ctx context.Context, in *UserRef, opts ...grpc.CallOption) (*GetUserResponse, error)
 }
@@ -102,7 +104,7 @@ func (c *registryClient) DeleteAgent(ctx context.Context, in *AgentRef, opts ...
 	return out, nil
 }
 
-func (c *registryClient) ListAgentsByUser(ctx context.Context, in *UserRef, opts ...grpc.CallOption) (*AgentList, error) {
+func (c *registryClient) ListAgentsByUser(ctx context.Context, in *ListAgentsByUserRequest, opts ...grpc.CallOption) (*AgentList, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AgentList)
 	err := c.cc.Invoke(ctx, Registry_ListAgentsByUser_FullMethodName, in, out, cOpts...)
@@ -172,7 +174,7 @@ func (c *registryClient) UpdateSessionStatus(ctx context.Context, in *UpdateSess
 	return out, nil
 }
 
-func (c *registryClient) ListSessionsByAgent(ctx context.Context, in *AgentRef, opts ...grpc.CallOption) (*SessionList, error) {
+func (c *registryClient) ListSessionsByAgent(ctx context.Context, in *ListSessionsByAgentRequest, opts ...grpc.CallOption) (*SessionList, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SessionList)
 	err := c.cc.Invoke(ctx, Registry_ListSessionsByAgent_FullMethodName, in, out, cOpts...)
@@ -209,7 +211,8 @@ type RegistryServer interface {
 	PutAgent(context.Context, *PutAgentRequest) (*PutAgentResponse, error)
 	GetAgent(context.Context, *AgentRef) (*GetAgentResponse, error)
 	DeleteAgent(context.Context, *AgentRef) (*DeleteAgentResponse, error)
-	ListAgentsByUser(context.Context, *UserRef) (*AgentList, error)
+	// One page of a user's agents, in agent id order.
+	ListAgentsByUser(context.Context, *ListAgentsByUserRequest) (*AgentList, error)
 	CountAgentsByUser(context.Context, *UserRef) (*CountResponse, error)
 	UpdateAgentStatus(context.Context, *UpdateAgentStatusRequest) (*UpdateAgentStatusResponse, error)
 	// One shard's page of agents by status or of all agents.
@@ -217,8 +220,9 @@ type RegistryServer interface {
 	PutSession(context.Context, *PutSessionRequest) (*PutSessionResponse, error)
 	GetSession(context.Context, *SessionRef) (*GetSessionResponse, error)
 	UpdateSessionStatus(context.Context, *UpdateSessionStatusRequest) (*UpdateSessionStatusResponse, error)
-	// Sessions of an agent: routed by the agent's user id, or per shard.
-	ListSessionsByAgent(context.Context, *AgentRef) (*SessionList, error)
+	// One page of an agent's sessions, in session id order: routed by the
+	// agent's user id, or per shard.
+	ListSessionsByAgent(context.Context, *ListSessionsByAgentRequest) (*SessionList, error)
 	PutUser(context.Context, *PutUserRequest) (*PutUserResponse, error)
 	GetUser(context.Context, *UserRef) (*GetUserResponse, error)
 	mustEmbedUnimplementedRegistryServer()
@@ -240,7 +244,7 @@ func (UnimplementedRegistryServer) GetAgent(context.Context, *AgentRef) (*GetAge
 func (UnimplementedRegistryServer) DeleteAgent(context.Context, *AgentRef) (*DeleteAgentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteAgent not implemented")
 }
-func (UnimplementedRegistryServer) ListAgentsByUser(context.Context, *UserRef) (*AgentList, error) {
+func (UnimplementedRegistryServer) ListAgentsByUser(context.Context, *ListAgentsByUserRequest) (*AgentList, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAgentsByUser not implemented")
 }
 func (UnimplementedRegistryServer) CountAgentsByUser(context.Context, *UserRef) (*CountResponse, error) {
@@ -261,7 +265,7 @@ func (UnimplementedRegistryServer) GetSession(context.Context, *SessionRef) (*Ge
 func (UnimplementedRegistryServer) UpdateSessionStatus(context.Context, *UpdateSessionStatusRequest) (*UpdateSessionStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateSessionStatus not implemented")
 }
-func (UnimplementedRegistryServer) ListSessionsByAgent(context.Context, *AgentRef) (*SessionList, error) {
+func (UnimplementedRegistryServer) ListSessionsByAgent(context.Context, *ListSessionsByAgentRequest) (*SessionList, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSessionsByAgent not implemented")
 }
 func (UnimplementedRegistryServer) PutUser(context.Context, *PutUserRequest) (*PutUserResponse, error) {
@@ -346,7 +350,7 @@ func _Registry_DeleteAgent_Handler(srv interface{}, ctx context.Context, dec fun
 }
 
 func _Registry_ListAgentsByUser_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(UserRef)
+	in := new(ListAgentsByUserRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -358,7 +362,7 @@ func _Registry_ListAgentsByUser_Handler(srv interface{}, ctx context.Context, de
 		FullMethod: Registry_ListAgentsByUser_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(RegistryServer).ListAgentsByUser(ctx, req.(*UserRef))
+		return srv.(RegistryServer).ListAgentsByUser(ctx, req.(*ListAgentsByUserRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -472,7 +476,7 @@ func _Registry_UpdateSessionStatus_Handler(srv interface{}, ctx context.Context,
 }
 
 func _Registry_ListSessionsByAgent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(AgentRef)
+	in := new(ListSessionsByAgentRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -484,7 +488,7 @@ func _Registry_ListSessionsByAgent_Handler(srv interface{}, ctx context.Context,
 		FullMethod: Registry_ListSessionsByAgent_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(RegistryServer).ListSessionsByAgent(ctx, req.(*AgentRef))
+		return srv.(RegistryServer).ListSessionsByAgent(ctx, req.(*ListSessionsByAgentRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }

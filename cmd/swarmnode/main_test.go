@@ -159,6 +159,9 @@ func TestRunUsageErrors(t *testing.T) {
 		{name: "serve cache too large", args: []string{"serve", "--block-cache-mib", "70000"}, errSub: "--block-cache-mib 70000: want 1..65536"},
 		{name: "serve memtable too small", args: []string{"serve", "--memtable-kib", "8"}, errSub: "--memtable-kib 8: want 256..1048576"},
 		{name: "serve scan page too high", args: []string{"serve", "--max-scan-page", "100001"}, errSub: "max scan page 100001"},
+		{name: "serve keys reply too high", args: []string{"serve", "--max-keys-reply", "10000001"}, errSub: "max keys reply 10000001: want 1..10000000"},
+		{name: "serve page bytes too low", args: []string{"serve", "--max-page-bytes", "100"}, errSub: "max page bytes 100: want 4096..268435456"},
+		{name: "serve page bytes too high env", args: []string{"serve"}, env: map[string]string{"SWARM_MAX_PAGE_BYTES": "268435457"}, errSub: "max page bytes 268435457"},
 		{name: "serve redis idle too short", args: []string{"serve", "--redis-idle-timeout", "10ms"}, errSub: "redis idle timeout 10ms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -56,6 +56,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.Limits.MaxKeySize, "max-key-size", 4096, "largest key accepted, in bytes (at most 8192)")
 	fs.IntVar(&cfg.Limits.MaxBatchOps, "max-batch-ops", 1024, "most guards and mutations in one batch (at most 65536)")
 	fs.IntVar(&cfg.MaxScanPage, "max-scan-page", 1000, "most items in one scan or list page (at most 100000)")
+	fs.IntVar(&cfg.MaxKeysReply, "max-keys-reply", 100000, "most keys a RESP KEYS may answer; a larger result is refused with an error pointing to SCAN (1..10000000)")
+	fs.IntVar(&cfg.MaxPageBytes, "max-page-bytes", 4<<20, "largest encoded size of one scan or list page, and of a KEYS reply, in bytes (4096..268435456; a page holds at least one item)")
 	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", 10*time.Second, "deadline of a gRPC call sent without one, and of each RESP command (10ms..1h)")
 	var maxStreams uint
 	var cacheMiB int64

@@ -723,7 +723,9 @@ func TestPoolsStore(t *testing.T) {
 			if won < 0 {
 				t.Fatalf("round %d: neither registration succeeded: %v", round, errs)
 			}
-			b, err := p.GetBot(ctx, poolsThird, agent)
+			// Read as the winner: only the contributor (or the pool's owner)
+			// sees the contributor's id.
+			b, err := p.GetBot(ctx, attempts[won].actor, agent)
 			if err != nil || b.PoolID != attempts[won].pool || b.OwnerUserID != attempts[won].actor {
 				t.Fatalf("round %d: bot %+v, %v; want it in %s by %s", round, b, err, attempts[won].pool, attempts[won].actor)
 			}

@@ -538,8 +538,9 @@ func (p *Pools) ListBots(ctx context.Context, actor, poolID string, opts ...Read
 }
 
 // GetBotToken returns bot agentID's plaintext token, decrypted by the
-// node that answers: the one call that returns a token. Allowed to the
-// bot's contributor and its pool's owner (else ErrPermissionDenied);
+// node that answers: the one call that returns a token. With auth on the
+// caller needs the pools:secrets role. Allowed to the bot's contributor
+// and its pool's owner (else ErrPermissionDenied);
 // ErrNotFound if the bot does not exist. A gRPC FailedPrecondition status
 // (not a *NotLeaderError) means the answering node cannot open the token:
 // it has no key ring, or its ring lacks the key that sealed it. Always a

@@ -10,6 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/swarmkv/swarmkv/client"
 	"github.com/swarmkv/swarmkv/records"
 	"github.com/swarmkv/swarmkv/rpc"
@@ -24,6 +29,14 @@ type tokenWithActor struct {
 	Token string `json:"token"`
 	Actor string `json:"actor"`
 }
+
+// poolsBearer is per-call credentials sending a bearer token.
+type poolsBearer string
+
+func (b poolsBearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+func (poolsBearer) RequireTransportSecurity() bool { return true }
 
 // TestPoolsActorBinding runs the Pools service with auth on (TLS) and
 // tokens made through the admin API: a token bound to an actor acts only
@@ -155,6 +168,27 @@ func TestPoolsActorBinding(t *testing.T) {
 	if !errors.Is(err, client.ErrPermissionDenied) {
 		t.Fatalf("raw GetBotToken claiming another actor: %v", err)
 	}
+
+	// And pipelined (the Pipeline stream runs the same interceptors).
+	cc, err := grpc.NewClient(tc.nodes[0].Addrs().GRPCAddr, grpc.WithTransportCredentials(credentials.NewTLS(ca.client(""))),
+		grpc.WithPerRPCCredentials(poolsBearer(otherSecrets.Token)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	st, err := rpc.NewPipelineClient(cc).Calls(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call, _ := proto.Marshal(&rpc.BotRef{Actor: poolsOwner, AgentId: "ab-bot"})
+	if err := st.Send(&rpc.PipelineCalls{Calls: []*rpc.PipelineCall{{Id: 1, Method: rpc.Pools_GetBotToken_FullMethodName, Request: call}}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.Recv()
+	if err != nil || len(res.GetResults()) != 1 || codes.Code(res.GetResults()[0].GetCode()) != codes.PermissionDenied || len(res.GetResults()[0].GetResponse()) != 0 {
+		t.Fatalf("pipelined GetBotToken claiming another actor: %v %v", res, err)
+	}
+	st.CloseSend()
 
 	// GetBotToken needs pools:secrets; with it, the bound owner reads its token.
 	denied("owner with pools:write only: token", errOf(pOwner.GetBotToken(ctx, poolsOwner, "ab-bot")))

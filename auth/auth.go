@@ -17,6 +17,13 @@
 //	billing:...    assets:...   pools:...   kv:...
 //	*:read  *:write                 every keyspace
 //	admin                           membership, tokens, the admin API
+//	pools:secrets                   read a bot's decrypted token (GetBotToken)
+//	pools:impersonate               an unbound credential may name any actor
+//
+// pools:secrets and pools:impersonate are grants of their own: they include
+// neither pools:read nor pools:write, and no wildcard (*:read, *:write)
+// grants them. admin grants both (an admin can make a token with them
+// anyway). Node certificates are granted everything.
 //
 // Usage:
 //
@@ -53,11 +60,27 @@ var Keyspaces = []string{Registry, Billing, Assets, Pools, KV}
 // RoleAdmin grants the admin API (membership, shards, tokens).
 const RoleAdmin = "admin"
 
+// Roles of their own in the pools keyspace (the Pools service's actors and
+// bot tokens, docs/security.md). Each is also the pseudo keyspace of the
+// Perm it grants.
+const (
+	// RolePoolsSecrets grants reading a bot's decrypted token.
+	RolePoolsSecrets = "pools:secrets"
+	// RolePoolsImpersonate lets a credential that is not bound to an actor
+	// name any actor in Pools calls (a trusted front end acting for many
+	// users). A bound credential always acts as its own actor.
+	RolePoolsImpersonate = "pools:impersonate"
+)
+
+// special are the roles ParseRole accepts besides admin and
+// <keyspace>:<read|write>.
+var special = []string{RolePoolsSecrets, RolePoolsImpersonate}
+
 // Perm is what a call needs.
 type Perm struct {
 	// Keyspace is one of Keyspaces, or one of the pseudo keyspaces
-	// Public (anyone authenticated), Admin and Node (node certificates
-	// only).
+	// Public (anyone authenticated), Admin, Node (node certificates
+	// only), PoolsSecrets and PoolsImpersonate.
 	Keyspace string
 	Write    bool
 }
@@ -67,12 +90,16 @@ const (
 	Public = "public"
 	Admin  = "admin"
 	Node   = "node"
+	// PoolsSecrets and PoolsImpersonate are granted by the roles of the
+	// same names and by admin.
+	PoolsSecrets     = RolePoolsSecrets
+	PoolsImpersonate = RolePoolsImpersonate
 )
 
 // String is "kv:write", "admin", ...
 func (p Perm) String() string {
 	switch p.Keyspace {
-	case Public, Admin, Node:
+	case Public, Admin, Node, PoolsSecrets, PoolsImpersonate:
 		return p.Keyspace
 	}
 	if p.Write {
@@ -87,12 +114,12 @@ var ErrBadRole = errors.New("auth: bad role")
 // ParseRole checks one role and returns it in canonical form.
 func ParseRole(s string) (string, error) {
 	s = strings.ToLower(strings.TrimSpace(s))
-	if s == RoleAdmin {
+	if s == RoleAdmin || slices.Contains(special, s) {
 		return s, nil
 	}
 	ks, lvl, ok := strings.Cut(s, ":")
 	if !ok || (lvl != "read" && lvl != "write") || (ks != "*" && !slices.Contains(Keyspaces, ks)) {
-		return "", fmt.Errorf("%w %q: want admin or <%s|*>:<read|write>", ErrBadRole, clip(s), strings.Join(Keyspaces, "|"))
+		return "", fmt.Errorf("%w %q: want admin, %s or <%s|*>:<read|write>", ErrBadRole, clip(s), strings.Join(special, ", "), strings.Join(Keyspaces, "|"))
 	}
 	return ks + ":" + lvl, nil
 }
@@ -116,7 +143,8 @@ func ParseRoles(spec string) ([]string, error) {
 }
 
 // Allows reports whether roles grant p. Public needs any identity; Node is
-// never granted by roles.
+// never granted by roles; PoolsSecrets and PoolsImpersonate only by their
+// own role or admin (never by a wildcard).
 func Allows(roles []string, p Perm) bool {
 	switch p.Keyspace {
 	case Public:
@@ -125,10 +153,12 @@ func Allows(roles []string, p Perm) bool {
 		return false
 	case Admin:
 		return slices.Contains(roles, RoleAdmin)
+	case PoolsSecrets, PoolsImpersonate:
+		return slices.Contains(roles, p.Keyspace) || slices.Contains(roles, RoleAdmin)
 	}
 	for _, r := range roles {
 		ks, lvl, ok := strings.Cut(r, ":")
-		if !ok || (ks != p.Keyspace && ks != "*") {
+		if !ok || (ks != p.Keyspace && ks != "*") || (lvl != "read" && lvl != "write") {
 			continue
 		}
 		if lvl == "write" || !p.Write {

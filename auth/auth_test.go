@@ -146,3 +146,48 @@ func FuzzParseRoles(f *testing.F) {
 		}
 	})
 }
+
+// TestPoolsSpecialRoles: pools:secrets and pools:impersonate are granted
+// only by themselves and admin, never by a wildcard or pools:write, and
+// grant no keyspace access of their own.
+func TestPoolsSpecialRoles(t *testing.T) {
+	roles, err := ParseRoles("POOLS:SECRETS, pools:impersonate")
+	if err != nil || strings.Join(roles, ",") != "pools:impersonate,pools:secrets" {
+		t.Fatalf("roles %v %v", roles, err)
+	}
+	secrets, imp := Perm{Keyspace: PoolsSecrets}, Perm{Keyspace: PoolsImpersonate}
+	for _, tt := range []struct {
+		roles         string
+		secrets, impr bool
+	}{
+		{"pools:write", false, false},
+		{"*:write,*:read", false, false},
+		{"pools:secrets", true, false},
+		{"pools:impersonate", false, true},
+		{"admin", true, true},
+	} {
+		rs, err := ParseRoles(tt.roles)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Allows(rs, secrets); got != tt.secrets {
+			t.Errorf("%s grants %s: %v", tt.roles, secrets, got)
+		}
+		if got := Allows(rs, imp); got != tt.impr {
+			t.Errorf("%s grants %s: %v", tt.roles, imp, got)
+		}
+	}
+	for _, r := range []string{"pools:secrets", "pools:impersonate"} {
+		if Allows([]string{r}, Perm{Keyspace: Pools}) || Allows([]string{r}, Perm{Keyspace: Pools, Write: true}) {
+			t.Errorf("%s grants pools access", r)
+		}
+	}
+	for _, bad := range []string{"*:secrets", "kv:secrets", "*:impersonate", "registry:impersonate"} {
+		if _, err := ParseRoles(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if secrets.String() != "pools:secrets" || imp.String() != "pools:impersonate" {
+		t.Errorf("perm strings %s %s", secrets, imp)
+	}
+}

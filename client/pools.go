@@ -23,7 +23,16 @@ package client
 // server checks ownership and visibility against it. A private pool of
 // another user answers ErrPermissionDenied, never ErrNotFound, to every
 // call that reads, changes or uses it (CreatePool of its id answers
-// ErrAlreadyExists).
+// ErrAlreadyExists). With auth on, the actor is bound to the credential
+// (docs/security.md, "Pools: actors"): a token made with
+// `swarmnode token create --actor U` acts only as U (actor "" means U;
+// another actor is ErrPermissionDenied); an unbound credential may name an
+// actor only with the pools:impersonate role (or admin, or a node
+// certificate). GetBotToken needs the pools:secrets role.
+//
+// User ids of others: a bot's contributor (BotInfo.OwnerUserID) is shown
+// only to the contributor and to the owner of the bot's pool; other readers
+// get "". A public pool's owner is shown to everyone.
 //
 // Tokens: a bot's token is plaintext only in the arguments of RegisterBot
 // and UpdateBot and in the result of GetBotToken. The node that receives it
@@ -111,7 +120,7 @@ type BotInfo struct {
 	Tag         string
 	Status      records.BotStatus
 	PoolID      string
-	OwnerUserID string // the actor who contributed the bot
+	OwnerUserID string // the actor who contributed the bot; "" to readers other than it and the pool's owner
 	Profile     string
 	HasToken    bool
 	CreatedAt   int64 // Unix ms
@@ -153,7 +162,24 @@ func checkID(field, id string, max int) error {
 	return nil
 }
 
-func checkActor(actor string) error { return checkID("actor", actor, keys.MaxStringIDLen) }
+// checkActor checks an actor argument: a user id, or "" for the actor the
+// credential is bound to (the server refuses "" from an unbound one).
+func checkActor(actor string) error {
+	if actor == "" {
+		return nil
+	}
+	return checkID("actor", actor, keys.MaxStringIDLen)
+}
+
+// boundActor stands in for actor "" where a record is checked locally.
+const boundActor = "bound-actor"
+
+func ownerFor(actor string) string {
+	if actor == "" {
+		return boundActor
+	}
+	return actor
+}
 
 func checkPoolID(id string) error { return checkID("pool_id", id, keys.MaxPoolIDLen) }
 
@@ -177,7 +203,7 @@ func checkPoolSpec(actor string, s PoolSpec) error {
 	if err := checkActor(actor); err != nil {
 		return err
 	}
-	p := records.Pool{PoolID: s.PoolID, OwnerUserID: actor, Name: s.Name, Visibility: s.Visibility, Meta: s.Meta}
+	p := records.Pool{PoolID: s.PoolID, OwnerUserID: ownerFor(actor), Name: s.Name, Visibility: s.Visibility, Meta: s.Meta}
 	if err := p.Validate(); err != nil {
 		return invalidArg(err)
 	}
@@ -195,7 +221,7 @@ func checkBotSpec(actor string, b BotSpec, tokenRequired bool) error {
 		return invalidf("token is empty")
 	}
 	r := records.Bot{AgentID: b.AgentID, ClientID: b.ClientID, Tag: b.Tag, Status: b.Status,
-		PoolID: b.PoolID, OwnerUserID: actor, Profile: b.Profile}
+		PoolID: b.PoolID, OwnerUserID: ownerFor(actor), Profile: b.Profile}
 	if r.PoolID == "" { // the server fills it in
 		r.PoolID = records.DefaultPoolID
 	}
@@ -235,7 +261,8 @@ func botSpecToProto(b BotSpec) *rpc.Bot {
 }
 
 // botFrom converts and checks a bot message; a token in it, which the
-// server never sends, is dropped.
+// server never sends, is dropped. An empty owner_user_id is a contributor
+// the reader may not see.
 func botFrom(p *rpc.Bot) (*BotInfo, error) {
 	if p == nil {
 		return nil, badResponse("bot", fmt.Errorf("%w: bot is missing", records.ErrInvalid))
@@ -249,7 +276,7 @@ func botFrom(p *rpc.Bot) (*BotInfo, error) {
 		Profile: p.GetProfile(), HasToken: p.GetHasToken(), CreatedAt: p.GetCreatedAt(), UpdatedAt: p.GetUpdatedAt(),
 	}
 	r := records.Bot{AgentID: b.AgentID, ClientID: b.ClientID, Tag: b.Tag, Status: b.Status, PoolID: b.PoolID,
-		OwnerUserID: b.OwnerUserID, Profile: b.Profile, CreatedAt: b.CreatedAt, UpdatedAt: b.UpdatedAt}
+		OwnerUserID: ownerFor(b.OwnerUserID), Profile: b.Profile, CreatedAt: b.CreatedAt, UpdatedAt: b.UpdatedAt}
 	if err := r.Validate(); err != nil {
 		return nil, badResponse("bot", err)
 	}
@@ -529,8 +556,9 @@ func (p *Pools) ListBotsPage(ctx context.Context, actor, poolID string, pg Page,
 }
 
 // GetBotToken returns bot agentID's plaintext token, decrypted by the
-// node that answers: the one call that returns a token. Allowed to the
-// bot's contributor and its pool's owner (else ErrPermissionDenied);
+// node that answers: the one call that returns a token. With auth on the
+// caller needs the pools:secrets role. Allowed to the bot's contributor
+// and its pool's owner (else ErrPermissionDenied);
 // ErrNotFound if the bot does not exist. A gRPC FailedPrecondition status
 // (not a *NotLeaderError) means the answering node cannot open the token:
 // it has no key ring, or its ring lacks the key that sealed it. Always a

@@ -14,15 +14,17 @@ import (
 	"time"
 
 	"github.com/swarmkv/swarmkv/auth"
+	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/rpc"
 )
 
 // The token admin API (auth.go has the rules):
 //
-//	POST /v1/tokens               {"name": "ci", "roles": ["registry:read"]}
-//	                              -> {"id", "name", "roles", "created", "token"}; the token is
-//	                                 shown this once, the cluster keeps only its hash
-//	GET  /v1/tokens               -> [{"id", "name", "roles", "created", "revoked"}]
+//	POST /v1/tokens               {"name": "ci", "roles": ["registry:read"], "actor": "u1"}
+//	                              -> {"id", "name", "roles", "actor", "created", "token"}; the
+//	                                 token is shown this once, the cluster keeps only its hash;
+//	                                 "actor" (optional) binds the token to a user id (Pools)
+//	GET  /v1/tokens               -> [{"id", "name", "roles", "actor", "created", "revoked"}]
 //	POST /v1/tokens/{id}/revoke   -> the record; idempotent
 //
 // Changes run on the meta leader (through n.metaUpdate); a node that does
@@ -37,6 +39,7 @@ type TokenInfo struct {
 	ID      string     `json:"id"`
 	Name    string     `json:"name"`
 	Roles   []string   `json:"roles"`
+	Actor   string     `json:"actor,omitempty"` // the user id a bound token acts for
 	Created time.Time  `json:"created"`
 	Revoked *time.Time `json:"revoked,omitempty"`
 	// Token is set only in the answer to a create.
@@ -44,7 +47,7 @@ type TokenInfo struct {
 }
 
 func tokenInfo(t Token) TokenInfo {
-	return TokenInfo{ID: t.ID, Name: t.Name, Roles: t.Roles, Created: t.Created, Revoked: t.Revoked}
+	return TokenInfo{ID: t.ID, Name: t.Name, Roles: t.Roles, Actor: t.Actor, Created: t.Created, Revoked: t.Revoked}
 }
 
 // maxTokens bounds the tokens kept in the cluster state (revoked included).
@@ -59,11 +62,12 @@ func (n *Node) adminAuthRoutes(mux *http.ServeMux) {
 		var req struct {
 			Name  string   `json:"name"`
 			Roles []string `json:"roles"`
+			Actor string   `json:"actor"`
 		}
 		if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&req); err != nil {
-			return nil, fmt.Errorf("%w: body: want {\"name\": ..., \"roles\": [...]}", ErrInvalidArgument)
+			return nil, fmt.Errorf("%w: body: want {\"name\": ..., \"roles\": [...], \"actor\": ... (optional)}", ErrInvalidArgument)
 		}
-		return n.CreateToken(ctx, req.Name, req.Roles)
+		return n.CreateToken(ctx, req.Name, req.Roles, req.Actor)
 	}))
 	mux.HandleFunc("GET /v1/tokens", n.tokenHandler(func(ctx context.Context, r *http.Request) (any, error) {
 		st, err := n.fetchMeta(ctx)
@@ -135,6 +139,9 @@ func (n *Node) tokenHandler(fn func(ctx context.Context, r *http.Request) (any, 
 			what := r.Method + " " + r.URL.Path
 			if ti, ok := v.(*TokenInfo); ok {
 				what += " id=" + ti.ID + " name=" + ti.Name + " roles=" + strings.Join(ti.Roles, ",")
+				if ti.Actor != "" {
+					what += " actor=" + ti.Actor
+				}
 			}
 			n.log.Info("audit", "audit", true, "via", "http", "what", what, "done", true)
 		}
@@ -236,22 +243,43 @@ func redactTokenHashes(st *State) *State {
 	return c
 }
 
-// CreateToken makes a token with roles on the meta leader (errMetaNotLeader
-// elsewhere) and returns it with its secret, shown this once.
-func (n *Node) CreateToken(ctx context.Context, name string, roles []string) (*TokenInfo, error) {
+// CheckTokenRequest validates a token request (POST /v1/tokens) and
+// returns its name trimmed and its roles in canonical form. actor, when
+// set, must be a valid user id (keys.ValidateStringID) and cannot be
+// combined with pools:impersonate (a bound token acts only as its actor).
+func CheckTokenRequest(name string, roles []string, actor string) (string, []string, error) {
 	name = strings.TrimSpace(name)
 	if name == "" || len(name) > 64 || strings.ContainsFunc(name, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		return nil, fmt.Errorf("%w: token name: want 1-64 printable characters", ErrInvalidArgument)
+		return "", nil, fmt.Errorf("%w: token name: want 1-64 printable characters", ErrInvalidArgument)
 	}
 	canon, err := auth.ParseRoles(strings.Join(roles, ","))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		return "", nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
 	if len(canon) == 0 {
-		return nil, fmt.Errorf("%w: a token needs at least one role", ErrInvalidArgument)
+		return "", nil, fmt.Errorf("%w: a token needs at least one role", ErrInvalidArgument)
+	}
+	if actor != "" {
+		if err := keys.ValidateStringID("actor", actor, keys.MaxStringIDLen); err != nil {
+			return "", nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		}
+		if slices.Contains(canon, auth.RolePoolsImpersonate) {
+			return "", nil, fmt.Errorf("%w: a token bound to an actor cannot have the %s role", ErrInvalidArgument, auth.RolePoolsImpersonate)
+		}
+	}
+	return name, canon, nil
+}
+
+// CreateToken makes a token with roles, bound to actor unless actor is "",
+// on the meta leader (errMetaNotLeader elsewhere) and returns it with its
+// secret, shown this once.
+func (n *Node) CreateToken(ctx context.Context, name string, roles []string, actor string) (*TokenInfo, error) {
+	name, canon, err := CheckTokenRequest(name, roles, actor)
+	if err != nil {
+		return nil, err
 	}
 	tok, id, hash := auth.NewToken()
-	rec := Token{ID: id, Name: name, Roles: canon, Hash: hash, Created: time.Now().UTC().Truncate(time.Second)}
+	rec := Token{ID: id, Name: name, Roles: canon, Actor: actor, Hash: hash, Created: time.Now().UTC().Truncate(time.Second)}
 	if _, err := n.metaUpdate(ctx, func(st *State) error {
 		if len(st.Tokens) >= maxTokens {
 			return fmt.Errorf("%w: %d tokens already; revoke and prune some", ErrInvalidArgument, len(st.Tokens))

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/swarmkv/swarmkv/auth"
 	"github.com/swarmkv/swarmkv/fsm"
@@ -32,10 +34,14 @@ import (
 //	             (auth.ParseRole; unknown ones ignored)
 //	a token      "authorization: Bearer swk_..." (gRPC metadata, HTTP
 //	             header; RESP: AUTH <user> <token>) matching an unrevoked
-//	             token of the cluster state: that token's roles
+//	             token of the cluster state: that token's roles, and the
+//	             actor it is bound to (Token.Actor), if any
 //
 // and every call needs the permission grpcPerms (or the HTTP rules in
-// authHTTP) gives it. A caller without credentials, or with an unknown or
+// authHTTP) gives it. Pools calls name an actor (the user they act for);
+// bindActor ties it to the credential: a credential bound to an actor acts
+// only as that actor, an unbound one needs pools:impersonate (or admin, or
+// a node certificate) to name any. A caller without credentials, or with an unknown or
 // revoked token, or without the role, gets PermissionDenied (HTTP 401/403,
 // RESP NOAUTH/NOPERM) before anything runs. Admin calls and every denial
 // are audit-logged (slog attribute audit=true: who, what, allowed; never a
@@ -93,7 +99,7 @@ var grpcPerms = map[string]auth.Perm{
 	"/swarmkv.v1.Pools/RegisterBot":  {Keyspace: auth.Pools, Write: true},
 	"/swarmkv.v1.Pools/UpdateBot":    {Keyspace: auth.Pools, Write: true},
 	"/swarmkv.v1.Pools/RemoveBot":    {Keyspace: auth.Pools, Write: true},
-	"/swarmkv.v1.Pools/GetBotToken":  {Keyspace: auth.Pools, Write: true}, // a decrypted secret
+	"/swarmkv.v1.Pools/GetBotToken":  {Keyspace: auth.PoolsSecrets}, // a decrypted secret
 	"/swarmkv.v1.Pools/Heartbeat":    {Keyspace: auth.Pools, Write: true},
 	"/swarmkv.v1.Pools/SetGuildPool": {Keyspace: auth.Pools, Write: true},
 	"/swarmkv.v1.Pools/PlanDeploy":   {Keyspace: auth.Pools, Write: true},
@@ -118,6 +124,7 @@ type identity struct {
 	node   bool     // a node certificate or cluster-secret credential
 	nodeID string   // the node's id when node is set
 	roles  []string // canonical roles
+	actor  string   // the user id a bound credential acts for ("": unbound)
 }
 
 // allows reports whether id may use p, and if not why: a node identity
@@ -188,7 +195,7 @@ func (n *Node) identifyToken(tok string) (*identity, bool) {
 	}
 	for _, t := range n.mu.state.Tokens {
 		if t.ID == id && t.Revoked == nil && auth.CheckSecret(secret, t.Hash) {
-			return &identity{name: "token:" + t.ID + "(" + t.Name + ")", roles: t.Roles}, true
+			return &identity{name: "token:" + t.ID + "(" + t.Name + ")", roles: t.Roles, actor: t.Actor}, true
 		}
 	}
 	return nil, false
@@ -270,7 +277,71 @@ func (n *Node) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInf
 	if info.FullMethod == metaStateMethod {
 		ctx = withCaller(ctx, id) // adminServer.MetaState tells non-members less
 	}
+	if strings.HasPrefix(info.FullMethod, poolsMethodPrefix) {
+		if err := bindActor(id, req); err != nil {
+			n.audit("grpc", id, info.FullMethod, false, "actor not bound to the credential")
+			return nil, err
+		}
+	}
 	return handler(ctx, req)
+}
+
+// poolsMethodPrefix is the prefix of the Pools service's methods, whose
+// requests carry an actor (bindActor).
+var poolsMethodPrefix = "/" + rpc.Pools_ServiceDesc.ServiceName + "/"
+
+// actorField returns the string field "actor" of req's message, or nil.
+func actorField(req any) (protoreflect.Message, protoreflect.FieldDescriptor) {
+	m, ok := req.(proto.Message)
+	if !ok {
+		return nil, nil
+	}
+	pm := m.ProtoReflect()
+	fd := pm.Descriptor().Fields().ByName("actor")
+	if fd == nil || fd.Kind() != protoreflect.StringKind || fd.Cardinality() == protoreflect.Repeated {
+		return nil, nil
+	}
+	return pm, fd
+}
+
+// bindActor ties the actor a Pools request names to the caller id (already
+// allowed the method), before the request runs:
+//
+//	id bound to U (a token with an actor)   the request acts as U: an empty
+//	                                        actor becomes U, any other is
+//	                                        PermissionDenied
+//	id unbound, with pools:impersonate,     the request's actor is used as
+//	admin, or a node certificate            given (a trusted front end)
+//	id unbound, otherwise                   a request naming an actor is
+//	                                        PermissionDenied; one without
+//	                                        (Heartbeat, ListRunners,
+//	                                        GetGuildPool) runs
+//
+// A request without an actor field is left alone. Without auth (no
+// identities) every request runs as given.
+func bindActor(id *identity, req any) error {
+	m, fd := actorField(req)
+	if fd == nil {
+		return nil
+	}
+	claimed := m.Get(fd).String()
+	switch {
+	case id.actor != "":
+		if claimed == "" {
+			m.Set(fd, protoreflect.ValueOfString(id.actor))
+			return nil
+		}
+		if claimed != id.actor {
+			return status.Errorf(codes.PermissionDenied, "swarmkv: %s acts for the user %s and may not act as another user", id.name, id.actor)
+		}
+		return nil
+	case id.node || auth.Allows(id.roles, auth.Perm{Keyspace: auth.PoolsImpersonate}):
+		// id.node: the caller passed Node.allows, so it is a member
+		return nil
+	case claimed == "":
+		return nil // nothing to act as: the handler refuses the empty actor
+	}
+	return status.Errorf(codes.PermissionDenied, "swarmkv: %s is not bound to an actor and may not act as a user (bind the token to one: swarmnode token create --actor, or grant %s)", id.name, auth.RolePoolsImpersonate)
 }
 
 // redisPerm: a single read-only command needs assets:read, anything else

@@ -194,9 +194,9 @@ func TestAuthWithoutTLSCluster(t *testing.T) {
 	var tok *TokenInfo
 	waitFor(t, 20*time.Second, "token created", func() error {
 		var err error
-		tok, err = tc.nodes[0].CreateToken(ctx, "app", []string{"kv:write"})
+		tok, err = tc.nodes[0].CreateToken(ctx, "app", []string{"kv:write"}, "")
 		if errors.Is(err, errMetaNotLeader) {
-			tok, err = tc.nodes[tc.metaLeaderIndex()].CreateToken(ctx, "app", []string{"kv:write"})
+			tok, err = tc.nodes[tc.metaLeaderIndex()].CreateToken(ctx, "app", []string{"kv:write"}, "")
 		}
 		return err
 	})

@@ -492,23 +492,35 @@ func (s *poolsServer) botPool(r *replica, b *records.Bot) (*records.Pool, error)
 	return p, err
 }
 
+// botForReader is bot b of pool p (nil if missing) as actor may see it:
+// without its token (rpc.BotToProto), and without its contributor's user
+// id unless actor is that contributor or p's owner. The owner id of a
+// public pool is public; the contributors of its bots are not
+// (docs/security.md, "Pools: actors").
+func botForReader(b *records.Bot, p *records.Pool, actor string) *rpc.Bot {
+	out := rpc.BotToProto(b)
+	if actor != b.OwnerUserID && (p == nil || actor != p.OwnerUserID) {
+		out.OwnerUserId = ""
+	}
+	return out
+}
+
 // GetBot answers the bot without its token to its contributor and to
-// whoever may see its pool.
+// whoever may see its pool (botForReader: the contributor's id only to the
+// contributor and the pool's owner).
 func (s *poolsServer) GetBot(ctx context.Context, req *rpc.BotRef) (*rpc.BotResponse, error) {
 	r, b, err := s.botRead(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	if b.OwnerUserID != req.GetActor() {
-		p, err := s.botPool(r, b)
-		if err != nil {
-			return nil, err
-		}
-		if p == nil || !p.UsableBy(req.GetActor()) {
-			return nil, permissionDenied("bot %s is in pool %s, private to its owner", b.AgentID, b.PoolID)
-		}
+	p, err := s.botPool(r, b)
+	if err != nil {
+		return nil, err
 	}
-	return &rpc.BotResponse{Bot: rpc.BotToProto(b)}, nil
+	if b.OwnerUserID != req.GetActor() && (p == nil || !p.UsableBy(req.GetActor())) {
+		return nil, permissionDenied("bot %s is in pool %s, private to its owner", b.AgentID, b.PoolID)
+	}
+	return &rpc.BotResponse{Bot: botForReader(b, p, req.GetActor())}, nil
 }
 
 func (s *poolsServer) RemoveBot(ctx context.Context, req *rpc.BotRef) (*rpc.RemoveBotResponse, error) {
@@ -535,7 +547,8 @@ func (s *poolsServer) ListBots(ctx context.Context, req *rpc.ListBotsRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.visiblePool(r, req.GetActor(), req.GetPoolId()); err != nil {
+	p, err := s.visiblePool(r, req.GetActor(), req.GetPoolId())
+	if err != nil {
 		return nil, err
 	}
 	pg, kvs, more, err := s.page(r, keys.BotsByPoolPrefix(req.GetPoolId()), req.GetCursor(), req.GetLimit())
@@ -548,7 +561,7 @@ func (s *poolsServer) ListBots(ctx context.Context, req *rpc.ListBotsRequest) (*
 		if err != nil {
 			return nil, err
 		}
-		bp := rpc.BotToProto(b)
+		bp := botForReader(b, p, req.GetActor())
 		if !pg.take(kv.Key, bp) {
 			break
 		}
@@ -559,7 +572,9 @@ func (s *poolsServer) ListBots(ctx context.Context, req *rpc.ListBotsRequest) (*
 }
 
 // GetBotToken is the one call that answers a token: decrypted with the
-// node's key ring, for the bot's contributor or its pool's owner.
+// node's key ring, for the bot's contributor or its pool's owner. The
+// caller needs pools:secrets (grpcPerms), and its actor is bound to its
+// credential (bindActor).
 func (s *poolsServer) GetBotToken(ctx context.Context, req *rpc.BotRef) (*rpc.GetBotTokenResponse, error) {
 	r, b, err := s.botRead(ctx, req)
 	if err != nil {

@@ -256,13 +256,17 @@ func poolsRuleOps() []poolsRuleOp {
 				if err == nil && (!slices.Equal(botIDs(bs), []string{e.bot}) || !bs[0].HasToken) {
 					return fmt.Errorf("bots %v (has token %v), want [%s] with a token", botIDs(bs), len(bs) > 0 && bs[0].HasToken, e.bot)
 				}
+				// The contributor's id only to the contributor and the pool's owner.
+				if err == nil && bs[0].OwnerUserID != shownContributor(actor) {
+					return fmt.Errorf("bot %s listed to %s with contributor %q, want %q", e.bot, actor, bs[0].OwnerUserID, shownContributor(actor))
+				}
 				return err
 			},
 			state: unchangedPool},
 		{name: "get bot",
 			do: func(e *poolsRuleEnv, actor string) error {
 				b, err := e.p.GetBot(e.ctx, actor, e.bot)
-				if err == nil && (b.AgentID != e.bot || b.PoolID != e.spec.PoolID || b.OwnerUserID != poolsOwner || !b.HasToken) {
+				if err == nil && (b.AgentID != e.bot || b.PoolID != e.spec.PoolID || b.OwnerUserID != shownContributor(actor) || !b.HasToken) {
 					return fmt.Errorf("bot is %+v", b)
 				}
 				return err
@@ -328,6 +332,16 @@ func poolsRuleOps() []poolsRuleOp {
 			do:    func(e *poolsRuleEnv, actor string) error { return e.p.RemoveBot(e.ctx, actor, e.bot) },
 			state: func(e *poolsRuleEnv, done bool) error { return botThere(e, e.bot, !done) }},
 	}
+}
+
+// shownContributor is the contributor id a rule case's bot (contributed by
+// poolsOwner, in a pool of poolsOwner) shows to actor: only its contributor
+// and the pool's owner see it.
+func shownContributor(actor string) string {
+	if actor == poolsOwner {
+		return poolsOwner
+	}
+	return ""
 }
 
 // wantRule is the expected outcome of a rule case.
@@ -709,7 +723,9 @@ func TestPoolsStore(t *testing.T) {
 			if won < 0 {
 				t.Fatalf("round %d: neither registration succeeded: %v", round, errs)
 			}
-			b, err := p.GetBot(ctx, poolsThird, agent)
+			// Read as the winner: only the contributor (or the pool's owner)
+			// sees the contributor's id.
+			b, err := p.GetBot(ctx, attempts[won].actor, agent)
 			if err != nil || b.PoolID != attempts[won].pool || b.OwnerUserID != attempts[won].actor {
 				t.Fatalf("round %d: bot %+v, %v; want it in %s by %s", round, b, err, attempts[won].pool, attempts[won].actor)
 			}

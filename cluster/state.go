@@ -91,9 +91,12 @@ type State struct {
 
 // Token is a bearer token's record in the cluster state.
 type Token struct {
-	ID      string     `json:"id"`
-	Name    string     `json:"name"`
-	Roles   []string   `json:"roles"`
+	ID    string   `json:"id"`
+	Name  string   `json:"name"`
+	Roles []string `json:"roles"`
+	// Actor is the user id the token acts for in the Pools service ("":
+	// not bound). A bound token may only act as Actor (auth.go, bindActor).
+	Actor   string     `json:"actor,omitempty"`
 	Hash    string     `json:"hash,omitempty"` // hex SHA-256 of the secret (never empty in the state; blanked in /v1/state)
 	Created time.Time  `json:"created"`
 	Revoked *time.Time `json:"revoked,omitempty"`

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -262,6 +263,69 @@ func TestComposeTLSMountsOwnKeysOnly(t *testing.T) {
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
 			t.Errorf("%s mounts %q, want %q", id, got, want)
+		}
+	}
+}
+
+// TestCLITokenActor: `token create --actor` binds a token to a user id;
+// the answer, `token list` and `token list --json` show it; a bad actor,
+// or an actor with pools:impersonate, is a usage error.
+func TestCLITokenActor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a node")
+	}
+	dir := t.TempDir()
+	_, httpAddr, _ := startTLSNode(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, _, err := runCmd(ctx, "certs", "client", "--dir", dir, "--name", "ops", "--role", "admin"); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SWARM_TLS_CA", filepath.Join(dir, "ca.pem"))
+	t.Setenv("SWARM_TLS_CERT", filepath.Join(dir, "ops.pem"))
+	t.Setenv("SWARM_TLS_KEY", filepath.Join(dir, "ops-key.pem"))
+
+	out, _, err := runCmd(ctx, "token", "create", "--admin", httpAddr, "--name", "pools-ui", "--role", "pools:write,pools:secrets", "--actor", "u-1")
+	if err != nil || !strings.Contains(out, "roles pools:secrets,pools:write, acts for u-1)") {
+		t.Fatalf("token create --actor: %v %q", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	id := strings.TrimPrefix(lines[len(lines)-1], "swk_")[:16]
+	if _, _, err := runCmd(ctx, "token", "create", "--admin", httpAddr, "--name", "unbound", "--role", "pools:impersonate,pools:write"); err != nil {
+		t.Fatalf("unbound token: %v", err)
+	}
+	out, _, err = runCmd(ctx, "token", "list", "--admin", httpAddr)
+	if err != nil || !strings.Contains(out, "ACTOR") {
+		t.Fatalf("token list: %v %q", err, out)
+	}
+	found := false
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) >= 4 && f[0] == id:
+			found = f[3] == "u-1"
+		case len(f) >= 4 && f[1] == "unbound" && f[3] != "-":
+			t.Errorf("unbound token listed with actor %q", f[3])
+		}
+	}
+	if !found {
+		t.Fatalf("token list does not show actor u-1 for %s:\n%s", id, out)
+	}
+	out, _, err = runCmd(ctx, "token", "list", "--admin", httpAddr, "--json")
+	var ts []struct{ ID, Actor string }
+	if err != nil || json.Unmarshal([]byte(out), &ts) != nil {
+		t.Fatalf("token list --json: %v %q", err, out)
+	}
+	if i := slices.IndexFunc(ts, func(x struct{ ID, Actor string }) bool { return x.ID == id }); i < 0 || ts[i].Actor != "u-1" {
+		t.Fatalf("token list --json: %q", out)
+	}
+	for _, bad := range [][]string{
+		{"--role", "pools:write", "--actor", "has space"},
+		{"--role", "pools:write,pools:impersonate", "--actor", "u-1"},
+		{"--role", "*:secrets"},
+	} {
+		if _, _, err := runCmd(ctx, append([]string{"token", "create", "--admin", httpAddr, "--name", "bad"}, bad...)...); exitCode(err) != 2 {
+			t.Errorf("token create %v: %v, want a usage error", bad, err)
 		}
 	}
 }

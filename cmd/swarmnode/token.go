@@ -15,12 +15,17 @@ import (
 )
 
 const tokenUsage = `Usage:
-  swarmnode token create --name NAME --role ROLE[,ROLE...] [flags]   make a bearer token (printed once)
+  swarmnode token create --name NAME --role ROLE[,ROLE...] [--actor USER] [flags]
+                                                                     make a bearer token (printed once)
   swarmnode token list [flags]                                       list tokens (never their secrets)
   swarmnode token revoke [flags] ID                                  revoke a token (idempotent)
 
 Roles: admin, or KEYSPACE:read / KEYSPACE:write with KEYSPACE one of
-registry, billing, assets, pools, kv, or * (every keyspace). Clients send
+registry, billing, assets, pools, kv, or * (every keyspace); pools:secrets
+(read bots' decrypted tokens) and pools:impersonate (an unbound token may
+act as any user in the Pools service) are granted only by name or admin.
+--actor binds the token to a user id: its Pools calls act only as that
+user (docs/security.md, "Pools: actors"). Clients send
 the token as "authorization: Bearer <token>" (Go client: Config.Token; CLI:
 SWARM_TOKEN; Redis: AUTH <user> <token>). The caller needs the admin role.
 
@@ -54,6 +59,7 @@ func token(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	name := fs.String("name", "", "create: the token's name (who uses it)")
 	var roles roleList
 	fs.Var(&roles, "role", "create: a role, or a comma-separated list; repeatable")
+	actor := fs.String("actor", "", "create: the user id the token acts for in the Pools service (default: not bound)")
 	verb, pos, err := parseVerb(fs, args, "token: missing create, list or revoke")
 	if err != nil {
 		return err
@@ -66,11 +72,15 @@ func token(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if len(pos) != 0 || *name == "" || len(roles) == 0 {
 			return usageError{errors.New("token create: want --name and at least one --role")}
 		}
-		if err := checkRoles(roles); err != nil {
+		if _, _, err := cluster.CheckTokenRequest(*name, roles, *actor); err != nil {
 			return usageError{err}
 		}
+		req := map[string]any{"name": *name, "roles": []string(roles)}
+		if *actor != "" {
+			req["actor"] = *actor
+		}
 		var ti cluster.TokenInfo
-		body, err := f.callBody(ctx, "POST", "/v1/tokens", map[string]any{"name": *name, "roles": []string(roles)}, &ti)
+		body, err := f.callBody(ctx, "POST", "/v1/tokens", req, &ti)
 		if err != nil {
 			return err
 		}
@@ -78,7 +88,11 @@ func token(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			_, err := stdout.Write(body)
 			return err
 		}
-		fmt.Fprintf(stdout, "token %s (%s, roles %s); shown only now, store it safely:\n%s\n", ti.ID, ti.Name, strings.Join(ti.Roles, ","), ti.Token)
+		bound := ""
+		if ti.Actor != "" {
+			bound = ", acts for " + ti.Actor
+		}
+		fmt.Fprintf(stdout, "token %s (%s, roles %s%s); shown only now, store it safely:\n%s\n", ti.ID, ti.Name, strings.Join(ti.Roles, ","), bound, ti.Token)
 		return nil
 	case "list":
 		if len(pos) != 0 {
@@ -94,13 +108,17 @@ func token(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tROLES\tCREATED\tREVOKED")
+		fmt.Fprintln(tw, "ID\tNAME\tROLES\tACTOR\tCREATED\tREVOKED")
 		for _, t := range ts {
 			rev := "-"
 			if t.Revoked != nil {
 				rev = t.Revoked.Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, strings.Join(t.Roles, ","), t.Created.Format(time.RFC3339), rev)
+			act := "-"
+			if t.Actor != "" {
+				act = t.Actor
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, strings.Join(t.Roles, ","), act, t.Created.Format(time.RFC3339), rev)
 		}
 		return tw.Flush()
 	case "revoke":

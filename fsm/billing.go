@@ -127,7 +127,9 @@ func (ch *change) deleteAccount(id keys.AccountID) error {
 // putTransaction is the seed's put_transaction: it creates a transaction,
 // or replaces one of the same account (an administrative correction; no
 // balance moves), never one of another account.
-func (ch *change) putTransaction(tx *records.CreditTransaction) error { return ch.putTx(OpPutTransaction, tx) }
+func (ch *change) putTransaction(tx *records.CreditTransaction) error {
+	return ch.putTx(OpPutTransaction, tx)
+}
 
 func (ch *change) putUsageEvent(e *records.UsageEvent) error {
 	key, err := keys.UsageEvent(e.EventID)

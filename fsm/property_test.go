@@ -19,10 +19,10 @@ type ledger struct {
 	// once recorded, keeps its transaction (only PutTransaction may
 	// replace it, and only with one of the same account).
 	txs      map[keys.TransactionID]records.CreditTransaction
-	opened   big.Int                     // balances of PutAccount
-	credited big.Int                     // AddCredits and positive UpdateBalance
-	charged  big.Int                     // ProcessUsage and negative UpdateBalance
-	removed  big.Int                     // balances overwritten or deleted
+	opened   big.Int // balances of PutAccount
+	credited big.Int // AddCredits and positive UpdateBalance
+	charged  big.Int // ProcessUsage and negative UpdateBalance
+	removed  big.Int // balances overwritten or deleted
 }
 
 func newLedger() *ledger {

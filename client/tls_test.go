@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -46,4 +47,20 @@ func TestTokenNeverInPlaintextOffLoopback(t *testing.T) {
 	if _, err := New(ctx, Config{Endpoints: []string{"127.0.0.1:1"}, Token: "t", DefaultTimeout: 200 * time.Millisecond}); errors.Is(err, ErrPlaintextToken) {
 		t.Errorf("loopback endpoint refused: %v", err)
 	}
+}
+
+// FuzzIsLoopback: any address is classified without panicking, and an IP
+// address with a port is loopback exactly when net says so.
+func FuzzIsLoopback(f *testing.F) {
+	for _, s := range []string{"127.0.0.1:7100", "[::1]:1", "localhost:1", "10.0.0.1:7100", "dns:///h:1", "unix:///s", "", ":", "[::1", "127.0.0.1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, addr string) {
+		got := IsLoopback(addr)
+		if h, _, err := net.SplitHostPort(addr); err == nil && !strings.Contains(addr, "://") && !strings.HasPrefix(addr, "unix") {
+			if ip := net.ParseIP(h); ip != nil && got != ip.IsLoopback() {
+				t.Fatalf("IsLoopback(%q) = %v, IP says %v", addr, got, ip.IsLoopback())
+			}
+		}
+	})
 }

@@ -155,16 +155,17 @@ func (b *Billing) DeleteAccount(ctx context.Context, user keys.AccountID) error 
 // UpdateBalance adds deltaCents (either sign, not zero) to user's balance,
 // records it as an adjustment transaction with a new ULID id, and returns
 // the new balance. ErrNotFound without an account; *InsufficientCreditsError
-// if the balance would go negative. It is NOT retried when the outcome is
-// unknown: it answers ErrOutcomeUnknown, and the caller decides (the
-// transaction listing shows whether it applied).
+// if the balance would go negative. It is retried when the outcome of an
+// attempt is unknown: every attempt carries the same transaction id, which
+// the state machine applies once (a retry answers the balance the first
+// application recorded).
 func (b *Billing) UpdateBalance(ctx context.Context, user keys.AccountID, deltaCents int64) (int64, error) {
 	if deltaCents == 0 || deltaCents == math.MinInt64 {
 		return 0, invalidf("balance delta %d", deltaCents)
 	}
 	txID := NewTransactionID(time.Now())
 	var resp *rpc.BalanceResponse
-	err := b.routed(ctx, user, writeOnce, func(ctx context.Context, bc rpc.BillingClient) (err error) {
+	err := b.routed(ctx, user, idempotent, func(ctx context.Context, bc rpc.BillingClient) (err error) {
 		resp, err = bc.UpdateBalance(ctx, &rpc.UpdateBalanceRequest{UserId: user[:], DeltaCents: deltaCents, TransactionId: txID[:]})
 		return err
 	})
@@ -175,8 +176,9 @@ func (b *Billing) UpdateBalance(ctx context.Context, user keys.AccountID, deltaC
 }
 
 // PutTransaction creates or replaces a transaction with its by-user index
-// entry. It does not change any balance. Retried when the outcome is
-// unknown.
+// entry. It does not change any balance. ErrAlreadyExists if the id holds
+// another account's transaction (never replaced). Retried when the outcome
+// is unknown.
 func (b *Billing) PutTransaction(ctx context.Context, t *records.CreditTransaction) error {
 	if t == nil {
 		return invalidf("transaction is nil")
@@ -446,7 +448,9 @@ func (b *Billing) GetUsageEvent(ctx context.Context, eventID string, opts ...Rea
 // so if the first attempt applied the retry answers the balance it
 // recorded. The event is charged exactly once. Calling ProcessUsage again
 // yourself with the same t behaves the same way; with a new transaction it
-// answers *DuplicateEventError.
+// answers *DuplicateEventError. A transaction id already recorded for
+// anything else (another event, account or operation) is refused with
+// ErrAlreadyExists: a transaction id names one ledger entry.
 func (b *Billing) ProcessUsage(ctx context.Context, e *records.UsageEvent, t *records.CreditTransaction) (int64, error) {
 	switch {
 	case e == nil || t == nil:
@@ -477,7 +481,9 @@ func (b *Billing) ProcessUsage(ctx context.Context, e *records.UsageEvent, t *re
 // (purchase, refund, grant) and carry amountCents. Retried when the outcome
 // is unknown: the server applies a transaction id once, so a retry (or a
 // second call with the same t) adds nothing and answers the balance right
-// after the original application, as the first call did.
+// after the original application, as the first call did. The same id with
+// anything else (another account, amount or operation) answers
+// ErrAlreadyExists.
 func (b *Billing) AddCredits(ctx context.Context, user keys.AccountID, amountCents int64, t *records.CreditTransaction) (int64, error) {
 	switch {
 	case t == nil:

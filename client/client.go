@@ -66,7 +66,10 @@ type Config struct {
 	// listening on loopback without TLS.
 	TLS *tls.Config
 	// Token, if set, is sent with every call as "authorization: Bearer
-	// <token>" (a token made by `swarmnode token create`).
+	// <token>" (a token made by `swarmnode token create`). Without TLS it
+	// is sent only to loopback addresses (localhost, 127.0.0.0/8, ::1):
+	// New refuses other endpoints, and a node the map lists elsewhere is
+	// not dialed (ErrPlaintextToken).
 	Token string
 	// AttemptTimeout bounds one attempt on one node, so that a hung node
 	// (paused, partitioned) does not eat the caller's whole deadline.
@@ -146,6 +149,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		cfg.Logger = slog.Default()
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger}
+	for _, ep := range cfg.Endpoints {
+		if err := c.checkTokenTransport(ep); err != nil {
+			return nil, err
+		}
+	}
 	c.mu.conns = map[string]*nodeConn{}
 	c.mu.nodes = map[string]string{}
 	if err := c.RefreshMap(ctx); err != nil {
@@ -189,6 +197,10 @@ func (c *Client) conn(addr string) (*nodeConn, error) {
 	}
 	if nc := c.mu.conns[addr]; nc != nil {
 		return nc, nil
+	}
+	// The map may list addresses the endpoints did not: check each.
+	if err := c.checkTokenTransport(addr); err != nil {
+		return nil, err
 	}
 	opts := append(c.transportOptions(), c.cfg.DialOptions...)
 	cc, err := grpc.NewClient(addr, opts...)

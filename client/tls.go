@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"os"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -39,6 +41,42 @@ func LoadTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 		return nil, fmt.Errorf("%w: a client certificate needs both the certificate and the key file", ErrInvalidArgument)
 	}
 	return c, nil
+}
+
+// ErrPlaintextToken is wrapped by New and by calls that would send
+// Config.Token without TLS to an address that is not loopback: the bearer
+// token would cross the network readable by anyone on the path.
+var ErrPlaintextToken = fmt.Errorf("%w: refusing to send the bearer token in plaintext", ErrInvalidArgument)
+
+// IsLoopback reports whether a gRPC address (host:port, or a target with
+// a dns:/// or passthrough:/// scheme, or a unix socket) stays on this
+// machine: localhost, 127.0.0.0/8, ::1.
+func IsLoopback(addr string) bool {
+	if strings.HasPrefix(addr, "unix:") || strings.HasPrefix(addr, "unix-abstract:") {
+		return true
+	}
+	for _, scheme := range []string{"dns:///", "passthrough:///"} {
+		addr = strings.TrimPrefix(addr, scheme)
+	}
+	host := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// checkTokenTransport refuses a plaintext connection carrying the token to
+// a non-loopback address.
+func (c *Client) checkTokenTransport(addr string) error {
+	if c.cfg.Token == "" || c.cfg.TLS != nil || IsLoopback(addr) {
+		return nil
+	}
+	return fmt.Errorf("%w to %s, which is not a loopback address: set Config.TLS (client.LoadTLS with the cluster CA; "+
+		"swarmnode: --tls-ca) to reach the cluster over TLS, or connect through 127.0.0.1", ErrPlaintextToken, addr)
 }
 
 // transportOptions are the credentials of every connection.

@@ -238,12 +238,28 @@ func (n *Node) metaUpdate(ctx context.Context, fn func(*State) error) (*State, e
 	}
 }
 
-// writeFileDurable writes dir/name atomically and durably: temp file,
-// fsync, rename, fsync of the directory.
+// privateDir creates dir (and missing parents) owner-only (0700), and
+// makes an existing dir owner-only. A data dir holds the cluster state, the
+// Raft logs, snapshots and Pebble stores, whose files Pebble and raft create
+// with their own modes (0644 under the usual umask; `swarmnode serve` sets
+// umask 077): behind a 0700 dir no other user reaches them.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o700)
+}
+
+// writeFileDurable writes dir/name (mode 0600) atomically and durably:
+// temp file, fsync, rename, fsync of the directory.
 func writeFileDurable(dir, name string, b []byte) error {
 	tmp := filepath.Join(dir, name+".tmp")
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
+		return err
+	}
+	if err := f.Chmod(0o600); err != nil { // a stale temp file keeps its mode
+		f.Close()
 		return err
 	}
 	if _, err := f.Write(b); err != nil {

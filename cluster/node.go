@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -112,7 +111,7 @@ func New(cfg Config) (_ *Node, err error) {
 			n.Close()
 		}
 	}()
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	if err := privateDir(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("cluster: data dir: %w", err)
 	}
 	st, err := loadState(cfg.DataDir)

@@ -119,7 +119,7 @@ func openReplica(rc replicaConfig) (_ *replica, err error) {
 	log := rc.node.Logger.With("shard", uint32(rc.id))
 	_, statErr := os.Stat(rc.dir)
 	fresh := errors.Is(statErr, fs.ErrNotExist)
-	if err := os.MkdirAll(rc.dir, 0o755); err != nil {
+	if err := privateDir(rc.dir); err != nil {
 		return nil, err
 	}
 	r := &replica{
@@ -234,6 +234,9 @@ func openLogStore(c Config, cache *pebble.Cache) (*raftlog.Store, error) {
 			return nil, fmt.Errorf("cluster: %s holds a pebble Raft log store; start with log store %q", dir, LogStorePebble)
 		}
 		return nil, nil
+	}
+	if err := privateDir(dir); err != nil {
+		return nil, fmt.Errorf("cluster: raft log store: %w", err)
 	}
 	s, err := raftlog.Open(raftlog.Options{Dir: dir, Cache: cache, Logger: c.Logger, MinSyncInterval: c.WALMinSyncInterval})
 	if err != nil {

@@ -343,6 +343,42 @@ func TestStoresBilling(t *testing.T) {
 		}
 	})
 
+	t.Run("transaction id reuse", func(t *testing.T) {
+		// A transaction id names one ledger entry: another operation under
+		// it is refused with ErrAlreadyExists (issue 22, item 10), and the
+		// charge stays listed as the balance recorded it.
+		u, v := f.account(t, 2, 1000), f.account(t, 2, 0)
+		e, tx := usageOf(u, "reuse-1", 300)
+		if bal, err := b.ProcessUsage(ctx, e, tx); err != nil || bal != 700 {
+			t.Fatalf("ProcessUsage = %d, %v; want 700", bal, err)
+		}
+		e2, tx2 := usageOf(u, "reuse-2", 50)
+		tx2.TransactionID = tx.TransactionID
+		_, err := b.ProcessUsage(ctx, e2, tx2)
+		wantErr(t, "ProcessUsage of a new event under a used transaction id", err, client.ErrAlreadyExists)
+		cr := purchaseOf(u, 300)
+		cr.TransactionID = tx.TransactionID
+		_, err = b.AddCredits(ctx, u, 300, cr)
+		wantErr(t, "AddCredits under a charge's transaction id", err, client.ErrAlreadyExists)
+		other := purchaseOf(v, 5)
+		other.TransactionID = tx.TransactionID
+		wantErr(t, "PutTransaction of another account under a used id", b.PutTransaction(ctx, other), client.ErrAlreadyExists)
+		if ok, err := b.HasUsageEvent(ctx, e2.EventID); err != nil || ok {
+			t.Errorf("refused event stored: %t, %v", ok, err)
+		}
+		stored := *tx
+		stored.BalanceAfterCents = 700
+		if err := sameRecords("u's transactions", f.all(t, u), []*records.CreditTransaction{&stored}); err != nil {
+			t.Error(err)
+		}
+		if n := len(f.all(t, v)); n != 0 {
+			t.Errorf("v has %d transactions, want 0", n)
+		}
+		if a := f.get(t, u); a.BalanceCents != 700 || a.LifetimeUsageCents != 300 {
+			t.Errorf("account %+v", a)
+		}
+	})
+
 	t.Run("add credits", func(t *testing.T) {
 		u := f.account(t, 7, 100)
 		tx := purchaseOf(u, 250)

@@ -49,24 +49,66 @@ func (ch *change) getAccount(id keys.AccountID) (*records.Account, error) {
 	return &a, nil
 }
 
-// putTx queues transactions[id] = tx and its transactions_by_user entry,
-// and deletes the entry of the user a transaction with this id had before,
-// so the index never points at another user's transaction.
-func (ch *change) putTx(tx *records.CreditTransaction) error {
-	key := keys.Transaction(tx.TransactionID)
-	var old records.CreditTransaction
-	exists, err := getRecord(ch, key, &old)
+// errTxExists is the rejection of a command whose transaction id is
+// already recorded, by another operation or for another account. A
+// transaction id names one ledger entry forever: storing a second one under
+// it would drop the first from the listing while the balance keeps it.
+func errTxExists(op Op, id keys.TransactionID) error {
+	return fmt.Errorf("%w: op %s: transaction id %x is already recorded by another operation", ErrAlreadyExists, op, id[:])
+}
+
+// sameOperation reports whether prev, a stored transaction, was recorded by
+// the operation tx describes, so that tx is its retry: the same account,
+// type, amount, description and event. BalanceAfterCents (the state
+// machine sets it) and CreatedAt (the proposer's clock stamps it for
+// UpdateBalance, so a retry may carry another) are not compared.
+func sameOperation(prev, tx *records.CreditTransaction, eventID string) bool {
+	return prev.UserID == tx.UserID && prev.TransactionType == tx.TransactionType &&
+		prev.AmountCents == tx.AmountCents && prev.Description == tx.Description && prev.EventID == eventID
+}
+
+// getTx reads transactions[id].
+func (ch *change) getTx(id keys.TransactionID) (*records.CreditTransaction, bool, error) {
+	var tx records.CreditTransaction
+	found, err := getRecord(ch, keys.Transaction(id), &tx)
+	if err != nil || !found {
+		return nil, false, err
+	}
+	return &tx, true, nil
+}
+
+// putTx queues transactions[id] = tx and its transactions_by_user entry.
+// It never replaces a transaction of another account (errTxExists), so the
+// index never loses an entry; the balance ops check for an existing id
+// before they call it, PutTransaction may replace one of the same account.
+func (ch *change) putTx(op Op, tx *records.CreditTransaction) error {
+	old, exists, err := ch.getTx(tx.TransactionID)
 	if err != nil {
 		return err
 	}
 	if exists && old.UserID != tx.UserID {
-		ch.del(keys.TransactionByUser(old.UserID, tx.TransactionID))
+		return reject(errTxExists(op, tx.TransactionID))
 	}
-	if err := putRecord(ch, key, tx); err != nil {
+	if err := putRecord(ch, keys.Transaction(tx.TransactionID), tx); err != nil {
 		return err
 	}
 	ch.set(keys.TransactionByUser(tx.UserID, tx.TransactionID), nil)
 	return nil
+}
+
+// balanceRetry is the common start of the ops that move money: if tx's id
+// is recorded, the command is either the exact retry of the operation that
+// recorded it (done: it answers the balance recorded then and changes
+// nothing) or a conflict (errTxExists).
+func (ch *change) balanceRetry(op Op, tx *records.CreditTransaction) (balance int64, done bool, err error) {
+	prev, found, err := ch.getTx(tx.TransactionID)
+	if err != nil || !found {
+		return 0, false, err
+	}
+	if !sameOperation(prev, tx, tx.EventID) {
+		return 0, true, reject(errTxExists(op, tx.TransactionID))
+	}
+	return prev.BalanceAfterCents, true, nil
 }
 
 func (ch *change) deleteAccount(id keys.AccountID) error {
@@ -82,7 +124,12 @@ func (ch *change) deleteAccount(id keys.AccountID) error {
 	return nil
 }
 
-func (ch *change) putTransaction(tx *records.CreditTransaction) error { return ch.putTx(tx) }
+// putTransaction is the seed's put_transaction: it creates a transaction,
+// or replaces one of the same account (an administrative correction; no
+// balance moves), never one of another account.
+func (ch *change) putTransaction(tx *records.CreditTransaction) error {
+	return ch.putTx(OpPutTransaction, tx)
+}
 
 func (ch *change) putUsageEvent(e *records.UsageEvent) error {
 	key, err := keys.UsageEvent(e.EventID)
@@ -93,8 +140,12 @@ func (ch *change) putUsageEvent(e *records.UsageEvent) error {
 }
 
 // updateBalance adds the signed delta to the balance (seed update_balance)
-// and records tx with the new balance.
+// and records tx with the new balance. Like addCredits it is idempotent in
+// the transaction id: an exact retry answers the recorded balance.
 func (ch *change) updateBalance(id keys.AccountID, delta int64, tx *records.CreditTransaction, now int64) (int64, error) {
+	if bal, done, err := ch.balanceRetry(OpUpdateBalance, tx); done || err != nil {
+		return bal, err
+	}
 	a, err := ch.getAccount(id)
 	if err != nil {
 		return 0, err
@@ -114,7 +165,7 @@ func (ch *change) updateBalance(id keys.AccountID, delta int64, tx *records.Cred
 		return 0, reject(errOverflow(OpUpdateBalance, "lifetime usage"))
 	}
 	a.BalanceCents, a.UpdatedAt = balance, now
-	return balance, ch.putAccountAndTx(id, a, tx, "")
+	return balance, ch.putAccountAndTx(OpUpdateBalance, id, a, tx, "")
 }
 
 // processUsage is the seed's process_usage: charge tx.AmountCents for event
@@ -130,19 +181,25 @@ func (ch *change) processUsage(e *records.UsageEvent, tx *records.CreditTransact
 	}
 	if dup {
 		// A retry of this very charge (its transaction recorded for this
-		// event) answers the balance it recorded and changes nothing, so a
-		// client may retry a ProcessUsage whose outcome it did not learn.
-		// Any other attempt to process the event is the seed's
-		// DuplicateEvent.
-		var prev records.CreditTransaction
-		found, err := getRecord(ch, keys.Transaction(tx.TransactionID), &prev)
+		// event, same amount) answers the balance it recorded and changes
+		// nothing, so a client may retry a ProcessUsage whose outcome it
+		// did not learn. Any other attempt to process the event is the
+		// seed's DuplicateEvent.
+		prev, found, err := ch.getTx(tx.TransactionID)
 		if err != nil {
 			return 0, err
 		}
-		if found && prev.EventID == e.EventID && prev.UserID == e.UserID && prev.TransactionType == records.TxUsage {
+		if found && prev.TransactionType == records.TxUsage && sameOperation(prev, tx, e.EventID) {
 			return prev.BalanceAfterCents, nil
 		}
 		return 0, reject(&DuplicateEventError{EventID: e.EventID})
+	}
+	// A new event under a recorded transaction id is not a retry: charging
+	// it would replace that transaction.
+	if _, found, err := ch.getTx(tx.TransactionID); err != nil {
+		return 0, err
+	} else if found {
+		return 0, reject(errTxExists(OpProcessUsage, tx.TransactionID))
 	}
 	a, err := ch.getAccount(e.UserID)
 	if err != nil {
@@ -158,25 +215,19 @@ func (ch *change) processUsage(e *records.UsageEvent, tx *records.CreditTransact
 	}
 	a.BalanceCents -= amount
 	a.UpdatedAt = now
-	if err := ch.putAccountAndTx(e.UserID, a, tx, e.EventID); err != nil {
+	if err := ch.putAccountAndTx(OpProcessUsage, e.UserID, a, tx, e.EventID); err != nil {
 		return 0, err
 	}
 	return a.BalanceCents, putRecord(ch, evKey, e)
 }
 
 // addCredits is the seed's add_credits, made idempotent in the transaction
-// id: a retry of an applied AddCredits succeeds and changes nothing.
+// id: an exact retry of an applied AddCredits succeeds, changes nothing and
+// answers the balance it recorded; any other command with that id is
+// refused (errTxExists).
 func (ch *change) addCredits(id keys.AccountID, amount int64, tx *records.CreditTransaction, now int64) (int64, error) {
-	var prev records.CreditTransaction
-	applied, err := getRecord(ch, keys.Transaction(tx.TransactionID), &prev)
-	if err != nil {
-		return 0, err
-	}
-	if applied {
-		if prev.UserID != id {
-			return 0, reject(fmt.Errorf("%w: op %s: transaction id belongs to another account", ErrInvalidCommand, OpAddCredits))
-		}
-		return prev.BalanceAfterCents, nil
+	if bal, done, err := ch.balanceRetry(OpAddCredits, tx); done || err != nil {
+		return bal, err
 	}
 	a, err := ch.getAccount(id)
 	if err != nil {
@@ -190,13 +241,13 @@ func (ch *change) addCredits(id keys.AccountID, amount int64, tx *records.Credit
 		return 0, reject(errOverflow(OpAddCredits, "lifetime credits"))
 	}
 	a.BalanceCents, a.UpdatedAt = balance, now
-	return balance, ch.putAccountAndTx(id, a, tx, "")
+	return balance, ch.putAccountAndTx(OpAddCredits, id, a, tx, "")
 }
 
 // putAccountAndTx queues the updated account (back under the key it was
 // read from) and a copy of tx carrying the new balance (and eventID, if not
 // empty).
-func (ch *change) putAccountAndTx(id keys.AccountID, a *records.Account, tx *records.CreditTransaction, eventID string) error {
+func (ch *change) putAccountAndTx(op Op, id keys.AccountID, a *records.Account, tx *records.CreditTransaction, eventID string) error {
 	if err := putRecord(ch, keys.Account(id), a); err != nil {
 		return err
 	}
@@ -205,5 +256,5 @@ func (ch *change) putAccountAndTx(id keys.AccountID, a *records.Account, tx *rec
 	if eventID != "" {
 		stored.EventID = eventID
 	}
-	return ch.putTx(&stored)
+	return ch.putTx(op, &stored)
 }

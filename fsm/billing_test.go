@@ -90,6 +90,14 @@ func TestBillingOps(t *testing.T) {
 		{name: "update balance insufficient", setup: funded, cmd: updateBalanceCmd(0, 1, -1001, 60),
 			err: &InsufficientCreditsError{Balance: 1000, Required: 1001}},
 		{name: "update balance missing", cmd: updateBalanceCmd(0, 1, 5, 60), err: ErrNotFound},
+		{name: "update balance retry", setup: append(funded, updateBalanceCmd(0, 1, -250, 60), addCreditsCmd(0, 2, 100, 61)),
+			cmd: updateBalanceCmd(0, 1, -250, 62), balance: 750},
+		{name: "update balance retry with another amount", setup: append(funded, updateBalanceCmd(0, 1, -250, 60)),
+			cmd: updateBalanceCmd(0, 1, -251, 61), err: ErrAlreadyExists},
+		{name: "update balance under a charge's transaction id", setup: append(funded, processUsageCmd(0, 1, 2, 300, 70)),
+			cmd: updateBalanceCmd(0, 2, -300, 71), err: ErrAlreadyExists},
+		{name: "update balance tx id of another account", setup: append(funded, putAccountCmd(account(1, 0, 0, 0)), addCreditsCmd(1, 1, 500, 80)),
+			cmd: updateBalanceCmd(0, 1, 500, 81), err: ErrAlreadyExists},
 		{name: "update balance overflow", setup: []*Command{putAccountCmd(account(0, near, near, 0))},
 			cmd: updateBalanceCmd(0, 1, 11, 60), err: ErrInvalidCommand},
 		{name: "update balance lifetime credits overflow", setup: []*Command{putAccountCmd(account(0, 5, near, near-5))},
@@ -99,11 +107,13 @@ func TestBillingOps(t *testing.T) {
 
 		{name: "put transaction", cmd: &Command{Op: OpPutTransaction, Tx: creditTx(0, 1, 5)},
 			writes: func(t testing.TB) []kvw { return txWrites(t, creditTx(0, 1, 5)) }},
-		{name: "put transaction moves its index entry", setup: []*Command{{Op: OpPutTransaction, Tx: creditTx(0, 1, 5)}},
-			cmd: &Command{Op: OpPutTransaction, Tx: creditTx(1, 1, 5)},
-			writes: func(t testing.TB) []kvw {
-				return append(txWrites(t, creditTx(1, 1, 5)), delw(keys.TransactionByUser(acct(0), txid(1))))
-			}},
+		{name: "put transaction replaces one of its account", setup: []*Command{{Op: OpPutTransaction, Tx: creditTx(0, 1, 5)}},
+			cmd:    &Command{Op: OpPutTransaction, Tx: creditTx(0, 1, 6)},
+			writes: func(t testing.TB) []kvw { return txWrites(t, creditTx(0, 1, 6)) }},
+		{name: "put transaction never replaces another account's", setup: []*Command{{Op: OpPutTransaction, Tx: creditTx(0, 1, 5)}},
+			cmd: &Command{Op: OpPutTransaction, Tx: creditTx(1, 1, 5)}, err: ErrAlreadyExists},
+		{name: "put transaction never replaces another account's charge", setup: append(funded, processUsageCmd(0, 1, 2, 300, 70)),
+			cmd: &Command{Op: OpPutTransaction, Tx: txRec(1, 2, records.TxUsage, 300)}, err: ErrAlreadyExists},
 		{name: "put usage event", cmd: &Command{Op: OpPutUsageEvent, Event: usageEvent(0, 1)},
 			writes: func(t testing.TB) []kvw { return []kvw{setw(evKey(1), enc(t, usageEvent(0, 1)))} }},
 
@@ -125,6 +135,17 @@ func TestBillingOps(t *testing.T) {
 			cmd: processUsageCmd(0, 1, 3, 300, 71), err: &DuplicateEventError{EventID: eventID(1)}},
 		{name: "process usage duplicate before missing account", setup: []*Command{{Op: OpPutUsageEvent, Event: usageEvent(0, 1)}},
 			cmd: processUsageCmd(0, 1, 3, 300, 71), err: &DuplicateEventError{EventID: eventID(1)}},
+		{name: "process usage new event under a recorded transaction id", setup: append(funded, processUsageCmd(0, 1, 2, 300, 70)),
+			cmd: processUsageCmd(0, 3, 2, 300, 71), err: ErrAlreadyExists},
+		{name: "process usage new event under another account's transaction id",
+			setup: append(funded, putAccountCmd(account(1, 500, 500, 0)), processUsageCmd(1, 1, 2, 300, 70)),
+			cmd:   processUsageCmd(0, 3, 2, 300, 71), err: ErrAlreadyExists},
+		{name: "process usage under a credit's transaction id", setup: append(funded, addCreditsCmd(0, 2, 500, 70)),
+			cmd: processUsageCmd(0, 3, 2, 300, 71), err: ErrAlreadyExists},
+		{name: "process usage under an adjustment's transaction id", setup: append(funded, updateBalanceCmd(0, 2, -5, 70)),
+			cmd: processUsageCmd(0, 3, 2, 300, 71), err: ErrAlreadyExists},
+		{name: "process usage retried with another amount", setup: append(funded, processUsageCmd(0, 1, 2, 300, 70)),
+			cmd: processUsageCmd(0, 1, 2, 301, 71), err: &DuplicateEventError{EventID: eventID(1)}},
 		{name: "process usage missing account", cmd: processUsageCmd(0, 1, 2, 300, 70), err: ErrNotFound},
 		{name: "process usage insufficient", setup: funded, cmd: processUsageCmd(0, 1, 2, 1001, 70),
 			err: &InsufficientCreditsError{Balance: 1000, Required: 1001}},
@@ -138,7 +159,11 @@ func TestBillingOps(t *testing.T) {
 		{name: "add credits retry", setup: append(funded, addCreditsCmd(0, 1, 500, 80), processUsageCmd(0, 1, 2, 100, 81)),
 			cmd: addCreditsCmd(0, 1, 500, 82), balance: 1500},
 		{name: "add credits tx id of another account", setup: append(funded, putAccountCmd(account(1, 0, 0, 0)), addCreditsCmd(1, 1, 500, 80)),
-			cmd: addCreditsCmd(0, 1, 500, 81), err: ErrInvalidCommand},
+			cmd: addCreditsCmd(0, 1, 500, 81), err: ErrAlreadyExists},
+		{name: "add credits retry with another amount", setup: append(funded, addCreditsCmd(0, 1, 500, 80)),
+			cmd: addCreditsCmd(0, 1, 501, 81), err: ErrAlreadyExists},
+		{name: "add credits under a charge's transaction id", setup: append(funded, processUsageCmd(0, 1, 2, 300, 70)),
+			cmd: addCreditsCmd(0, 2, 300, 81), err: ErrAlreadyExists},
 		{name: "add credits missing account", cmd: addCreditsCmd(0, 1, 500, 80), err: ErrNotFound},
 		{name: "add credits balance overflow", setup: []*Command{putAccountCmd(account(0, near, near, 0))},
 			cmd: addCreditsCmd(0, 1, 11, 80), err: ErrInvalidCommand},
@@ -305,5 +330,68 @@ func BenchmarkProcessUsage(b *testing.B) {
 				b.Fatal(r.(*Result).Err)
 			}
 		}
+	}
+}
+
+// TestTransactionIDReuseNeverLosesACharge is the ledger hole of issue 22:
+// a ProcessUsage with a new event but a recorded transaction id replaced
+// the earlier charge, so the listing lost it while the balance kept it.
+// Now every charge that moved money stays listed with its amount, and
+// UpdateBalance, like AddCredits, applies a transaction id once.
+func TestTransactionIDReuseNeverLosesACharge(t *testing.T) {
+	for _, run := range []int{0, 1} {
+		t.Run(fmt.Sprintf("run=%d", run), func(t *testing.T) {
+			f := mustOpen(t, testConfig(1, t.TempDir()), nil)
+			res := applyAll(t, f, 1, run, []*Command{
+				putAccountCmd(account(0, 1000, 1000, 0)),
+				processUsageCmd(0, 1, 7, 300, 10), // charge, tx 7
+				processUsageCmd(0, 2, 7, 50, 11),  // another event, same tx id
+				updateBalanceCmd(0, 8, -100, 12),  // adjustment, tx 8
+				updateBalanceCmd(0, 8, -100, 13),  // its retry
+				addCreditsCmd(0, 7, 300, 14),      // a credit over the charge's id
+				updateBalanceCmd(0, 7, 300, 15),   // an adjustment over it
+			})
+			wantBal := []int64{0, 700, 0, 600, 600, 0, 0}
+			for i, r := range res {
+				wantErr := i == 2 || i == 5 || i == 6
+				if wantErr != (r.Err != nil) || (wantErr && !errors.Is(r.Err, ErrAlreadyExists)) || r.Balance != wantBal[i] {
+					t.Fatalf("entry %d: %+v (err %v), want balance %d, AlreadyExists %v", i+1, r, r.Err, wantBal[i], wantErr)
+				}
+			}
+			if a := getAccount(t, f, 0); a.BalanceCents != 600 || a.LifetimeUsageCents != 400 {
+				t.Fatalf("account %+v", a)
+			}
+			prefix := keys.TransactionByUserPrefix(acct(0))
+			kvs, err := f.ScanReverse(prefix, keys.PrefixEnd(prefix), 10, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var listed int64
+			for _, kv := range kvs {
+				_, id, err := keys.DecodeTransactionByUser(kv.Key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				v, err := f.Get(keys.Transaction(id))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var tx records.CreditTransaction
+				if err := records.Decode(v, &tx); err != nil {
+					t.Fatal(err)
+				}
+				if tx.TransactionType == records.TxUsage {
+					listed += tx.AmountCents
+					if tx.EventID != eventID(1) || tx.BalanceAfterCents != 700 {
+						t.Errorf("charge %+v, want event 1's with balance after 700", tx)
+					}
+				} else {
+					listed -= tx.AmountCents // the adjustment, negative
+				}
+			}
+			if len(kvs) != 2 || listed != 400 {
+				t.Fatalf("%d transactions listed, charging %d cents; want 2 charging 400 (the balance's usage)", len(kvs), listed)
+			}
+		})
 	}
 }

@@ -28,7 +28,8 @@ var (
 	// owns the pool of, delete the default pool or make it private.
 	ErrPermissionDenied = errors.New("fsm: permission denied")
 	// ErrAlreadyExists is the Result.Err of an OpCreatePool whose pool id,
-	// or an OpRegisterBot whose agent id (in any pool), is taken.
+	// or an OpRegisterBot whose agent id (in any pool), is taken, and of a
+	// billing op whose transaction id is recorded by another operation.
 	ErrAlreadyExists = errors.New("fsm: already exists")
 	// ErrClosed is returned by every method called after Close, and by
 	// WaitApplied when the FSM is closed while waiting.
@@ -143,24 +144,34 @@ const (
 	// OpUpdateBalance (AccountID, Amount, Time, Tx) adds the signed delta
 	// Amount to the balance and records Tx, an adjustment of that amount.
 	// Errors: ErrNotFound, *InsufficientCreditsError if the balance would
-	// go negative, ErrInvalidCommand on int64 overflow.
+	// go negative, ErrInvalidCommand on int64 overflow. It is idempotent
+	// in Tx.TransactionID like OpAddCredits.
 	OpUpdateBalance Op = 22
 	// OpPutTransaction (Tx) upserts transactions[id] and its
-	// transactions_by_user entry.
+	// transactions_by_user entry. It may replace a transaction of the same
+	// account, never another account's (ErrAlreadyExists).
 	OpPutTransaction Op = 23
 	// OpPutUsageEvent (Event) upserts usage_events[event_id].
 	OpPutUsageEvent Op = 24
 	// OpProcessUsage (Event, Tx, Time) charges Tx.AmountCents for a usage
-	// event, once: *DuplicateEventError if the event was processed,
-	// ErrNotFound without an account, *InsufficientCreditsError if the
-	// balance is short, ErrInvalidCommand on overflow; else it debits the
-	// account and stores Tx and the event.
+	// event, once: *DuplicateEventError if the event was processed (unless
+	// the command is the exact retry of the charge that processed it, with
+	// its transaction id: then it succeeds, changing nothing, with the
+	// recorded balance), ErrAlreadyExists if Tx.TransactionID is recorded
+	// (a new event never replaces a recorded transaction), ErrNotFound
+	// without an account, *InsufficientCreditsError if the balance is
+	// short, ErrInvalidCommand on overflow; else it debits the account and
+	// stores Tx and the event.
 	OpProcessUsage Op = 25
 	// OpAddCredits (AccountID, Amount, Tx, Time) credits Amount and records
-	// Tx. It is idempotent in Tx.TransactionID: if that transaction exists
-	// (for this account), it succeeds without changing anything and returns
-	// the stored BalanceAfterCents, so a client may retry it with the same
-	// transaction id.
+	// Tx. It is idempotent in Tx.TransactionID: if that transaction was
+	// recorded by the same operation (same account, type, amount,
+	// description and event id; the creation time and balance after may
+	// differ), it succeeds without changing anything and returns the
+	// stored BalanceAfterCents, so a client may retry it with the same
+	// transaction id. A transaction id recorded by anything else (another
+	// account, another amount or op) is refused with ErrAlreadyExists: a
+	// transaction id names one ledger entry, which is never replaced.
 	OpAddCredits Op = 26
 )
 
@@ -331,7 +342,7 @@ type Result struct {
 	Deleted     int    // number of MutDelete whose key existed when it ran
 	// Balance is the account balance in cents after a successful
 	// OpUpdateBalance, OpProcessUsage or OpAddCredits (for an idempotent
-	// OpAddCredits retry: the stored transaction's BalanceAfterCents).
+	// retry: the stored transaction's BalanceAfterCents).
 	Balance int64
 	// Removed is the number of bots a successful OpDeletePool deleted
 	// with the pool (Cascade).

@@ -84,15 +84,19 @@
 // long random sequences: every agent has exactly one agents_by_status entry
 // (its status) and an agent_owners entry, and every index entry has its
 // record; likewise sessions_by_agent and transactions_by_user; an account's
-// balance moves only by the amounts of the commands that succeeded; every
+// balance moves only by the amounts of the commands that succeeded, and a
+// transaction, once recorded by a balance op, stays as recorded (a
+// transaction id is never reused by another operation); every
 // bot has exactly one bots_by_pool entry, under its pool, which exists, and
 // every bots_by_pool entry has its bot.
 //
 // The state machine reads no clock and draws no randomness: timestamps come
 // in Command.Time, fixed by the proposer before the command enters the log.
-// OpAddCredits is idempotent in its transaction id, so a client may retry
-// it; OpProcessUsage is idempotent in its event id (a retry gets
-// *DuplicateEventError and is charged once).
+// OpAddCredits and OpUpdateBalance are idempotent in their transaction id,
+// so a client may retry them; OpProcessUsage is idempotent in its event id
+// (the exact retry, with its transaction id, gets the recorded balance;
+// another charge of the event *DuplicateEventError). A transaction id
+// recorded by one operation is refused to any other (ErrAlreadyExists).
 //
 // # Keys
 //

@@ -145,36 +145,41 @@ func (m *model) applyRecordOp(c *Command) (int64, error) {
 func (m *model) balanceOp(c *Command, enc func(any) []byte) (int64, error) {
 	var id keys.AccountID
 	tx := *c.Tx
+	var prev records.CreditTransaction
+	recorded, err := modelRecord(m, keys.Transaction(tx.TransactionID), &prev)
+	if err != nil {
+		return 0, err
+	}
+	// retry: prev was recorded by this very operation (all but the balance
+	// after and the creation time agree).
+	retry := func(eventID string) bool {
+		p := prev
+		p.BalanceAfterCents, p.CreatedAt = 0, 0
+		want := tx
+		want.BalanceAfterCents, want.CreatedAt, want.EventID = 0, 0, eventID
+		return p == want
+	}
 	switch c.Op {
 	case OpProcessUsage:
 		id = c.Event.UserID
 		if _, dup := m.kv[string(eventKey(c.Event.EventID))]; dup {
-			var prev records.CreditTransaction
-			found, err := modelRecord(m, keys.Transaction(tx.TransactionID), &prev)
-			if err != nil {
-				return 0, err
-			}
-			if found && prev.EventID == c.Event.EventID && prev.UserID == c.Event.UserID && prev.TransactionType == records.TxUsage {
+			if recorded && prev.TransactionType == records.TxUsage && retry(c.Event.EventID) {
 				return prev.BalanceAfterCents, nil
 			}
 			return 0, &DuplicateEventError{EventID: c.Event.EventID}
 		}
+		if recorded {
+			return 0, errTxExists(c.Op, tx.TransactionID)
+		}
 		tx.EventID = c.Event.EventID
-	case OpAddCredits:
-		id = *c.AccountID
-		var prev records.CreditTransaction
-		found, err := modelRecord(m, keys.Transaction(tx.TransactionID), &prev)
-		if err != nil {
-			return 0, err
-		}
-		if found && prev.UserID != id {
-			return 0, fmt.Errorf("%w: op add_credits: transaction id belongs to another account", ErrInvalidCommand)
-		}
-		if found {
-			return prev.BalanceAfterCents, nil
-		}
 	default:
 		id = *c.AccountID
+		if recorded && retry(tx.EventID) {
+			return prev.BalanceAfterCents, nil
+		}
+		if recorded {
+			return 0, errTxExists(c.Op, tx.TransactionID)
+		}
 	}
 	var a records.Account
 	found, err := modelRecord(m, keys.Account(id), &a)
@@ -216,7 +221,7 @@ func (m *model) balanceOp(c *Command, enc func(any) []byte) (int64, error) {
 	return a.BalanceCents, nil
 }
 
-// putTx stores a transaction and keeps its user index entry unique. It
+// putTx stores a transaction, unless its id holds another account's. It
 // checks before it writes, so an error leaves kv unchanged.
 func (m *model) putTx(tx *records.CreditTransaction, enc func(any) []byte) error {
 	var old records.CreditTransaction
@@ -224,8 +229,8 @@ func (m *model) putTx(tx *records.CreditTransaction, enc func(any) []byte) error
 	if err != nil {
 		return err
 	}
-	if found {
-		delete(m.kv, string(keys.TransactionByUser(old.UserID, tx.TransactionID)))
+	if found && old.UserID != tx.UserID {
+		return errTxExists(OpPutTransaction, tx.TransactionID)
 	}
 	m.kv[string(keys.Transaction(tx.TransactionID))] = enc(tx)
 	m.kv[string(keys.TransactionByUser(tx.UserID, tx.TransactionID))] = []byte{}
@@ -314,10 +319,37 @@ func genRecordCmd(rng *rand.Rand) *Command {
 		acc, amt := acct(pick(3)), amount(5000)
 		c = &Command{Op: OpAddCredits, AccountID: &acc, Amount: &amt, Time: now, Tx: tx(acc, credit[pick(3)], amt)}
 	}
+	if c.Tx != nil && c.Op != OpPutTransaction && pick(3) == 0 {
+		c = reusedTxCmd(c.Op, pick(12), now)
+	}
 	if pick(12) == 0 {
 		breakCommand(rng, c)
 	}
 	return c
+}
+
+// reusedTxCmd returns balance op op with transaction id txid(n) and the
+// account, amount, description and event that n always goes with: the same
+// op and n again is an exact retry (only the time differs), another op with
+// n, or a random command drawing txid(n), reuses the id across operations.
+func reusedTxCmd(op Op, n int, now int64) *Command {
+	acc, amt := acct(n%3), int64(1+n*37)
+	tx := &records.CreditTransaction{TransactionID: txid(n), UserID: acc, AmountCents: amt, Description: "r", CreatedAt: now}
+	switch op {
+	case OpUpdateBalance:
+		if n%2 == 0 {
+			amt = -amt
+		}
+		tx.AmountCents, tx.TransactionType = amt, records.TxAdjustment
+		return &Command{Op: op, AccountID: &acc, Amount: &amt, Time: now, Tx: tx}
+	case OpProcessUsage:
+		tx.TransactionType = records.TxUsage
+		e := &records.UsageEvent{EventID: eventID(n), UserID: acc, AgentID: "a", Resource: "llm_tokens", Quantity: 1, CostCents: amt, CreatedAt: now}
+		return &Command{Op: op, Event: e, Tx: tx, Time: now}
+	default:
+		tx.TransactionType = []records.TransactionType{records.TxPurchase, records.TxRefund, records.TxGrant}[n%3]
+		return &Command{Op: OpAddCredits, AccountID: &acc, Amount: &amt, Time: now, Tx: tx}
+	}
 }
 
 func genAgent(rng *rand.Rand, now int64) *records.AgentRecord {

@@ -14,16 +14,19 @@ import (
 // ledger follows the money from the commands that succeeded, independently
 // of the state machine's stored state.
 type ledger struct {
-	bal      map[keys.AccountID]int64    // each account's balance
-	txs      map[keys.TransactionID]bool // transaction ids stored
-	opened   big.Int                     // balances of PutAccount
-	credited big.Int                     // AddCredits and positive UpdateBalance
-	charged  big.Int                     // ProcessUsage and negative UpdateBalance
-	removed  big.Int                     // balances overwritten or deleted
+	bal map[keys.AccountID]int64 // each account's balance
+	// txs holds each transaction as it must be stored: a transaction id,
+	// once recorded, keeps its transaction (only PutTransaction may
+	// replace it, and only with one of the same account).
+	txs      map[keys.TransactionID]records.CreditTransaction
+	opened   big.Int // balances of PutAccount
+	credited big.Int // AddCredits and positive UpdateBalance
+	charged  big.Int // ProcessUsage and negative UpdateBalance
+	removed  big.Int // balances overwritten or deleted
 }
 
 func newLedger() *ledger {
-	return &ledger{bal: map[keys.AccountID]int64{}, txs: map[keys.TransactionID]bool{}}
+	return &ledger{bal: map[keys.AccountID]int64{}, txs: map[keys.TransactionID]records.CreditTransaction{}}
 }
 
 func addBig(z *big.Int, v int64) { z.Add(z, big.NewInt(v)) }
@@ -45,6 +48,17 @@ func (l *ledger) observe(t *testing.T, c *Command, r *Result) {
 			t.Fatalf("index %d %s: Result.Balance %d, ledger %d", r.Index, c.Op, r.Balance, l.bal[id])
 		}
 	}
+	// A balance op whose transaction id is recorded succeeds only as the
+	// exact retry of the op that recorded it: it moves no money and
+	// answers the balance recorded then.
+	if prev, ok := l.txs[idOf(c)]; ok && (c.Op == OpUpdateBalance || c.Op == OpProcessUsage || c.Op == OpAddCredits) {
+		if r.Balance != prev.BalanceAfterCents || prev.UserID != c.Tx.UserID || prev.AmountCents != c.Tx.AmountCents ||
+			prev.TransactionType != c.Tx.TransactionType {
+			t.Fatalf("index %d %s: success over recorded transaction %x (%+v): balance %d, not an exact retry",
+				r.Index, c.Op, prev.TransactionID, prev, r.Balance)
+		}
+		return
+	}
 	switch c.Op {
 	case OpPutAccount:
 		addBig(&l.removed, l.bal[c.Account.UserID])
@@ -53,18 +67,35 @@ func (l *ledger) observe(t *testing.T, c *Command, r *Result) {
 	case OpDeleteAccount:
 		addBig(&l.removed, l.bal[*c.AccountID])
 		delete(l.bal, *c.AccountID)
+	case OpPutTransaction:
+		if prev, ok := l.txs[c.Tx.TransactionID]; ok && prev.UserID != c.Tx.UserID {
+			t.Fatalf("index %d: put_transaction replaced account %x's transaction %x", r.Index, prev.UserID, prev.TransactionID)
+		}
+		l.txs[c.Tx.TransactionID] = *c.Tx
 	case OpUpdateBalance:
 		move(*c.AccountID, *c.Amount)
 	case OpProcessUsage:
 		move(c.Event.UserID, -c.Tx.AmountCents)
 	case OpAddCredits:
-		if !l.txs[c.Tx.TransactionID] { // else an idempotent retry
-			move(*c.AccountID, *c.Amount)
+		move(*c.AccountID, *c.Amount)
+	}
+	switch c.Op {
+	case OpUpdateBalance, OpProcessUsage, OpAddCredits:
+		tx := *c.Tx
+		tx.BalanceAfterCents = r.Balance
+		if c.Op == OpProcessUsage {
+			tx.EventID = c.Event.EventID
 		}
+		l.txs[tx.TransactionID] = tx
 	}
-	if c.Tx != nil {
-		l.txs[c.Tx.TransactionID] = true
+}
+
+// idOf is the transaction id c carries, or the zero id.
+func idOf(c *Command) keys.TransactionID {
+	if c.Tx == nil {
+		return keys.TransactionID{}
 	}
+	return c.Tx.TransactionID
 }
 
 // TestRecordInvariants applies long seeded random sequences of registry
@@ -117,6 +148,7 @@ func checkInvariants(t *testing.T, f *FSM, l *ledger) {
 	sessions := map[keys.SessionID]keys.AgentID{}
 	sessionIndex := map[keys.SessionID][]keys.AgentID{}
 	txs := map[keys.TransactionID]keys.AccountID{}
+	stored := map[keys.TransactionID]records.CreditTransaction{}
 	txIndex := map[keys.TransactionID][]keys.AccountID{}
 	balances := map[keys.AccountID]int64{}
 	var total big.Int
@@ -148,6 +180,7 @@ func checkInvariants(t *testing.T, f *FSM, l *ledger) {
 			var r records.CreditTransaction
 			mustDecode(t, k, v, &r)
 			txs[r.TransactionID] = r.UserID
+			stored[r.TransactionID] = r
 		case keys.TableTransactionsByUser:
 			u, id, _ := keys.DecodeTransactionByUser(k)
 			txIndex[id] = append(txIndex[id], u)
@@ -193,8 +226,12 @@ func checkInvariants(t *testing.T, f *FSM, l *ledger) {
 		if got := txIndex[id]; len(got) != 1 || got[0] != u {
 			t.Fatalf("transaction %x of %x has index entries %x", id, u, got)
 		}
-		if !l.txs[id] {
+		want, ok := l.txs[id]
+		if !ok {
 			t.Fatalf("transaction %x not stored by a successful command", id)
+		}
+		if stored[id] != want {
+			t.Fatalf("transaction %x is %+v, the command that recorded it stored %+v", id, stored[id], want)
 		}
 	}
 	for id := range txIndex {

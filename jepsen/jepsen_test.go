@@ -2,12 +2,16 @@ package jepsen
 
 import (
 	"context"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/records"
 )
 
 func allWorkloads(t *testing.T, runID string) []Workload {
@@ -72,6 +76,9 @@ func TestCheckersAcceptCorrectStore(t *testing.T) {
 	if c := res.Counts["ledger recharge"]; c[Fail] == 0 || c[OK] > 0 {
 		t.Errorf("re-submitted events: want only refusals, got %v", c)
 	}
+	if c := res.Counts["ledger reuse"]; c[Fail] == 0 || c[OK] > 0 {
+		t.Errorf("re-used transaction ids: want only refusals, got %v", c)
+	}
 }
 
 // The broken variants: each must make its checker report an anomaly.
@@ -86,6 +93,7 @@ func TestCheckersCatchBrokenStores(t *testing.T) {
 		{"lost writes", func() Connect { return brokenConnect(NewMemDB(MemBugs{}).Connect(), false, true) }, "register", "not linearizable"},
 		{"lost status updates", func() Connect { return brokenConnect(NewMemDB(MemBugs{}).Connect(), false, true) }, "registry", "could be last"},
 		{"double charge", func() Connect { return NewMemDB(MemBugs{NoEventDedup: true}).Connect() }, "ledger", "charged"},
+		{"overwritten transaction", func() Connect { return NewMemDB(MemBugs{OverwriteTxID: true}).Connect() }, "ledger", "overwritten by a re-use"},
 		{"stale status index", func() Connect { return NewMemDB(MemBugs{StaleStatusIndex: true}).Connect() }, "registry", "listed under status"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -247,4 +255,60 @@ func runInProc(t *testing.T, nemeses string, d time.Duration) (*Result, *InProc)
 		}
 	}
 	return res, drv
+}
+
+// Hand-written ledger histories: a re-use of an acknowledged transaction
+// id that took effect (the state machine bug of issue 22, item 10) is an
+// anomaly, whether it replaced the charge in its account's listing or moved
+// it to another account; refused re-uses are valid.
+func TestLedgerCheckerCatchesOverwrittenTransaction(t *testing.T) {
+	l := NewLedger("t", 2)
+	id := keys.TransactionID{1}
+	tid := hex.EncodeToString(id[:])
+	op := func(i int, f string, in LedgerIn, o Outcome) Op {
+		return Op{Index: i, Workload: "ledger", F: f, Input: in, Output: LedgerOut{}, Outcome: o}
+	}
+	h := History{
+		op(0, "credit", LedgerIn{Account: 0, Amount: 500, Tx: hex.EncodeToString([]byte{2: 1, 15: 0})}, OK),
+		op(1, "charge", LedgerIn{Account: 0, Amount: 300, Tx: tid, Event: "e1"}, OK),
+		op(2, "reuse", LedgerIn{Account: 0, Amount: 50, Tx: tid, Event: "e2"}, Info),
+		op(3, "reuse", LedgerIn{Account: 1, Amount: 70, Tx: tid}, Fail),
+	}
+	credit := &records.CreditTransaction{TransactionID: keys.TransactionID{2: 1}, UserID: l.accounts[0], AmountCents: 500,
+		TransactionType: records.TxPurchase, Description: "jepsen credit", BalanceAfterCents: 500}
+	charge := &records.CreditTransaction{TransactionID: id, UserID: l.accounts[0], AmountCents: 300,
+		TransactionType: records.TxUsage, Description: "jepsen usage", EventID: "e1", BalanceAfterCents: 200}
+	overwritten := &records.CreditTransaction{TransactionID: id, UserID: l.accounts[0], AmountCents: 50,
+		TransactionType: records.TxUsage, Description: reuseDescription, EventID: "e2", BalanceAfterCents: 150}
+	for _, tc := range []struct {
+		name      string
+		txs       []*records.CreditTransaction
+		bal, used int64
+		has       map[string]bool
+		want      string // "" for valid
+	}{
+		{"refused re-use", []*records.CreditTransaction{charge, credit}, 200, 300, map[string]bool{"e1": true}, ""},
+		// The old state machine: both charges moved money, the listing
+		// keeps the second.
+		{"charge overwritten", []*records.CreditTransaction{overwritten, credit}, 150, 350, map[string]bool{"e1": true, "e2": true}, "overwritten by a re-use"},
+		// The charge gone from the listing (replaced under another id's
+		// owner): the acknowledged charge is missing.
+		{"charge lost", []*records.CreditTransaction{credit}, 200, 300, map[string]bool{"e1": true}, "is not listed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l.final.acct = map[keys.AccountID]*records.Account{
+				l.accounts[0]: {UserID: l.accounts[0], BalanceCents: tc.bal, LifetimeCreditsCents: 500, LifetimeUsageCents: tc.used},
+				l.accounts[1]: {UserID: l.accounts[1]},
+			}
+			l.final.txs = map[keys.AccountID][]*records.CreditTransaction{l.accounts[0]: tc.txs}
+			l.final.has = tc.has
+			v := l.Check(h, "")
+			if v.Valid != (tc.want == "") {
+				t.Fatalf("valid = %v, want %v:\n%s", v.Valid, tc.want == "", v)
+			}
+			if tc.want != "" && !strings.Contains(strings.Join(v.Anomalies, "\n"), tc.want) {
+				t.Errorf("anomalies do not mention %q:\n%s", tc.want, v)
+			}
+		})
+	}
 }

@@ -18,15 +18,19 @@ import (
 // Ledger is the billing workload: credits (AddCredits) and usage charges
 // (ProcessUsage) on a few accounts, with the client's own retries reusing
 // the same transaction and event ids, deliberate re-submissions of charged
-// events under a new transaction id (which must be refused), and balance
-// reads. After healing it reads every account, its whole transaction
+// events under a new transaction id (which must be refused), deliberate
+// re-uses of an acknowledged credit's or charge's transaction id by a new
+// credit or charge, on any account (which must be refused: a transaction id
+// names one ledger entry), and balance reads. After healing it reads every account, its whole transaction
 // listing and the usage events, and checks:
 //
-//   - every transaction listed was issued by the workload, once;
+//   - every transaction listed was issued by the workload, once, and is
+//     listed as its first issuer wrote it (account, type, amount, event):
+//     a re-use never replaces it;
 //   - every acknowledged credit or charge is listed, no refused one is,
 //     and an indeterminate one may or may not be;
 //   - every usage event is charged at most once, an acknowledged one
-//     exactly once, and a re-submission never;
+//     exactly once, and a re-submission or re-use never;
 //   - balance = credits − charges of the listed transactions, and the
 //     account's lifetime credit and usage totals agree;
 //   - no balance, observed or recorded, is ever negative.
@@ -37,6 +41,7 @@ type Ledger struct {
 
 	mu      sync.Mutex
 	charged []ledgerEvent // events acknowledged as charged, for re-submission
+	acked   []ledgerTx    // acknowledged credits and charges, for re-use
 
 	final struct {
 		sync.Mutex
@@ -44,6 +49,11 @@ type Ledger struct {
 		txs  map[keys.AccountID][]*records.CreditTransaction
 		has  map[string]bool // event -> HasUsageEvent
 	}
+}
+
+type ledgerTx struct {
+	acct int
+	id   keys.TransactionID
 }
 
 type ledgerEvent struct {
@@ -126,24 +136,26 @@ func (l *Ledger) Run(ctx context.Context, w *Worker) {
 		acct := l.accounts[ai]
 		now := time.Now()
 		switch p := w.Rng.IntN(100); {
-		case p < 30:
+		case p < 28:
 			amt := 100 + w.Rng.Int64N(900)
 			tx := &records.CreditTransaction{TransactionID: client.NewTransactionID(now), UserID: acct, AmountCents: amt,
 				TransactionType: records.TxPurchase, Description: "jepsen credit", CreatedAt: now.UnixMilli()}
-			w.Do(ctx, "ledger", "credit", LedgerIn{Account: ai, Amount: amt, Tx: hex.EncodeToString(tx.TransactionID[:])},
+			op := w.Do(ctx, "ledger", "credit", LedgerIn{Account: ai, Amount: amt, Tx: hex.EncodeToString(tx.TransactionID[:])},
 				func(ctx context.Context) (Outcome, any, error) {
 					return submit(ctx, func(ctx context.Context) (int64, error) { return w.DB.AddCredits(ctx, acct, amt, tx) })
 				})
-		case p < 80:
+			l.ack(op, ai, tx.TransactionID)
+		case p < 75:
 			cost := 1 + w.Rng.Int64N(400)
 			ev := fmt.Sprintf("jl-%s-%d", l.runID, l.nextEv.Add(1))
-			op := l.charge(ctx, w, ai, ev, cost, "charge")
+			op, id := l.charge(ctx, w, ai, ev, cost, "charge", nil)
 			if op.Outcome == OK {
 				l.mu.Lock()
 				l.charged = append(l.charged, ledgerEvent{acct: ai, id: ev})
 				l.mu.Unlock()
 			}
-		case p < 85:
+			l.ack(op, ai, id)
+		case p < 80:
 			l.mu.Lock()
 			if len(l.charged) == 0 {
 				l.mu.Unlock()
@@ -151,7 +163,19 @@ func (l *Ledger) Run(ctx context.Context, w *Worker) {
 			}
 			e := l.charged[w.Rng.IntN(len(l.charged))]
 			l.mu.Unlock()
-			l.charge(ctx, w, e.acct, e.id, 1+w.Rng.Int64N(400), "recharge")
+			l.charge(ctx, w, e.acct, e.id, 1+w.Rng.Int64N(400), "recharge", nil)
+		case p < 85:
+			l.mu.Lock()
+			if len(l.acked) == 0 {
+				l.mu.Unlock()
+				continue
+			}
+			orig := l.acked[w.Rng.IntN(len(l.acked))]
+			l.mu.Unlock()
+			if w.Rng.IntN(2) == 0 {
+				ai = orig.acct // its own account: always refused
+			}
+			l.reuse(ctx, w, ai, orig.id)
 		default:
 			w.Do(ctx, "ledger", "balance", LedgerIn{Account: ai}, func(ctx context.Context) (Outcome, any, error) {
 				a, err := w.DB.GetAccount(ctx, acct)
@@ -164,18 +188,82 @@ func (l *Ledger) Run(ctx context.Context, w *Worker) {
 	}
 }
 
+// ack remembers the transaction id of an acknowledged credit or charge for
+// re-use.
+func (l *Ledger) ack(op Op, ai int, id keys.TransactionID) {
+	if op.Outcome == OK {
+		l.mu.Lock()
+		l.acked = append(l.acked, ledgerTx{acct: ai, id: id})
+		l.mu.Unlock()
+	}
+}
+
+// reuseDescription marks the transactions of re-uses, which are never
+// the exact retry of the operation that recorded their id.
+const reuseDescription = "jepsen re-use"
+
+// reuse submits, on account ai, a new credit or a charge of a new event
+// under transaction id id, acknowledged for another operation. On the
+// original's shard (always when ai is the original's account) it must be
+// refused (ErrAlreadyExists) and change nothing; on another shard, where
+// the id is free, it may take effect as a transaction of its own, never
+// touching the original.
+func (l *Ledger) reuse(ctx context.Context, w *Worker, ai int, id keys.TransactionID) {
+	acct := l.accounts[ai]
+	amt := 1 + w.Rng.Int64N(400)
+	if w.Rng.IntN(2) == 0 {
+		ev := fmt.Sprintf("jl-%s-%d", l.runID, l.nextEv.Add(1))
+		l.charge(ctx, w, ai, ev, amt, "reuse", &id)
+		return
+	}
+	now := time.Now()
+	tx := &records.CreditTransaction{TransactionID: id, UserID: acct, AmountCents: amt,
+		TransactionType: records.TxGrant, Description: reuseDescription, CreatedAt: now.UnixMilli()}
+	w.Do(ctx, "ledger", "reuse", LedgerIn{Account: ai, Amount: amt, Tx: hex.EncodeToString(id[:])},
+		func(ctx context.Context) (Outcome, any, error) {
+			return submit(ctx, func(ctx context.Context) (int64, error) { return w.DB.AddCredits(ctx, acct, amt, tx) })
+		})
+}
+
 // charge processes usage event ev of cost on account ai as a new
-// transaction.
-func (l *Ledger) charge(ctx context.Context, w *Worker, ai int, ev string, cost int64, f string) Op {
+// transaction, or under transaction id *id (a re-use).
+func (l *Ledger) charge(ctx context.Context, w *Worker, ai int, ev string, cost int64, f string, id *keys.TransactionID) (Op, keys.TransactionID) {
 	acct := l.accounts[ai]
 	now := time.Now()
 	e := &records.UsageEvent{EventID: ev, UserID: acct, Resource: "jepsen", Quantity: 1, CostCents: cost, CreatedAt: now.UnixMilli()}
 	tx := &records.CreditTransaction{TransactionID: client.NewTransactionID(now), UserID: acct, AmountCents: cost,
 		TransactionType: records.TxUsage, Description: "jepsen usage", EventID: ev, CreatedAt: now.UnixMilli()}
-	return w.Do(ctx, "ledger", f, LedgerIn{Account: ai, Amount: cost, Tx: hex.EncodeToString(tx.TransactionID[:]), Event: ev},
+	if id != nil {
+		tx.TransactionID, tx.Description = *id, reuseDescription
+	}
+	op := w.Do(ctx, "ledger", f, LedgerIn{Account: ai, Amount: cost, Tx: hex.EncodeToString(tx.TransactionID[:]), Event: ev},
 		func(ctx context.Context) (Outcome, any, error) {
 			return submit(ctx, func(ctx context.Context) (int64, error) { return w.DB.ProcessUsage(ctx, e, tx) })
 		})
+	return op, tx.TransactionID
+}
+
+// acctTx is a transaction id (hex) on an account (index).
+type acctTx struct {
+	acct int
+	tx   string
+}
+
+// otherShardReuse returns the re-use, among rs (the re-uses of t's id on
+// t's account, another account than the original's), that t records, if
+// one may have taken effect. A re-use on another account is refused when
+// that account is on the original's shard, and takes effect as a
+// transaction of its own when it is not: the workload does not know the
+// shard map, the listing tells.
+func (l *Ledger) otherShardReuse(rs []Op, t *records.CreditTransaction) (Op, bool) {
+	for _, r := range rs {
+		in := r.Input.(LedgerIn)
+		if r.Outcome != Fail && t.Description == reuseDescription && in.Amount == t.AmountCents && in.Event == t.EventID &&
+			(in.Event == "") == t.TransactionType.Credit() {
+			return r, true
+		}
+	}
+	return Op{}, false
 }
 
 // maxEventProbes bounds the HasUsageEvent reads of the final phase.
@@ -216,7 +304,7 @@ func (l *Ledger) Final(ctx context.Context, w *Worker) error {
 	probes := 0
 	for _, op := range w.Rec.History().Of("ledger") {
 		in, _ := op.Input.(LedgerIn)
-		if op.F != "charge" || probes >= maxEventProbes {
+		if (op.F != "charge" && (op.F != "reuse" || in.Event == "")) || probes >= maxEventProbes {
 			continue
 		}
 		probes++
@@ -243,13 +331,20 @@ func (l *Ledger) Check(h History, _ string) Verdict {
 		v.anomaly("no final reads")
 		return v
 	}
-	issued := map[string]Op{} // tx hex -> op
+	issued := map[string]Op{}   // tx hex -> the credit or charge that issued it
+	reused := map[acctTx][]Op{} // a re-use of a tx on an account
+	effective := map[int]bool{} // re-uses listed as their own transaction
 	for _, op := range h {
 		in, _ := op.Input.(LedgerIn)
 		if out, ok := op.Output.(LedgerOut); ok && op.Outcome == OK && out.Balance < 0 {
 			v.anomaly("op %d %s: balance %d is negative", op.Index, op.F, out.Balance)
 		}
-		if in.Tx != "" {
+		switch {
+		case in.Tx == "":
+		case op.F == "reuse":
+			k := acctTx{in.Account, in.Tx}
+			reused[k] = append(reused[k], op)
+		default:
 			issued[in.Tx] = op
 		}
 	}
@@ -267,15 +362,27 @@ func (l *Ledger) Check(h History, _ string) Verdict {
 			}
 			seen[tid] = true
 			op, ok := issued[tid]
-			if !ok {
+			if r, other := l.otherShardReuse(reused[acctTx{ai, tid}], t); ok && op.Input.(LedgerIn).Account != ai && other {
+				// The id's original is on another account, on another
+				// shard (transaction ids are unique per shard): this
+				// re-use is an entry of its own, which must leave the
+				// original listed intact there.
+				effective[r.Index] = true
+			} else if !ok {
 				v.anomaly("account %d: transaction %s (%s %d) was never issued", ai, tid, t.TransactionType, t.AmountCents)
 			} else {
 				in := op.Input.(LedgerIn)
 				switch {
 				case op.Outcome == Fail:
 					v.anomaly("account %d: %s transaction %s was refused (%s) but is listed", ai, op.F, tid, op.Error)
+				case t.Description == reuseDescription:
+					v.anomaly("account %d: transaction %s of %s op %d was overwritten by a re-use of its id (%s %d, event %q)",
+						ai, tid, op.F, op.Index, t.TransactionType, t.AmountCents, t.EventID)
 				case in.Account != ai || in.Amount != t.AmountCents:
 					v.anomaly("account %d: transaction %s listed with amount %d, issued %d on account %d", ai, tid, t.AmountCents, in.Amount, in.Account)
+				case (op.F == "credit") != t.TransactionType.Credit() || t.EventID != in.Event:
+					v.anomaly("account %d: transaction %s listed as %s of event %q, issued by %s op %d of event %q",
+						ai, tid, t.TransactionType, t.EventID, op.F, op.Index, in.Event)
 				case op.F == "recharge":
 					v.anomaly("account %d: event %s charged again by re-submission %s (op %d)", ai, in.Event, tid, op.Index)
 				}
@@ -320,6 +427,25 @@ func (l *Ledger) Check(h History, _ string) Verdict {
 			v.count("recharges-"+string(op.Outcome), 1)
 			if op.Outcome == OK {
 				v.anomaly("re-submission of charged event %s under a new transaction was acknowledged (op %d)", in.Event, op.Index)
+			}
+		}
+		if op.F == "reuse" {
+			orig, _ := issued[in.Tx].Input.(LedgerIn)
+			same := orig.Account == in.Account
+			v.count(fmt.Sprintf("reuses-%s-account-%s", map[bool]string{true: "same", false: "other"}[same], op.Outcome), 1)
+			switch {
+			case effective[op.Index]:
+				// Took effect on another shard, as its own transaction:
+				// checked with the listing like a charge or credit.
+				if in.Event != "" && events[in.Event] != 1 {
+					v.anomaly("re-use of transaction id %s (op %d) on another shard: its event %s charged %d times", in.Tx, op.Index, in.Event, events[in.Event])
+				}
+			case op.Outcome == OK:
+				v.anomaly("re-use of transaction id %s by a new operation was acknowledged (op %d) but is not listed as its own transaction", in.Tx, op.Index)
+			case in.Event != "" && l.final.has[in.Event]:
+				v.anomaly("re-use of transaction id %s (op %d): its usage event %s is recorded", in.Tx, op.Index, in.Event)
+			case in.Event != "" && events[in.Event] > 0:
+				v.anomaly("re-use of transaction id %s (op %d): its usage event %s is charged", in.Tx, op.Index, in.Event)
 			}
 		}
 		if op.F != "charge" {

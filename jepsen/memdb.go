@@ -22,6 +22,11 @@ type MemBugs struct {
 	// StaleStatusIndex leaves an agent in its old status index entry when
 	// its status changes (index and record disagree).
 	StaleStatusIndex bool
+	// OverwriteTxID lets a credit or charge under a transaction id already
+	// recorded (of any account, for another operation) replace that
+	// transaction: the money of both moves, the listing keeps the second
+	// only (the state machine's bug of issue 22, item 10).
+	OverwriteTxID bool
 }
 
 // MemDB is a naive, obviously correct in-memory DB (one mutex, maps): the
@@ -101,25 +106,54 @@ func (m *MemDB) GetAccount(_ context.Context, id keys.AccountID) (*records.Accou
 	return &c, nil
 }
 
-// txLocked returns acct's transaction with id, or nil.
-func (m *MemDB) txLocked(acct keys.AccountID, id keys.TransactionID) *records.CreditTransaction {
-	for _, t := range m.txs[acct] {
-		if t.TransactionID == id {
-			return t
+// txLocked returns the transaction with id, of any account, or nil.
+func (m *MemDB) txLocked(id keys.TransactionID) *records.CreditTransaction {
+	for _, txs := range m.txs {
+		for _, t := range txs {
+			if t.TransactionID == id {
+				return t
+			}
 		}
 	}
 	return nil
 }
 
+// sameOp reports whether old, a recorded transaction, was recorded by the
+// operation t (with event eventID) describes: the exact retry, which
+// answers the recorded balance.
+func sameOp(old, t *records.CreditTransaction, eventID string) bool {
+	return old.UserID == t.UserID && old.TransactionType == t.TransactionType && old.AmountCents == t.AmountCents &&
+		old.Description == t.Description && old.EventID == eventID
+}
+
+// recordedLocked decides a credit or charge under t's id, which a new
+// operation may not reuse: done with the recorded balance if it is the
+// exact retry of the operation that recorded the id, ErrAlreadyExists if
+// another one recorded it. With the OverwriteTxID bug the old transaction
+// is dropped from the listing and the operation goes on.
+func (m *MemDB) recordedLocked(t *records.CreditTransaction, eventID string) (int64, bool, error) {
+	old := m.txLocked(t.TransactionID)
+	switch {
+	case old == nil:
+		return 0, false, nil
+	case sameOp(old, t, eventID):
+		return old.BalanceAfterCents, true, nil
+	case m.bugs.OverwriteTxID:
+		m.txs[old.UserID] = slices.DeleteFunc(m.txs[old.UserID], func(x *records.CreditTransaction) bool { return x == old })
+		return 0, false, nil
+	}
+	return 0, true, fmt.Errorf("%w: transaction id %x is already recorded", client.ErrAlreadyExists, t.TransactionID[:])
+}
+
 func (m *MemDB) AddCredits(_ context.Context, id keys.AccountID, amount int64, t *records.CreditTransaction) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if bal, done, err := m.recordedLocked(t, t.EventID); done {
+		return bal, err
+	}
 	a, ok := m.acct[id]
 	if !ok {
 		return 0, client.ErrNotFound
-	}
-	if old := m.txLocked(id, t.TransactionID); old != nil {
-		return old.BalanceAfterCents, nil
 	}
 	a.BalanceCents += amount
 	a.LifetimeCreditsCents += amount
@@ -136,11 +170,15 @@ func (m *MemDB) ProcessUsage(_ context.Context, e *records.UsageEvent, t *record
 	if !ok {
 		return 0, client.ErrNotFound
 	}
-	if old := m.txLocked(e.UserID, t.TransactionID); old != nil {
+	// The exact retry of the charge answers its balance, whatever the bugs.
+	if old := m.txLocked(t.TransactionID); old != nil && old.TransactionType == records.TxUsage && sameOp(old, t, e.EventID) {
 		return old.BalanceAfterCents, nil
 	}
 	if _, dup := m.evs[e.UserID][e.EventID]; dup && !m.bugs.NoEventDedup {
 		return 0, &client.DuplicateEventError{EventID: e.EventID}
+	}
+	if bal, done, err := m.recordedLocked(t, e.EventID); done {
+		return bal, err
 	}
 	if a.BalanceCents < t.AmountCents {
 		return 0, &client.InsufficientCreditsError{Balance: a.BalanceCents, Required: t.AmountCents}
@@ -149,6 +187,7 @@ func (m *MemDB) ProcessUsage(_ context.Context, e *records.UsageEvent, t *record
 	a.LifetimeUsageCents += t.AmountCents
 	c := *t
 	c.BalanceAfterCents = a.BalanceCents
+	c.EventID = e.EventID
 	m.txs[e.UserID] = append(m.txs[e.UserID], &c)
 	if m.evs[e.UserID] == nil {
 		m.evs[e.UserID] = map[string]keys.TransactionID{}

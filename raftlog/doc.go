@@ -5,8 +5,11 @@
 // store (and one fsync stream) per replica; here every group appends to the
 // same Pebble WAL, and Pebble's commit pipeline turns concurrent synced
 // commits of different groups into one WAL fsync. Each append is a single
-// Pebble batch committed with pebble.Sync, so a StoreLogs that returned nil
-// survives a process kill and a power loss, as with raft-boltdb.
+// Pebble batch committed with pebble.Sync (an append over MaxBatchBytes, a
+// run of very large entries, is several, committed in index order, so that
+// no batch nears Pebble's 4 GiB limit; see Group.StoreLogs), so a StoreLogs
+// that returned nil survives a process kill and a power loss, as with
+// raft-boltdb.
 //
 // Usage:
 //

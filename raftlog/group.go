@@ -22,6 +22,10 @@ type Group struct {
 	mu struct {
 		sync.Mutex
 		first, last uint64 // 0, 0 when the log is empty
+		// partial is set when a StoreLogs failed after committing some of
+		// its runs: the group refuses log writes until the store is
+		// reopened (see StoreLogs).
+		partial error
 	}
 }
 
@@ -79,9 +83,66 @@ func (g *Group) StoreLog(log *raft.Log) error {
 	return g.StoreLogs([]*raft.Log{log})
 }
 
-// StoreLogs stores entries in one Pebble batch committed with pebble.Sync:
-// when it returns nil, every entry is on stable storage. Concurrent calls
-// of different groups share WAL syncs.
+// Bounds of a StoreLogs batch. Pebble panics (ErrBatchTooLarge) when a
+// batch grows to 4 GiB, and hashicorp/raft appends up to MaxAppendEntries
+// entries at once: 256 entries carrying 64 MiB values are 16 GiB.
+const (
+	// MaxBatchBytes is the most bytes of records StoreLogs puts in one
+	// Pebble batch; a longer append is committed in several, in index
+	// order (see StoreLogs). An entry larger than this goes in a batch of
+	// its own.
+	MaxBatchBytes = 64 << 20
+	// MaxEntryBytes is the largest encoded entry StoreLogs accepts (its
+	// data and extensions): far above any command the cluster proposes (a
+	// value is at most 64 MiB, a request a little more) and far below
+	// Pebble's 4 GiB batch limit. A larger entry is an error, not a panic.
+	MaxEntryBytes = 1 << 30
+	// batchRecordOverhead bounds what a batch adds to a Set's key and
+	// value: the kind byte and the two length varints.
+	batchRecordOverhead = 1 + 2*binary.MaxVarintLen32
+)
+
+// ErrEntryTooLarge is returned by StoreLogs for an entry over MaxEntryBytes;
+// nothing of the call is stored.
+var ErrEntryTooLarge = errors.New("raftlog: log entry too large")
+
+// splitLogs cuts logs, in order, into runs whose batch records add up to at
+// most limit bytes; an entry over limit is a run of its own.
+func splitLogs(logs []*raft.Log, limit int) [][]*raft.Log {
+	var runs [][]*raft.Log
+	start, size := 0, 0
+	for i, l := range logs {
+		n := logKeyLen + entryLen(l) + batchRecordOverhead
+		if i > start && size+n > limit {
+			runs = append(runs, logs[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	return append(runs, logs[start:])
+}
+
+// StoreLogs stores entries with pebble.Sync: when it returns nil, every
+// entry is on stable storage. Concurrent calls of different groups share
+// WAL syncs.
+//
+// An append of at most MaxBatchBytes (every append of small entries) is
+// one Pebble batch: all or nothing. A longer one is committed in runs of
+// at most MaxBatchBytes, each synced, in the order raft gives the entries
+// (ascending, contiguous indexes), so that no batch comes near Pebble's
+// 4 GiB limit. If a run fails, or the process dies between runs, a prefix
+// of the entries is stored and the call did not return nil. A stored
+// prefix is what a crash during an append of fewer entries leaves, which
+// raft handles: it acknowledges (AppendEntries success, commit counting)
+// only the entries of a StoreLogs that returned nil, and the prefix keeps
+// the log contiguous. What raft does not expect is to go on after such a
+// failure: it keeps its in-memory last index below the stored prefix and
+// may later overwrite the prefix's first entries with another term's,
+// leaving stale entries after them that a restart would read as the log's
+// tail. So after a failure that left a prefix, the group refuses every log
+// write (StoreLogs, DeleteRange) until the store is reopened: the state on
+// disk stays exactly what a crash in the middle of the append leaves. The
+// cached bounds cover exactly the runs committed.
 func (g *Group) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
@@ -89,6 +150,32 @@ func (g *Group) StoreLogs(logs []*raft.Log) error {
 	if g.s.closed.Load() {
 		return ErrClosed
 	}
+	for _, l := range logs {
+		if n := entryLen(l); n > g.s.entryBytes {
+			return fmt.Errorf("%w: group %d: index %d is %d bytes, limit %d", ErrEntryTooLarge, g.id, l.Index, n, g.s.entryBytes)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.mu.partial; err != nil {
+		return err
+	}
+	for i, run := range splitLogs(logs, g.s.batchBytes) {
+		if err := g.storeRun(run); err != nil {
+			if i > 0 {
+				g.mu.partial = fmt.Errorf("raftlog: group %d: log writes refused until restart after an append stored only up to index %d: %w",
+					g.id, g.mu.last, err)
+				g.s.log.Error("raftlog: append failed part way; the group refuses log writes until restart", "group", g.id, "err", err)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// storeRun commits logs in one synced batch and extends the cached bounds.
+// g.mu is held.
+func (g *Group) storeRun(logs []*raft.Log) error {
 	b := g.s.db.NewBatch()
 	defer b.Close()
 	lo, hi := uint64(math.MaxUint64), uint64(0)
@@ -101,11 +188,17 @@ func (g *Group) StoreLogs(logs []*raft.Log) error {
 		}
 		lo, hi = min(lo, l.Index), max(hi, l.Index)
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if err := b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("raftlog: group %d: store logs: %w", g.id, err)
+	var err error
+	if h := g.s.testCommitHook; h != nil {
+		err = h(lo, hi)
 	}
+	if err == nil {
+		err = b.Commit(pebble.Sync)
+	}
+	if err != nil {
+		return fmt.Errorf("raftlog: group %d: store logs [%d, %d]: %w", g.id, lo, hi, err)
+	}
+	g.s.batches.Add(1)
 	if g.mu.first == 0 || lo < g.mu.first {
 		g.mu.first = lo
 	}
@@ -131,6 +224,9 @@ func (g *Group) DeleteRange(min, max uint64) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if err := g.mu.partial; err != nil {
+		return err
+	}
 	if err := g.s.db.DeleteRange(lo, hi, pebble.Sync); err != nil {
 		return fmt.Errorf("raftlog: group %d: delete range [%d, %d]: %w", g.id, min, max, err)
 	}

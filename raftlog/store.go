@@ -78,6 +78,14 @@ type Store struct {
 	// does not compute all of Pebble's metrics to reach it. nil if Pebble
 	// keeps none.
 	fsyncLatency prometheus.Metric
+	// batchBytes and entryBytes are the StoreLogs bounds, MaxBatchBytes
+	// and MaxEntryBytes (tests lower them); batches counts the batches
+	// StoreLogs committed.
+	batchBytes, entryBytes int
+	batches                atomic.Uint64
+	// testCommitHook, if set, runs before each StoreLogs batch commit; an
+	// error it returns fails the commit (tests inject failures).
+	testCommitHook func(lo, hi uint64) error
 
 	mu struct {
 		sync.Mutex
@@ -117,7 +125,7 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: open %s: %w", opts.Dir, err)
 	}
-	s := &Store{db: db, log: log}
+	s := &Store{db: db, log: log, batchBytes: MaxBatchBytes, entryBytes: MaxEntryBytes}
 	if h := db.Metrics().LogWriter.FsyncLatency; h != nil {
 		s.fsyncLatency = h
 	}

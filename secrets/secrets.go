@@ -34,6 +34,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -54,6 +55,9 @@ const adPrefix = "swarmkv/bot-token/"
 var (
 	// ErrInvalidRing is wrapped by ParseRing and LoadRingFile errors.
 	ErrInvalidRing = errors.New("secrets: invalid key ring")
+	// ErrRingPermissions is returned by LoadRingFile for a file readable
+	// or writable by its group or others.
+	ErrRingPermissions = errors.New("secrets: key ring file permissions too open")
 	// ErrNoRing is returned by Encrypt and Decrypt on a nil *Ring.
 	ErrNoRing = errors.New("secrets: no key ring")
 	// ErrUnknownKey is wrapped by Decrypt when the token was sealed under
@@ -152,9 +156,24 @@ func newRingKey(id string, raw []byte) (ringKey, error) {
 }
 
 // LoadRingFile reads and parses a ring file. The error names the path,
-// never the file's contents.
+// never the file's contents. A file that its group or others may read or
+// write (any of the mode bits 0o077) is refused with ErrRingPermissions,
+// before anything is read from it: keys there are as good as published.
 func LoadRingFile(path string) (*Ring, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("secrets: key ring file: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat() // the file opened, not whatever the path names next
+	if err != nil {
+		return nil, fmt.Errorf("secrets: key ring file: %w", err)
+	}
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("%w: %s has mode %#o, open to group or others; run `chmod 600 %s` (owner only)",
+			ErrRingPermissions, path, perm, path)
+	}
+	b, err := io.ReadAll(f)
 	if err != nil {
 		return nil, fmt.Errorf("secrets: key ring file: %w", err)
 	}

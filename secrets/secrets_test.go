@@ -318,6 +318,34 @@ func TestLoadRingFile(t *testing.T) {
 	}
 }
 
+// TestLoadRingFileRefusesOpenPermissions: a ring file its group or others
+// may read or write is refused, with an error naming the fix and no key
+// material; 0600 and 0400 load.
+func TestLoadRingFileRefusesOpenPermissions(t *testing.T) {
+	_, k1 := testKey(1)
+	path := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(path, []byte("k1:"+k1+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o620, 0o602, 0o660} {
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadRingFile(path)
+		if !errors.Is(err, ErrRingPermissions) || !strings.Contains(err.Error(), "chmod 600 "+path) || strings.Contains(err.Error(), k1[:20]) {
+			t.Errorf("mode %#o: %v, want ErrRingPermissions naming chmod 600", mode, err)
+		}
+	}
+	for _, mode := range []os.FileMode{0o600, 0o400} {
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := LoadRingFile(path); err != nil || r.ActiveKeyID() != "k1" {
+			t.Errorf("mode %#o: %v, %v", mode, r, err)
+		}
+	}
+}
+
 func FuzzParseRing(f *testing.F) {
 	_, k1 := testKey(1)
 	_, k2 := testKey(2)

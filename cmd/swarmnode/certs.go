@@ -25,7 +25,8 @@ A node certificate binds the node id (SAN URI swarmkv://node/ID) and lists
 the host names and IPs clients dial it at (--addr; localhost and 127.0.0.1
 are always added). A client certificate's roles (e.g. registry:read,
 billing:write, admin) are its OU values. Keys are ECDSA P-256, files PEM;
-keys are written 0600. A running node re-reads a replaced certificate.
+keys are written 0600, every file atomically (an O_EXCL temporary file,
+fsync, rename). A running node re-reads a replaced certificate.
 
 Flags:
 `
@@ -65,11 +66,9 @@ func certs(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		key := make([]byte, 32)
 		rand.Read(key)
 		gk := filepath.Join(*dir, "gossip.key")
-		if _, err := os.Stat(gk); err != nil {
-			text := "# swarmkv gossip keyring: base64 keys, the first encrypts\n" + base64.StdEncoding.EncodeToString(key) + "\n"
-			if err := os.WriteFile(gk, []byte(text), 0o600); err != nil {
-				return err
-			}
+		text := "# swarmkv gossip keyring: base64 keys, the first encrypts\n" + base64.StdEncoding.EncodeToString(key) + "\n"
+		if err := pki.WriteNew(gk, []byte(text), 0o600); err != nil && !errors.Is(err, os.ErrExist) {
+			return err // an existing gossip key is kept
 		}
 		fmt.Fprintf(stdout, "wrote %s, %s (keep it offline), %s\n", filepath.Join(*dir, "ca.pem"), filepath.Join(*dir, "ca-key.pem"), gk)
 		return nil

@@ -148,6 +148,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usageError{err}
 	}
 
+	// Every file and dir the node creates (Pebble's, raft's snapshots) is
+	// owner-only, whatever mode the library asks for.
+	restrictUmask()
 	node, err := cluster.New(cfg)
 	if err != nil {
 		return err

@@ -27,6 +27,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/big"
 	"net"
 	"net/url"
@@ -165,19 +166,20 @@ func LoadCA(dir string) (*CA, error) {
 	return &CA{Cert: cert, Key: key, CertPEM: cb, KeyPEM: kb}, nil
 }
 
-// WriteCA writes ca.pem (0644) and ca-key.pem (0600) into dir, refusing to
-// overwrite an existing CA key.
+// WriteCA writes ca-key.pem (0600) and ca.pem (0644) into dir, refusing to
+// overwrite an existing CA key (atomically: the key is linked into place,
+// which fails if the name exists).
 func (ca *CA) WriteCA(dir string) error {
-	if _, err := os.Stat(filepath.Join(dir, "ca-key.pem")); err == nil {
-		return fmt.Errorf("pki: %s already holds a CA (ca-key.pem); remove it first", dir)
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "ca-key.pem"), ca.KeyPEM, 0o600); err != nil {
+	if err := WriteNew(filepath.Join(dir, "ca-key.pem"), ca.KeyPEM, 0o600); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("pki: %s already holds a CA (ca-key.pem); remove it first", dir)
+		}
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "ca.pem"), ca.CertPEM, 0o644)
+	return WriteAtomic(filepath.Join(dir, "ca.pem"), ca.CertPEM, 0o644)
 }
 
 // ErrRequest is wrapped by Issue's errors about a bad Request.
@@ -242,18 +244,77 @@ func WriteFiles(dir, name string, p *Pair) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := writeAtomic(filepath.Join(dir, name+"-key.pem"), p.KeyPEM, 0o600); err != nil {
+	if err := WriteAtomic(filepath.Join(dir, name+"-key.pem"), p.KeyPEM, 0o600); err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(dir, name+".pem"), p.CertPEM, 0o644)
+	return WriteAtomic(filepath.Join(dir, name+".pem"), p.CertPEM, 0o644)
 }
 
-func writeAtomic(path string, b []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, mode); err != nil {
+// tempFile writes b to a new temporary file next to path, created with
+// O_EXCL under a random name and mode 0600 (so no planted file or symlink
+// is followed and the bytes are never readable by others), then set to
+// mode, and synced. The caller renames or links it into place.
+func tempFile(path string, b []byte, mode os.FileMode) (string, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return "", err
+	}
+	tmp := f.Name()
+	err = f.Chmod(mode)
+	if err == nil {
+		_, err = f.Write(b)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return tmp, nil
+}
+
+// syncDir makes a rename or link in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	defer d.Close()
+	return d.Sync()
+}
+
+// WriteAtomic replaces path with b (mode mode) atomically and durably:
+// an O_EXCL temporary file, fsync, rename, fsync of the directory. A
+// reader sees the old file or the new one, never a part.
+func WriteAtomic(path string, b []byte, mode os.FileMode) error {
+	tmp, err := tempFile(path, b, mode)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// WriteNew creates path with b (mode mode) atomically and durably, failing
+// with an error wrapping fs.ErrExist if path exists: the synced temporary
+// file is hard-linked to path (which never replaces), then removed.
+func WriteNew(path string, b []byte, mode os.FileMode) error {
+	tmp, err := tempFile(path, b, mode)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
 }
 
 // Describe returns one line naming a certificate's identity, hosts and

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/swarmkv/swarmkv/client"
 	"github.com/swarmkv/swarmkv/rpc"
 )
 
@@ -38,7 +39,7 @@ func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds), client.Keepalive())
 	if err != nil {
 		return nil, err
 	}

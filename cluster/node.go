@@ -169,6 +169,7 @@ func New(cfg Config) (_ *Node, err error) {
 			return nil, fmt.Errorf("cluster: http listen %s: %w", cfg.HTTPAddr, err)
 		}
 		n.addrs.HTTPAddr = n.httpLn.Addr().String()
+		n.httpLn = n.limitConns(n.httpLn, "http") // limits.go
 	}
 
 	if st != nil {
@@ -227,7 +228,7 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}()
 	if n.httpLn != nil {
-		n.httpSrv = &http.Server{Handler: n.authHTTP(n.httpHandler()),
+		n.httpSrv = &http.Server{Handler: n.checkHost(n.authHTTP(n.httpHandler())),
 			ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout, ReadTimeout: cfg.HTTPReadTimeout,
 			WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
 			MaxHeaderBytes: cfg.HTTPMaxHeaderBytes,

@@ -23,6 +23,15 @@ import (
 //	                            timeout (redis.go)
 //	idle and slow RESP clients  Config.RedisIdleTimeout (read) and
 //	                            Config.RedisWriteTimeout (each write)
+//	admin HTTP connections      http.Server timeouts and header bytes
+//	                            (Config.HTTP*), the per-IP limit
+//	idle and dead gRPC clients  keepalive: Config.GRPCMaxConnIdle,
+//	                            GRPCKeepaliveTime/Timeout; pings at most
+//	                            every Config.GRPCKeepaliveMinTime
+//	Raft port connections       limitRaftConns (Config.RaftMaxConns,
+//	                            RaftMaxConnsPerIP), the mux's handshake
+//	                            timeout (Config.RaftHandshakeTimeout)
+//	log floods                  rateLimited (lograte.go)
 
 // deadlineUnary gives a call without a deadline the node's request
 // timeout. A client's own deadline is kept.

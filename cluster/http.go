@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -83,7 +84,8 @@ func (n *Node) httpHandler() http.Handler {
 // at 127.0.0.1 and have the browser call the admin API. Browsers send
 // that name as Host, so every request (health and metrics included) whose
 // Host is not localhost (or a name under .localhost), a loopback IP, or
-// the host of one of the node's configured or advertised addresses is
+// the host of one of the node's configured or advertised addresses or
+// the machine's host name is
 // refused with 421 Misdirected Request. The port is not checked. A
 // request without Host (HTTP/1.0) cannot come from a browser and passes.
 // A request with an Origin header (a browser's cross-site fetch or form,
@@ -103,6 +105,11 @@ func (n *Node) checkHost(next http.Handler) http.Handler {
 				allowed[normHost(h)] = true
 			}
 		}
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		// The machine's own name (Debian maps it to 127.0.1.1); a web
+		// page is not served under it.
+		allowed[normHost(h)] = true
 	}
 	log := rateLimited(n.log, logEvery)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

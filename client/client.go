@@ -47,11 +47,32 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
 )
+
+// KeepaliveTime is how long a connection to a node may be silent before
+// the client pings it, with or without calls in flight, and
+// KeepaliveTimeout how long it waits for the answer before it drops the
+// connection (a node gone without a FIN). Nodes refuse pings more often
+// than their --grpc-keepalive-min-time, which is at most half of
+// KeepaliveTime. Nodes dial each other with the same settings.
+const (
+	KeepaliveTime    = 30 * time.Second
+	KeepaliveTimeout = 10 * time.Second
+)
+
+// Keepalive is the dial option with KeepaliveTime and KeepaliveTimeout;
+// every Client connection has it (Config.DialOptions come after it and
+// may replace it).
+func Keepalive() grpc.DialOption {
+	return grpc.WithKeepaliveParams(keepalive.ClientParameters{
+		Time: KeepaliveTime, Timeout: KeepaliveTimeout, PermitWithoutStream: true,
+	})
+}
 
 // Config configures a Client.
 type Config struct {
@@ -202,7 +223,8 @@ func (c *Client) conn(addr string) (*nodeConn, error) {
 	if err := c.checkTokenTransport(addr); err != nil {
 		return nil, err
 	}
-	opts := append(c.transportOptions(), c.cfg.DialOptions...)
+	opts := append(c.transportOptions(), Keepalive())
+	opts = append(opts, c.cfg.DialOptions...)
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("swarmkv: dial %s: %w", addr, err)

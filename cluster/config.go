@@ -142,6 +142,47 @@ type Config struct {
 	// RedisWriteTimeout bounds each write of a reply to a RESP client (a
 	// client that stops reading is disconnected). Default 30s; 100ms..1h.
 	RedisWriteTimeout time.Duration
+	// HTTPReadHeaderTimeout bounds reading a request's headers on the
+	// admin HTTP listener (from the first byte), HTTPReadTimeout reading
+	// the whole request, HTTPWriteTimeout writing its response (from the
+	// end of the headers; above the admin API's 30 s call bound and a 30 s
+	// CPU profile), and HTTPIdleTimeout how long a keep-alive connection
+	// may wait for its next request. Defaults 5s, 30s, 2m, 2m; ranges
+	// 100ms..1h, 100ms..1h, 1s..24h, 100ms..24h.
+	HTTPReadHeaderTimeout time.Duration
+	HTTPReadTimeout       time.Duration
+	HTTPWriteTimeout      time.Duration
+	HTTPIdleTimeout       time.Duration
+	// HTTPMaxHeaderBytes caps a request's header bytes on the admin HTTP
+	// listener (431 beyond). Default 64 KiB; 4 KiB..1 MiB.
+	HTTPMaxHeaderBytes int
+	// GRPCMaxConnIdle closes (GOAWAY) a gRPC connection without a call in
+	// flight for this long; clients reconnect on their next call. Default
+	// 5m; 100ms..24h.
+	GRPCMaxConnIdle time.Duration
+	// GRPCKeepaliveTime is how long a gRPC connection may be silent before
+	// the server pings it, and GRPCKeepaliveTimeout how long it waits for
+	// the answer before it closes the connection (dead clients). Defaults
+	// 1m and 20s; 1s..24h and 1s..1h.
+	GRPCKeepaliveTime    time.Duration
+	GRPCKeepaliveTimeout time.Duration
+	// GRPCKeepaliveMinTime is the least interval between a client's
+	// keepalive pings; a client that pings more often is sent GOAWAY
+	// too_many_pings. Pings are allowed without calls in flight. Default
+	// 5s; 1s..15s: at most half the Go client's and the nodes' own ping
+	// interval (client.KeepaliveTime, 30s), so they are never refused.
+	GRPCKeepaliveMinTime time.Duration
+	// RaftMaxConns caps the open connections of the Raft port, and
+	// RaftMaxConnsPerIP those from one IP; connections in their handshake
+	// count. More are closed as they are accepted (logged at most once a
+	// second). Defaults 16384 and 4096 (a peer opens about five per Raft
+	// group it shares with the node); 1..1048576.
+	RaftMaxConns      int
+	RaftMaxConnsPerIP int
+	// RaftHandshakeTimeout bounds an accepted Raft connection's TLS
+	// handshake and header (MuxConfig.HandshakeTimeout). Default 5s;
+	// 100ms..1m.
+	RaftHandshakeTimeout time.Duration
 	// BlockCacheSize is the memory for cached Pebble blocks, shared by
 	// every local replica and the Raft log store, in bytes. Default 64 MiB.
 	// Pebble charges memtables against the block cache, so the node's
@@ -249,6 +290,9 @@ const (
 	// maxStreamsLimit and maxConnsPerIPLimit bound the connection limits.
 	maxStreamsLimit    = 1 << 20
 	maxConnsPerIPLimit = 1 << 20
+	// maxKeepaliveMinTime is half of client.KeepaliveTime (the Go client's
+	// and the nodes' ping interval; TestKeepaliveWithinPolicy).
+	maxKeepaliveMinTime = 15 * time.Second
 )
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -328,6 +372,29 @@ func (c Config) WithDefaults() Config {
 	if c.RedisWriteTimeout == 0 {
 		c.RedisWriteTimeout = 30 * time.Second
 	}
+	defDur := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	defDur(&c.HTTPReadHeaderTimeout, 5*time.Second)
+	defDur(&c.HTTPReadTimeout, 30*time.Second)
+	defDur(&c.HTTPWriteTimeout, 2*time.Minute)
+	defDur(&c.HTTPIdleTimeout, 2*time.Minute)
+	if c.HTTPMaxHeaderBytes == 0 {
+		c.HTTPMaxHeaderBytes = 64 << 10
+	}
+	defDur(&c.GRPCMaxConnIdle, 5*time.Minute)
+	defDur(&c.GRPCKeepaliveTime, time.Minute)
+	defDur(&c.GRPCKeepaliveTimeout, 20*time.Second)
+	defDur(&c.GRPCKeepaliveMinTime, 5*time.Second)
+	if c.RaftMaxConns == 0 {
+		c.RaftMaxConns = 16384
+	}
+	if c.RaftMaxConnsPerIP == 0 {
+		c.RaftMaxConnsPerIP = 4096
+	}
+	defDur(&c.RaftHandshakeTimeout, 5*time.Second)
 	if c.BlockCacheSize == 0 {
 		c.BlockCacheSize = 64 << 20
 	}
@@ -441,6 +508,31 @@ func (c Config) Validate() error {
 	}
 	if c.RedisWriteTimeout < 100*time.Millisecond || c.RedisWriteTimeout > time.Hour {
 		return bad("redis write timeout %v: want 100ms..1h", c.RedisWriteTimeout)
+	}
+	for _, d := range []struct {
+		name     string
+		v        time.Duration
+		min, max time.Duration
+	}{
+		{"http read header timeout", c.HTTPReadHeaderTimeout, 100 * time.Millisecond, time.Hour},
+		{"http read timeout", c.HTTPReadTimeout, 100 * time.Millisecond, time.Hour},
+		{"http write timeout", c.HTTPWriteTimeout, time.Second, 24 * time.Hour},
+		{"http idle timeout", c.HTTPIdleTimeout, 100 * time.Millisecond, 24 * time.Hour},
+		{"grpc max connection idle", c.GRPCMaxConnIdle, 100 * time.Millisecond, 24 * time.Hour},
+		{"grpc keepalive time", c.GRPCKeepaliveTime, time.Second, 24 * time.Hour},
+		{"grpc keepalive timeout", c.GRPCKeepaliveTimeout, time.Second, time.Hour},
+		{"grpc keepalive min time", c.GRPCKeepaliveMinTime, time.Second, maxKeepaliveMinTime},
+		{"raft handshake timeout", c.RaftHandshakeTimeout, 100 * time.Millisecond, time.Minute},
+	} {
+		if d.v < d.min || d.v > d.max {
+			return bad("%s %v: want %v..%v", d.name, d.v, d.min, d.max)
+		}
+	}
+	if c.HTTPMaxHeaderBytes < 4<<10 || c.HTTPMaxHeaderBytes > 1<<20 {
+		return bad("http max header bytes %d: want 4096..1048576", c.HTTPMaxHeaderBytes)
+	}
+	if c.RaftMaxConns < 1 || c.RaftMaxConns > maxConnsPerIPLimit || c.RaftMaxConnsPerIP < 1 || c.RaftMaxConnsPerIP > maxConnsPerIPLimit {
+		return bad("raft max connections %d, per IP %d: want 1..%d", c.RaftMaxConns, c.RaftMaxConnsPerIP, maxConnsPerIPLimit)
 	}
 	if err := c.TLS.validate(); err != nil {
 		return bad("%v", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -24,6 +23,15 @@ import (
 //	                            timeout (redis.go)
 //	idle and slow RESP clients  Config.RedisIdleTimeout (read) and
 //	                            Config.RedisWriteTimeout (each write)
+//	admin HTTP connections      http.Server timeouts and header bytes
+//	                            (Config.HTTP*), the per-IP limit
+//	idle and dead gRPC clients  keepalive: Config.GRPCMaxConnIdle,
+//	                            GRPCKeepaliveTime/Timeout; pings at most
+//	                            every Config.GRPCKeepaliveMinTime
+//	Raft port connections       limitRaftConns (Config.RaftMaxConns,
+//	                            RaftMaxConnsPerIP), the mux's handshake
+//	                            timeout (Config.RaftHandshakeTimeout)
+//	log floods                  rateLimited (lograte.go)
 
 // deadlineUnary gives a call without a deadline the node's request
 // timeout. A client's own deadline is kept.
@@ -43,9 +51,14 @@ type ipLimitListener struct {
 	net.Listener
 	max     int
 	onLimit func(ip string) // called for each refused connection (may be nil)
+	// maxTotal, if positive, also caps the open connections of every IP
+	// together; onTotal is called for each connection it refuses.
+	maxTotal int
+	onTotal  func(ip string)
 
 	mu    sync.Mutex
 	conns map[string]int // open connections by remote IP
+	total int            // open connections
 }
 
 func newIPLimitListener(ln net.Listener, max int, onLimit func(ip string)) *ipLimitListener {
@@ -60,17 +73,23 @@ func (l *ipLimitListener) Accept() (net.Conn, error) {
 		}
 		ip := remoteIP(c.RemoteAddr())
 		l.mu.Lock()
-		ok := l.conns[ip] < l.max
+		full := l.maxTotal > 0 && l.total >= l.maxTotal
+		ok := !full && l.conns[ip] < l.max
 		if ok {
 			l.conns[ip]++
+			l.total++
 		}
 		l.mu.Unlock()
 		if ok {
 			return &ipLimitConn{Conn: c, l: l, ip: ip}, nil
 		}
 		_ = c.Close()
-		if l.onLimit != nil {
-			l.onLimit(ip)
+		on := l.onLimit
+		if full {
+			on = l.onTotal
+		}
+		if on != nil {
+			on(ip)
 		}
 	}
 }
@@ -85,6 +104,7 @@ func (l *ipLimitListener) open(ip string) int {
 func (l *ipLimitListener) release(ip string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.total--
 	if l.conns[ip]--; l.conns[ip] <= 0 {
 		delete(l.conns, ip)
 	}
@@ -143,27 +163,27 @@ func (c *writeTimeoutConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
-// limitLog logs refused connections at most once a second per listener.
-type limitLog struct {
-	n     *Node
-	what  string
-	last  atomic.Int64 // unix nanoseconds of the last record
-	count atomic.Int64 // refused since the last record
-}
-
-func (g *limitLog) refused(ip string) {
-	g.count.Add(1)
-	now := time.Now().UnixNano()
-	last := g.last.Load()
-	if now-last < int64(time.Second) || !g.last.CompareAndSwap(last, now) {
-		return
+// limitRaftConns wraps the Raft listener with its caps: open connections
+// in all (Config.RaftMaxConns) and from one IP (Config.RaftMaxConnsPerIP),
+// those still in their handshake included. Refused connections are logged
+// at most once a second.
+func (n *Node) limitRaftConns(ln net.Listener) net.Listener {
+	log := rateLimited(n.log, logEvery).With("listener", "raft")
+	l := newIPLimitListener(ln, n.cfg.RaftMaxConnsPerIP, func(ip string) {
+		log.Warn("connection refused: too many connections from one IP", "ip", ip, "raft_max_conns_per_ip", n.cfg.RaftMaxConnsPerIP)
+	})
+	l.maxTotal = n.cfg.RaftMaxConns
+	l.onTotal = func(ip string) {
+		log.Warn("connection refused: too many connections", "ip", ip, "raft_max_conns", n.cfg.RaftMaxConns)
 	}
-	g.n.log.Warn("connection refused: too many connections from one IP", "listener", g.what, "ip", ip,
-		"max_conns_per_ip", g.n.cfg.MaxConnsPerIP, "refused", g.count.Swap(0))
+	return l
 }
 
-// limitConns wraps a listener with the per-IP connection limit.
+// limitConns wraps a listener with the per-IP connection limit; refused
+// connections are logged at most once a second (rateLimited).
 func (n *Node) limitConns(ln net.Listener, what string) net.Listener {
-	g := &limitLog{n: n, what: what}
-	return newIPLimitListener(ln, n.cfg.MaxConnsPerIP, g.refused)
+	log := rateLimited(n.log, logEvery).With("listener", what, "max_conns_per_ip", n.cfg.MaxConnsPerIP)
+	return newIPLimitListener(ln, n.cfg.MaxConnsPerIP, func(ip string) {
+		log.Warn("connection refused: too many connections from one IP", "ip", ip)
+	})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 	"lukechampine.com/blake3"
 
 	"github.com/swarmkv/swarmkv/rpc"
@@ -145,9 +146,11 @@ func New(cfg Config) (_ *Node, err error) {
 	if cfg.WrapRaftListener != nil {
 		raftLn = cfg.WrapRaftListener(raftLn)
 	}
+	raftLn = n.limitRaftConns(raftLn) // limits.go
 	n.addrs.ID = cfg.ID
 	n.addrs.RaftAddr = advertised(cfg.RaftAdvertise, raftLn.Addr())
-	mcfg := MuxConfig{Listener: raftLn, Advertise: n.addrs.RaftAddr, Dial: cfg.Dial, Logger: n.log,
+	mcfg := MuxConfig{Listener: raftLn, Advertise: n.addrs.RaftAddr, Dial: cfg.Dial,
+		Logger: rateLimited(n.log, logEvery), HandshakeTimeout: cfg.RaftHandshakeTimeout,
 		LocalID: cfg.ID, Secret: n.secret, AllowPeer: n.raftPeerAllowed}
 	if n.tls != nil {
 		mcfg.ServerTLS, mcfg.ClientTLS = n.tls.serverConfig(true), n.tls.peerConfig()
@@ -175,6 +178,7 @@ func New(cfg Config) (_ *Node, err error) {
 			return nil, fmt.Errorf("cluster: http listen %s: %w", cfg.HTTPAddr, err)
 		}
 		n.addrs.HTTPAddr = n.httpLn.Addr().String()
+		n.httpLn = n.limitConns(n.httpLn, "http") // limits.go
 	}
 
 	if st != nil {
@@ -196,6 +200,9 @@ func New(cfg Config) (_ *Node, err error) {
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(n.metrics.grpc.StreamServerInterceptor(), n.authStream),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.GRPCKeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.GRPCMaxConnIdle,
+			Time: cfg.GRPCKeepaliveTime, Timeout: cfg.GRPCKeepaliveTimeout}),
 		grpc.MaxRecvMsgSize(n.maxRequestBytes()),
 		grpc.MaxSendMsgSize(n.maxRequestBytes()+cfg.MaxScanPage*(cfg.Limits.MaxKeySize+cfg.Limits.MaxValueSize)),
 	)...)
@@ -230,8 +237,11 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}()
 	if n.httpLn != nil {
-		n.httpSrv = &http.Server{Handler: n.authHTTP(n.httpHandler()), ReadHeaderTimeout: 5 * time.Second,
-			ErrorLog: log.New(logWriter{logger: n.log.With("component", "http")}, "", 0)}
+		n.httpSrv = &http.Server{Handler: n.checkHost(n.authHTTP(n.httpHandler())),
+			ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout, ReadTimeout: cfg.HTTPReadTimeout,
+			WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
+			MaxHeaderBytes: cfg.HTTPMaxHeaderBytes,
+			ErrorLog:       log.New(logWriter{logger: rateLimitedBy(n.log, logEvery, httpLogKey).With("component", "http")}, "", 0)}
 		serveHTTP := n.httpSrv.Serve
 		if n.tls != nil {
 			n.httpSrv.TLSConfig = n.tls.serverConfig(false)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/swarmkv/swarmkv/client"
 	"github.com/swarmkv/swarmkv/rpc"
 )
 
@@ -41,7 +42,7 @@ func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds), client.Keepalive()}
 	if p.unary != nil {
 		opts = append(opts, grpc.WithUnaryInterceptor(p.unary))
 	}

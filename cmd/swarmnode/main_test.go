@@ -149,6 +149,8 @@ func TestRunUsageErrors(t *testing.T) {
 		{name: "serve bad log level env", args: []string{"serve"}, env: map[string]string{"SWARM_LOG_LEVEL": "loud"}, errSub: `log level "loud"`},
 		{name: "serve invalid config", args: []string{"serve", "--shards", "300"}, errSub: "shards 300: want 1..256"},
 		{name: "serve invalid id", args: []string{"serve", "--id", "a b"}, errSub: `id "a b"`},
+		{name: "serve keepalive min time over the client's", args: []string{"serve", "--grpc-keepalive-min-time", "1m"}, errSub: "grpc keepalive min time 1m0s: want 1s..15s"},
+		{name: "serve raft conns env", args: []string{"serve"}, env: map[string]string{"SWARM_RAFT_MAX_CONNS_PER_IP": "-1"}, errSub: "raft max connections 16384, per IP -1"},
 		{name: "serve commit timeout too low", args: []string{"serve", "--commit-timeout", "500us"}, errSub: "CommitTimeout is too low"},
 		{name: "serve election below heartbeat", args: []string{"serve", "--heartbeat-timeout", "2s", "--election-timeout", "1s"}, errSub: "election timeout 1s is below heartbeat timeout 2s"},
 		{name: "serve bad gossip profile env", args: []string{"serve"}, env: map[string]string{"SWARM_GOSSIP_PROFILE": "wan"}, errSub: `gossip profile "wan"`},

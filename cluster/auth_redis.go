@@ -23,11 +23,18 @@ import (
 // NOAUTH. Then each command needs assets:read (reads, KEYS, SCAN, DBSIZE,
 // WATCH) or assets:write (writes, queued or not); a refused one answers
 // NOPERM and a MULTI block it was queued in is aborted.
+//
+// A token is checked again before every command (Node.tokenLive: an id
+// lookup in the node's current cluster state): once the sync loop brings
+// a revocation (within about a second, as for gRPC) every open connection
+// authenticated with that token is logged out, its MULTI block dropped,
+// and the command answers NOAUTH without running.
 
 // redisAuth is a connection's authentication state.
 type redisAuth struct {
 	id      *identity
 	token   string // kept to forward calls without TLS (memory only)
+	tokenID string // the token's id, checked before each command
 	checked bool   // the TLS certificate was looked at
 }
 
@@ -71,6 +78,11 @@ func (f *redisFront) authGate(c redcon.Conn, st *redisConn, argv [][]byte) (resp
 	case "quit":
 		return resp.Value{}, false
 	}
+	if a.tokenID != "" && !f.n.tokenLive(a.tokenID) {
+		f.n.audit("redis", a.id, strings.ToUpper(name), false, "token revoked")
+		*a = redisAuth{checked: true}
+		st.resetTx()
+	}
 	if a.id == nil {
 		return errReply(redisNoAuth), true
 	}
@@ -95,7 +107,8 @@ func (f *redisFront) login(a *redisAuth, tok string) resp.Value {
 		f.n.audit("redis", nil, "AUTH", false, msgBadToken)
 		return errReply(redisWrongPass)
 	}
-	a.id, a.token = id, tok
+	tokID, _, _ := auth.ParseToken(tok)
+	*a = redisAuth{id: id, token: tok, tokenID: tokID, checked: true}
 	return resp.OK
 }
 

@@ -5,7 +5,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
 )
 
 func TestAppend(t *testing.T) {

@@ -2,10 +2,8 @@ package cluster
 
 import (
 	"context"
-	"crypto/tls"
 	"strings"
 
-	"github.com/tidwall/redcon"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/swarmkv/swarmkv/auth"
@@ -35,7 +33,6 @@ type redisAuth struct {
 	id      *identity
 	token   string // kept to forward calls without TLS (memory only)
 	tokenID string // the token's id, checked before each command
-	checked bool   // the TLS certificate was looked at
 }
 
 const (
@@ -46,18 +43,13 @@ const (
 // authGate runs before a command. It answers AUTH itself, refuses commands
 // of an unauthenticated connection or without the role, and returns
 // answered=false when the command may run.
-func (f *redisFront) authGate(c redcon.Conn, st *redisConn, argv [][]byte) (resp.Value, bool) {
+// A TLS client certificate's identity is set when the connection opens
+// (serveConn).
+func (f *redisFront) authGate(st *redisConn, argv [][]byte) (resp.Value, bool) {
 	if !f.n.authOn() {
 		return resp.Value{}, false
 	}
 	a := &st.auth
-	if !a.checked {
-		a.checked = true
-		if tc, ok := c.NetConn().(*tls.Conn); ok {
-			cs := tc.ConnectionState()
-			a.id = identifyCert(&cs)
-		}
-	}
 	name := strings.ToLower(string(argv[0]))
 	switch name {
 	case "auth":
@@ -80,7 +72,7 @@ func (f *redisFront) authGate(c redcon.Conn, st *redisConn, argv [][]byte) (resp
 	}
 	if a.tokenID != "" && !f.n.tokenLive(a.tokenID) {
 		f.n.audit("redis", a.id, strings.ToUpper(name), false, "token revoked")
-		*a = redisAuth{checked: true}
+		*a = redisAuth{}
 		st.resetTx()
 	}
 	if a.id == nil {
@@ -108,7 +100,7 @@ func (f *redisFront) login(a *redisAuth, tok string) resp.Value {
 		return errReply(redisWrongPass)
 	}
 	tokID, _, _ := auth.ParseToken(tok)
-	*a = redisAuth{id: id, token: tok, tokenID: tokID, checked: true}
+	*a = redisAuth{id: id, token: tok, tokenID: tokID}
 	return resp.OK
 }
 

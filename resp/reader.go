@@ -122,7 +122,7 @@ func (r *Reader) readLine(big *ProtocolError) ([]byte, error) {
 	// Longer than the buffer: copy, up to MaxInline.
 	long := bytes.Clone(line)
 	for {
-		if len(long) > MaxInline {
+		if len(long) >= MaxInline { // and no newline yet
 			return nil, big
 		}
 		line, err = r.br.ReadSlice('\n')
@@ -132,7 +132,7 @@ func (r *Reader) readLine(big *ProtocolError) ([]byte, error) {
 			return long[:len(long)-1], nil
 		case err == nil || errors.Is(err, bufio.ErrBufferFull):
 			continue // over MaxInline is checked above
-		case len(long) > MaxInline:
+		case len(long) >= MaxInline:
 			return nil, big
 		default:
 			return nil, err
@@ -381,4 +381,23 @@ func unhex(c byte) byte {
 		return c - 'A' + 10
 	}
 	return c - '0'
+}
+
+// CommandSize returns the bytes of argv sent as a RESP array of bulk
+// strings (what Limits.MaxCommand counts).
+func CommandSize(argv [][]byte) int {
+	n := 1 + decLen(len(argv)) + 2
+	for _, a := range argv {
+		n += 1 + decLen(len(a)) + 2 + len(a) + 2
+	}
+	return n
+}
+
+func decLen(n int) int {
+	d := 1
+	for n >= 10 {
+		n /= 10
+		d++
+	}
+	return d
 }

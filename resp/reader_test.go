@@ -156,3 +156,11 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+func TestCommandSize(t *testing.T) {
+	for _, argv := range [][][]byte{{[]byte("PING")}, {[]byte("SET"), []byte("k"), bytes.Repeat([]byte("v"), 1234)}, {{}, {}}} {
+		if got, want := CommandSize(argv), len(BulkArray(argv).Append(nil, 2)); got != want {
+			t.Errorf("CommandSize(%.20q) = %d, want %d", argv, got, want)
+		}
+	}
+}

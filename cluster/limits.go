@@ -24,6 +24,8 @@ import (
 //	                            timeout (redis.go)
 //	idle and slow RESP clients  Config.RedisIdleTimeout (read) and
 //	                            Config.RedisWriteTimeout (each write)
+//	RESP commands, MULTI blocks Config.RedisMax* (redis_conn.go): checked
+//	                            as each header arrives
 
 // deadlineUnary gives a call without a deadline the node's request
 // timeout. A client's own deadline is kept.

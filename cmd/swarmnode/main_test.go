@@ -160,6 +160,8 @@ func TestRunUsageErrors(t *testing.T) {
 		{name: "serve memtable too small", args: []string{"serve", "--memtable-kib", "8"}, errSub: "--memtable-kib 8: want 256..1048576"},
 		{name: "serve scan page too high", args: []string{"serve", "--max-scan-page", "100001"}, errSub: "max scan page 100001"},
 		{name: "serve redis idle too short", args: []string{"serve", "--redis-idle-timeout", "10ms"}, errSub: "redis idle timeout 10ms"},
+		{name: "serve redis max bulk too large env", args: []string{"serve"}, env: map[string]string{"SWARM_REDIS_MAX_BULK": "1073741824"}, errSub: "redis max bulk 1073741824"},
+		{name: "serve redis max multi commands too many", args: []string{"serve", "--redis-max-multi-commands", "4097"}, errSub: "redis max multi commands 4097"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {

@@ -105,13 +105,22 @@ func (f *redisFront) serveConn(nc net.Conn) {
 	rd := resp.NewReader(nc, f.readLimits(st))
 	wr := bufio.NewWriterSize(nc, 16<<10)
 	var out []byte
+	var deadline time.Time // the read deadline set last
 	for {
+		now := time.Now()
 		if rd.Buffered() == 0 {
 			if err := wr.Flush(); err != nil {
 				return
 			}
+			now = time.Now()
 		}
-		_ = nc.SetReadDeadline(time.Now().Add(idle))
+		// The idle timeout runs from here when the next read may block;
+		// while a pipeline is buffered, a deadline at least idle/2 away
+		// is kept (fewer timer updates).
+		if rd.Buffered() == 0 || deadline.Sub(now) < idle/2 {
+			deadline = now.Add(idle)
+			_ = nc.SetReadDeadline(deadline)
+		}
 		rd.Limits = f.readLimits(st)
 		argv, err := rd.ReadCommand()
 		if err != nil {

@@ -179,7 +179,7 @@ func (r *Reader) readMultibulk() ([][]byte, error) {
 		var arg []byte
 		if size <= 512 {
 			if cap(arena)-len(arena) < int(size) {
-				arena = make([]byte, 0, max(4096, int(size)))
+				arena = make([]byte, 0, min(max(2*cap(arena), 128, int(size)), 4096))
 			}
 			arg = arena[len(arena) : len(arena)+int(size) : len(arena)+int(size)]
 			arena = arena[:len(arena)+int(size)]

@@ -164,3 +164,20 @@ func TestCommandSize(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkReader reads a pipeline of SET commands with 100-byte values.
+func BenchmarkReader(b *testing.B) {
+	cmd := BulkArray([][]byte{[]byte("SET"), []byte("asset:12345"), bytes.Repeat([]byte("v"), 100)}).Append(nil, 2)
+	in := bytes.Repeat(cmd, 1000)
+	lim := Limits{MaxArgs: 1024, MaxBulk: 1 << 20, MaxCommand: 4 << 20}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(in)))
+	for b.Loop() {
+		r := NewReader(bytes.NewReader(in), lim)
+		for range 1000 {
+			if _, err := r.ReadCommand(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

@@ -42,9 +42,8 @@ const (
 
 // authGate runs before a command. It answers AUTH itself, refuses commands
 // of an unauthenticated connection or without the role, and returns
-// answered=false when the command may run.
-// A TLS client certificate's identity is set when the connection opens
-// (serveConn).
+// answered=false when the command may run. (A TLS client certificate's
+// identity is set when the connection opens: serveConn.)
 func (f *redisFront) authGate(st *redisConn, argv [][]byte) (resp.Value, bool) {
 	if !f.n.authOn() {
 		return resp.Value{}, false

@@ -23,10 +23,11 @@ import (
 )
 
 // The RESP front (seed 002): every node with Config.RedisAddr serves the
-// Redis protocol (RESP2, and RESP3 after HELLO 3; parsing by
-// resp.Reader, within bounds: redis_conn.go). A command's keys route by keys.RedisRoutingKey; all
-// keys of one command, and of one MULTI/EXEC block with its WATCHed keys,
-// must be in one shard, else the reply is Redis Cluster's CROSSSLOT error.
+// Redis protocol (RESP2, and RESP3 after HELLO 3; commands read by
+// resp.Reader within bounds: redis_conn.go). A command's keys route by
+// keys.RedisRoutingKey; all keys of one command, and of one MULTI/EXEC
+// block with its WATCHed keys, must be in one shard, else the reply is
+// Redis Cluster's CROSSSLOT error.
 // The front runs the command on the shard leader: on this node when it
 // leads the shard, otherwise through the leader's internal Redis gRPC
 // service (redis_service.go), following NotLeader hints with the routing

@@ -201,6 +201,23 @@ func (n *Node) identifyToken(tok string) (*identity, bool) {
 	return nil, false
 }
 
+// tokenLive reports whether the token with this id is still in the
+// cluster state and not revoked: the per-command check of a RESP
+// connection that authenticated with it (an id lookup, no hashing).
+func (n *Node) tokenLive(id string) bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.mu.state == nil {
+		return false
+	}
+	for i := range n.mu.state.Tokens {
+		if t := &n.mu.state.Tokens[i]; t.ID == id {
+			return t.Revoked == nil
+		}
+	}
+	return false
+}
+
 // identifyGRPC returns the caller of a gRPC call of method (nil and a
 // message without credentials or with bad ones).
 func (n *Node) identifyGRPC(ctx context.Context, method string) (*identity, string) {

@@ -2,10 +2,8 @@ package cluster
 
 import (
 	"context"
-	"crypto/tls"
 	"strings"
 
-	"github.com/tidwall/redcon"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/swarmkv/swarmkv/auth"
@@ -23,12 +21,18 @@ import (
 // NOAUTH. Then each command needs assets:read (reads, KEYS, SCAN, DBSIZE,
 // WATCH) or assets:write (writes, queued or not); a refused one answers
 // NOPERM and a MULTI block it was queued in is aborted.
+//
+// A token is checked again before every command (Node.tokenLive: an id
+// lookup in the node's current cluster state): once the sync loop brings
+// a revocation (within about a second, as for gRPC) every open connection
+// authenticated with that token is logged out, its MULTI block dropped,
+// and the command answers NOAUTH without running.
 
 // redisAuth is a connection's authentication state.
 type redisAuth struct {
 	id      *identity
 	token   string // kept to forward calls without TLS (memory only)
-	checked bool   // the TLS certificate was looked at
+	tokenID string // the token's id, checked before each command
 }
 
 const (
@@ -38,19 +42,13 @@ const (
 
 // authGate runs before a command. It answers AUTH itself, refuses commands
 // of an unauthenticated connection or without the role, and returns
-// answered=false when the command may run.
-func (f *redisFront) authGate(c redcon.Conn, st *redisConn, argv [][]byte) (resp.Value, bool) {
+// answered=false when the command may run. (A TLS client certificate's
+// identity is set when the connection opens: serveConn.)
+func (f *redisFront) authGate(st *redisConn, argv [][]byte) (resp.Value, bool) {
 	if !f.n.authOn() {
 		return resp.Value{}, false
 	}
 	a := &st.auth
-	if !a.checked {
-		a.checked = true
-		if tc, ok := c.NetConn().(*tls.Conn); ok {
-			cs := tc.ConnectionState()
-			a.id = identifyCert(&cs)
-		}
-	}
 	name := strings.ToLower(string(argv[0]))
 	switch name {
 	case "auth":
@@ -70,6 +68,11 @@ func (f *redisFront) authGate(c redcon.Conn, st *redisConn, argv [][]byte) (resp
 		return resp.Value{}, false
 	case "quit":
 		return resp.Value{}, false
+	}
+	if a.tokenID != "" && !f.n.tokenLive(a.tokenID) {
+		f.n.audit("redis", a.id, strings.ToUpper(name), false, "token revoked")
+		*a = redisAuth{}
+		st.resetTx()
 	}
 	if a.id == nil {
 		return errReply(redisNoAuth), true
@@ -95,7 +98,8 @@ func (f *redisFront) login(a *redisAuth, tok string) resp.Value {
 		f.n.audit("redis", nil, "AUTH", false, msgBadToken)
 		return errReply(redisWrongPass)
 	}
-	a.id, a.token = id, tok
+	tokID, _, _ := auth.ParseToken(tok)
+	*a = redisAuth{id: id, token: tok, tokenID: tokID}
 	return resp.OK
 }
 

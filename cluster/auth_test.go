@@ -289,3 +289,73 @@ func TestHTTPDialAddr(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisRevokedTokenOnOpenConn: a token revoked through the admin API
+// stops working on a RESP connection that authenticated with it before:
+// once the node has the revocation, the next command on that same open
+// connection answers NOAUTH and runs nothing; AUTH with a live token
+// works again on it.
+func TestRedisRevokedTokenOnOpenConn(t *testing.T) {
+	ca := newTestCA(t)
+	tc := newTLSCluster(t, 1, ca, func(c *Config) { c.RedisAddr = freePort(t) })
+	ctx := ctxT(t, 60*time.Second)
+	ops := &tlsHTTP{cfg: ca.client("ops", "admin")}
+	plain := ca.client("")
+	n := tc.nodes[0]
+	create := func(name string) TokenInfo {
+		t.Helper()
+		code, body, err := ops.do("POST", "https://"+n.Addrs().HTTPAddr+"/v1/tokens", strings.NewReader(`{"name":"`+name+`","roles":["assets:write"]}`))
+		var ti TokenInfo
+		if err != nil || code != 200 || json.Unmarshal([]byte(body), &ti) != nil {
+			t.Fatalf("create token: %d %s %v", code, body, err)
+		}
+		waitFor(t, 10*time.Second, "token known", func() error {
+			if _, ok := n.identifyToken(ti.Token); !ok {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+		return ti
+	}
+	tok, other := create("rw"), create("rw2")
+
+	// One connection (PoolSize 1), authenticated once.
+	rdb := redis.NewClient(&redis.Options{Addr: n.RedisAddr(), TLSConfig: plain, MaxRetries: -1, PoolSize: 1,
+		Username: "u", Password: tok.Token})
+	defer rdb.Close()
+	id := must(rdb.ClientID(ctx).Result())
+	if err := rdb.Set(ctx, "asset:k", "before", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, "MULTI").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, "SET", "asset:k", "queued").Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	if code, body, err := ops.do("POST", "https://"+n.Addrs().HTTPAddr+"/v1/tokens/"+tok.ID+"/revoke", nil); err != nil || code != 200 {
+		t.Fatalf("revoke: %d %s %v", code, body, err)
+	}
+	waitFor(t, 10*time.Second, "revocation applied", func() error {
+		if _, ok := n.identifyToken(tok.Token); ok {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	// The queued block is gone with the login: EXEC and SET refused.
+	wantRedisErr(t, "EXEC after revocation", rdb.Do(ctx, "EXEC").Err(), redisNoAuth)
+	wantRedisErr(t, "SET after revocation", rdb.Set(ctx, "asset:k", "after", 0).Err(), redisNoAuth)
+	wantRedisErr(t, "GET after revocation", rdb.Get(ctx, "asset:k").Err(), redisNoAuth)
+
+	// Same connection, another live token: allowed again, and nothing of
+	// the refused commands ran.
+	if err := rdb.Do(ctx, "AUTH", "u", other.Token).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "connection id", must(rdb.ClientID(ctx).Result()), id)
+	eq(t, "value", must(rdb.Get(ctx, "asset:k").Result()), "before")
+	if err := rdb.Do(ctx, "AUTH", "u", tok.Token).Err(); err == nil || !strings.HasPrefix(err.Error(), "WRONGPASS") {
+		t.Fatalf("AUTH with the revoked token: %v", err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/raftlog"
 	"github.com/swarmkv/swarmkv/secrets"
 	"github.com/swarmkv/swarmkv/shard"
@@ -183,6 +184,27 @@ type Config struct {
 	// handshake and header (MuxConfig.HandshakeTimeout). Default 5s;
 	// 100ms..1m.
 	RaftHandshakeTimeout time.Duration
+	// RedisMaxBulk bounds one argument of a RESP command, checked when
+	// its "$<len>" header arrives (Redis's proto-max-bulk-len). Default
+	// max(Limits.MaxValueSize, 2 KiB); 1 KiB..64 MiB.
+	RedisMaxBulk int
+	// RedisMaxArgs bounds the arguments of one RESP command (the name
+	// included). Default 16384; 16..1048576.
+	RedisMaxArgs int
+	// RedisMaxCommandBytes bounds one RESP command on the wire, headers
+	// included, checked as each header arrives (Redis's
+	// client-query-buffer-limit), and what one entry of a single command
+	// carries. Default 2*RedisMaxBulk + 64 KiB (at most 128 MiB);
+	// 4 KiB..128 MiB.
+	RedisMaxCommandBytes int
+	// RedisMaxMultiCommands bounds the commands a MULTI block queues.
+	// Default and upper bound fsm.MaxRedisTxCmds (4096).
+	RedisMaxMultiCommands int
+	// RedisMaxMultiBytes bounds the commands a MULTI block queues in
+	// bytes (resp.CommandSize), and so what one proposed Redis entry
+	// carries. Default 2*Limits.MaxValueSize + 64 KiB (at most 128 MiB);
+	// 4 KiB..128 MiB.
+	RedisMaxMultiBytes int
 	// BlockCacheSize is the memory for cached Pebble blocks, shared by
 	// every local replica and the Raft log store, in bytes. Default 64 MiB.
 	// Pebble charges memtables against the block cache, so the node's
@@ -293,6 +315,9 @@ const (
 	// maxKeepaliveMinTime is half of client.KeepaliveTime (the Go client's
 	// and the nodes' ping interval; TestKeepaliveWithinPolicy).
 	maxKeepaliveMinTime = 15 * time.Second
+	// maxRedisEntryLimit bounds a RESP command and a MULTI block, so what
+	// one Redis log entry carries.
+	maxRedisEntryLimit = 128 << 20
 )
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -395,6 +420,21 @@ func (c Config) WithDefaults() Config {
 		c.RaftMaxConnsPerIP = 4096
 	}
 	defDur(&c.RaftHandshakeTimeout, 5*time.Second)
+	if c.RedisMaxBulk == 0 {
+		c.RedisMaxBulk = max(c.Limits.MaxValueSize, keys.MaxRedisFieldLen)
+	}
+	if c.RedisMaxArgs == 0 {
+		c.RedisMaxArgs = 16384
+	}
+	if c.RedisMaxCommandBytes == 0 {
+		c.RedisMaxCommandBytes = min(2*c.RedisMaxBulk+64<<10, maxRedisEntryLimit)
+	}
+	if c.RedisMaxMultiCommands == 0 {
+		c.RedisMaxMultiCommands = fsm.MaxRedisTxCmds
+	}
+	if c.RedisMaxMultiBytes == 0 {
+		c.RedisMaxMultiBytes = min(2*c.Limits.MaxValueSize+64<<10, maxRedisEntryLimit)
+	}
 	if c.BlockCacheSize == 0 {
 		c.BlockCacheSize = 64 << 20
 	}
@@ -533,6 +573,21 @@ func (c Config) Validate() error {
 	}
 	if c.RaftMaxConns < 1 || c.RaftMaxConns > maxConnsPerIPLimit || c.RaftMaxConnsPerIP < 1 || c.RaftMaxConnsPerIP > maxConnsPerIPLimit {
 		return bad("raft max connections %d, per IP %d: want 1..%d", c.RaftMaxConns, c.RaftMaxConnsPerIP, maxConnsPerIPLimit)
+	}
+	if c.RedisMaxBulk < 1<<10 || c.RedisMaxBulk > maxValueSizeLimit {
+		return bad("redis max bulk %d: want 1024..%d", c.RedisMaxBulk, maxValueSizeLimit)
+	}
+	if c.RedisMaxArgs < 16 || c.RedisMaxArgs > 1<<20 {
+		return bad("redis max args %d: want 16..%d", c.RedisMaxArgs, 1<<20)
+	}
+	if c.RedisMaxCommandBytes < 4<<10 || c.RedisMaxCommandBytes > maxRedisEntryLimit {
+		return bad("redis max command bytes %d: want 4096..%d", c.RedisMaxCommandBytes, maxRedisEntryLimit)
+	}
+	if c.RedisMaxMultiCommands < 1 || c.RedisMaxMultiCommands > fsm.MaxRedisTxCmds {
+		return bad("redis max multi commands %d: want 1..%d", c.RedisMaxMultiCommands, fsm.MaxRedisTxCmds)
+	}
+	if c.RedisMaxMultiBytes < 4<<10 || c.RedisMaxMultiBytes > maxRedisEntryLimit {
+		return bad("redis max multi bytes %d: want 4096..%d", c.RedisMaxMultiBytes, maxRedisEntryLimit)
 	}
 	if err := c.TLS.validate(); err != nil {
 		return bad("%v", err)

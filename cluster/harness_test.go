@@ -139,9 +139,7 @@ func (tc *testCluster) waitReady() {
 			if err := n.Ready(); err != nil {
 				return fmt.Errorf("%s: %w", n.ID(), err)
 			}
-			n.mu.RLock()
-			smap = n.mu.smap
-			n.mu.RUnlock()
+			smap = n.smapNow()
 		}
 		// Every shard has a leader that committed an entry of its term,
 		// so the first writes of a test do not meet the elections that
@@ -247,4 +245,19 @@ func putUntilKnown(ctx context.Context, c *client.Client, rk, key, value []byte)
 			return err
 		}
 	}
+}
+
+// smapNow returns the node's current shard map under its lock (the sync
+// loop replaces it: tests never read n.mu fields unlocked).
+func (n *Node) smapNow() *shard.Map {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.mu.smap
+}
+
+// replicaCount returns how many replicas the node has open, under its lock.
+func (n *Node) replicaCount() int {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return len(n.mu.replicas)
 }

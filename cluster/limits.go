@@ -32,6 +32,8 @@ import (
 //	                            RaftMaxConnsPerIP), the mux's handshake
 //	                            timeout (Config.RaftHandshakeTimeout)
 //	log floods                  rateLimited (lograte.go)
+//	RESP commands, MULTI blocks Config.RedisMax* (redis_conn.go): checked
+//	                            as each header arrives
 
 // deadlineUnary gives a call without a deadline the node's request
 // timeout. A client's own deadline is kept.

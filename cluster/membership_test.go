@@ -272,7 +272,7 @@ func TestDecommissionUnderLoad(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "was removed") {
 			return fmt.Errorf("Ready = %v", err)
 		}
-		if n := len(tc.nodes[1].mu.replicas); n != 0 {
+		if n := tc.nodes[1].replicaCount(); n != 0 {
 			return fmt.Errorf("%d replicas still open", n)
 		}
 		return nil

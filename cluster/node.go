@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"lukechampine.com/blake3"
 
+	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
 )
@@ -287,7 +289,13 @@ func advertised(adv string, a net.Addr) string {
 // maxRequestBytes bounds a gRPC request: a full batch plus framing.
 func (n *Node) maxRequestBytes() int {
 	l := n.cfg.Limits
-	return l.MaxValueSize + l.MaxKeySize + 64<<10 + min(l.MaxBatchOps, 64)*(l.MaxKeySize)
+	kv := l.MaxValueSize + l.MaxKeySize + 64<<10 + min(l.MaxBatchOps, 64)*(l.MaxKeySize)
+	// A forwarded RESP command or MULTI block: its protobuf is at most
+	// its RESP size plus 2 bytes a command, and the watches.
+	c := &n.cfg
+	redis := max(c.RedisMaxCommandBytes, c.RedisMaxMultiBytes+2*c.RedisMaxMultiCommands) +
+		fsm.MaxRedisWatches*(keys.MaxRedisKeyLen+32) + 64<<10
+	return max(kv, redis)
 }
 
 // Addrs returns the node's bound (or advertised) addresses.

@@ -133,9 +133,7 @@ func TestProposeLoneWriter(t *testing.T) {
 	tc := newTestCluster(t, 3, 2, nil)
 	ctx := ctxT(t, 60*time.Second)
 	// Not the pools shard, whose leader writes the default pool.
-	tc.nodes[0].mu.RLock()
-	sh := 1 - tc.nodes[0].mu.smap.ShardOf(poolsRoutingKey)
-	tc.nodes[0].mu.RUnlock()
+	sh := 1 - tc.nodes[0].smapNow().ShardOf(poolsRoutingKey)
 	_, r := tc.leaderReplica(sh)
 	key := kvKey([]byte("lone"), "k")
 	entries0, cmds0 := r.propEntries.Load(), r.propCmds.Load()

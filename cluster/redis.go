@@ -14,8 +14,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/tidwall/redcon"
-
 	"github.com/swarmkv/swarmkv/client"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
@@ -25,18 +23,19 @@ import (
 )
 
 // The RESP front (seed 002): every node with Config.RedisAddr serves the
-// Redis protocol (RESP2, and RESP3 after HELLO 3; parsing by
-// tidwall/redcon). A command's keys route by keys.RedisRoutingKey; all
-// keys of one command, and of one MULTI/EXEC block with its WATCHed keys,
-// must be in one shard, else the reply is Redis Cluster's CROSSSLOT error.
+// Redis protocol (RESP2, and RESP3 after HELLO 3; commands read by
+// resp.Reader within bounds: redis_conn.go). A command's keys route by
+// keys.RedisRoutingKey; all keys of one command, and of one MULTI/EXEC
+// block with its WATCHed keys, must be in one shard, else the reply is
+// Redis Cluster's CROSSSLOT error.
 // The front runs the command on the shard leader: on this node when it
 // leads the shard, otherwise through the leader's internal Redis gRPC
 // service (redis_service.go), following NotLeader hints with the routing
 // client. KEYS and SCAN fan out over every shard.
 //
-// Threads: the redcon serve loop and one goroutine per connection (redcon
-// runs a connection's commands in order, one at a time), all joined by
-// close, which closes the listener and every connection.
+// Threads: the accept loop (serve) and one goroutine per connection, which
+// runs the connection's commands in order, one at a time (redis_conn.go),
+// all joined by close, which closes the listener and every connection.
 
 // redisVersion is the Redis version the front reports (HELLO, INFO): the
 // command semantics and error texts follow Redis 7.2.
@@ -44,13 +43,19 @@ const redisVersion = "7.2.4"
 
 type redisFront struct {
 	n      *Node
-	srv    *redcon.Server
 	ln     net.Listener
 	ctx    context.Context
 	cancel context.CancelFunc
 	served chan struct{} // closed when the serve loop returned
 	conns  sync.WaitGroup
 	ids    atomic.Int64
+	attack attackLog
+
+	mu struct {
+		sync.Mutex
+		open   map[net.Conn]struct{} // open connections, closed by close
+		closed bool
+	}
 
 	cl struct {
 		sync.Mutex
@@ -67,6 +72,7 @@ type redisConn struct {
 	multi   bool
 	dirty   bool // a command failed to queue: EXEC aborts
 	queued  []fsm.RedisArgv
+	qbytes  int // resp.CommandSize of the queued commands
 	txShard shard.ID
 	txSet   bool // txShard is set (by a queued command or a WATCH)
 
@@ -76,7 +82,7 @@ type redisConn struct {
 }
 
 func (c *redisConn) resetTx() {
-	c.multi, c.dirty, c.queued = false, false, nil
+	c.multi, c.dirty, c.queued, c.qbytes = false, false, nil, 0
 	c.unwatch()
 }
 
@@ -92,27 +98,16 @@ func startRedis(n *Node, addr string) (*redisFront, error) {
 		return nil, fmt.Errorf("cluster: redis listen %s: %w", addr, err)
 	}
 	// Limits (limits.go): connections per IP, a deadline on each write
-	// (under TLS), an idle timeout on reads (SetIdleClose below).
+	// (under TLS), an idle timeout on reads and bounds on each command
+	// (redis_conn.go).
 	ln = writeTimeoutListener{Listener: n.limitConns(ln, "redis"), timeout: n.cfg.RedisWriteTimeout}
 	if n.tls != nil {
 		ln = tls.NewListener(ln, n.tls.serverConfig(false))
 	}
 	f := &redisFront{n: n, ln: ln, served: make(chan struct{})}
+	f.mu.open = map[net.Conn]struct{}{}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
-	f.srv = redcon.NewServerNetwork("tcp", addr, f.handle,
-		func(c redcon.Conn) bool {
-			f.conns.Add(1)
-			c.SetContext(&redisConn{id: f.ids.Add(1), proto: 2})
-			return true
-		},
-		func(c redcon.Conn, err error) { f.conns.Done() })
-	f.srv.SetIdleClose(n.cfg.RedisIdleTimeout)
-	go func() {
-		defer close(f.served)
-		if err := f.srv.Serve(ln); err != nil {
-			n.log.Error("redis front stopped", "err", err)
-		}
-	}()
+	go f.serve()
 	return f, nil
 }
 
@@ -123,8 +118,14 @@ func (f *redisFront) Addr() string { return f.ln.Addr().String() }
 // connection and waits for their goroutines.
 func (f *redisFront) close() {
 	f.cancel()
-	_ = f.ln.Close() // (Server.Close fails if Serve has not stored ln yet)
-	<-f.served       // the serve loop closes every connection on its way out
+	_ = f.ln.Close()
+	<-f.served
+	f.mu.Lock()
+	f.mu.closed = true
+	for nc := range f.mu.open {
+		_ = nc.Close()
+	}
+	f.mu.Unlock()
 	f.conns.Wait()
 	f.cl.Lock()
 	if f.cl.c != nil {
@@ -142,22 +143,15 @@ func (n *Node) RedisAddr() string {
 	return n.redis.Addr()
 }
 
-func (f *redisFront) handle(c redcon.Conn, cmd redcon.Command) {
-	st := c.Context().(*redisConn)
-	if len(cmd.Args) == 0 {
-		return
-	}
-	if v, answered := f.authGate(c, st, cmd.Args); answered {
-		c.WriteRaw(v.Append(nil, st.proto))
-		return
+// handle runs one command (argv not empty) and returns its reply; quit
+// asks to close the connection after it.
+func (f *redisFront) handle(st *redisConn, argv [][]byte) (v resp.Value, quit bool) {
+	if v, answered := f.authGate(st, argv); answered {
+		return v, false
 	}
 	ctx, cancel := context.WithTimeout(f.forwardCreds(f.ctx, st), f.n.cfg.RequestTimeout)
-	v, quit := f.dispatch(ctx, st, cmd.Args)
-	cancel()
-	c.WriteRaw(v.Append(nil, st.proto))
-	if quit {
-		_ = c.Close()
-	}
+	defer cancel()
+	return f.dispatch(ctx, st, argv)
 }
 
 func errReply(s string) resp.Value { return resp.Error(s) }
@@ -257,21 +251,41 @@ func (f *redisFront) command(ctx context.Context, st *redisConn, argv [][]byte) 
 			}
 			st.txShard, st.txSet = id, true
 		}
-		if len(st.queued) >= fsm.MaxRedisTxCmds {
-			st.dirty = true
-			return errReply("ERR swarmkv: transaction too long")
-		}
-		cp := make(fsm.RedisArgv, len(argv))
-		for i, a := range argv {
-			cp[i] = bytes.Clone(a)
-		}
-		st.queued = append(st.queued, cp)
-		return resp.Queued
+		return f.queue(st, argv)
 	}
 	if !has { // PING and ECHO are answered by the connection commands
 		return errReply("ERR swarmkv: command without keys")
 	}
 	return f.run(ctx, &redisReq{shard: id, cmds: []fsm.RedisArgv{argv}})
+}
+
+// queue adds argv to st's MULTI block within the block's bounds
+// (Config.RedisMaxMultiCommands, RedisMaxMultiBytes). Over one the block
+// is dropped at once (its memory freed) and EXEC aborts; so does a block
+// that already failed, which keeps nothing more.
+func (f *redisFront) queue(st *redisConn, argv [][]byte) resp.Value {
+	if st.dirty {
+		return resp.Queued // EXEC aborts: nothing to keep
+	}
+	size := resp.CommandSize(argv)
+	var msg string
+	switch cfg := &f.n.cfg; {
+	case len(st.queued) >= cfg.RedisMaxMultiCommands:
+		msg = fmt.Sprintf("ERR swarmkv: transaction too long (more than %d commands)", cfg.RedisMaxMultiCommands)
+	case st.qbytes+size > cfg.RedisMaxMultiBytes:
+		msg = fmt.Sprintf("ERR swarmkv: transaction too big (more than %d bytes)", cfg.RedisMaxMultiBytes)
+	}
+	if msg != "" {
+		st.dirty, st.queued, st.qbytes = true, nil, 0
+		return errReply(msg)
+	}
+	cp := make(fsm.RedisArgv, len(argv))
+	for i, a := range argv {
+		cp[i] = bytes.Clone(a)
+	}
+	st.queued = append(st.queued, cp)
+	st.qbytes += size
+	return resp.Queued
 }
 
 // shardOfKeys returns the one shard of ks (has false when ks is empty),

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/hashicorp/raft"
 
@@ -68,10 +69,22 @@ func (n *Node) checkRedisReq(req *redisReq) *resp.Value {
 	switch {
 	case !req.multi && (len(req.cmds) != 1 || len(req.watches) > 0):
 		return errv("ERR swarmkv: a request without multi carries exactly one command and no watches")
-	case len(req.cmds) > fsm.MaxRedisTxCmds:
-		return errv("ERR swarmkv: transaction too long")
+	case len(req.cmds) > n.cfg.RedisMaxMultiCommands:
+		return errv(fmt.Sprintf("ERR swarmkv: transaction too long (more than %d commands)", n.cfg.RedisMaxMultiCommands))
 	case len(req.watches) > fsm.MaxRedisWatches:
 		return errv("ERR swarmkv: too many watched keys")
+	}
+	// What one entry carries: the RESP front's bounds, for calls that
+	// did not come through it (the Go client).
+	size := 0
+	for _, argv := range req.cmds {
+		size += resp.CommandSize(argv)
+	}
+	switch {
+	case req.multi && size > n.cfg.RedisMaxMultiBytes:
+		return errv(fmt.Sprintf("ERR swarmkv: transaction too big (more than %d bytes)", n.cfg.RedisMaxMultiBytes))
+	case !req.multi && size > n.cfg.RedisMaxCommandBytes:
+		return errv(fmt.Sprintf("ERR swarmkv: command too big (more than %d bytes)", n.cfg.RedisMaxCommandBytes))
 	}
 	var ks [][]byte
 	for _, argv := range req.cmds {

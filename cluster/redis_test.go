@@ -182,7 +182,7 @@ func TestRedisCommands(t *testing.T) {
 
 // otherShardKey returns a key whose shard differs from namespace ns's.
 func otherShardKey(tc *testCluster, ns string) string {
-	smap := tc.nodes[0].mu.smap
+	smap := tc.nodes[0].smapNow()
 	for i := 0; ; i++ {
 		k := fmt.Sprintf("o%d:x", i)
 		if smap.ShardOf(keys.RedisRoutingKey([]byte(k))) != smap.ShardOf([]byte(ns)) {

@@ -716,6 +716,12 @@ func TestConfigValidate(t *testing.T) {
 		{"wal min sync interval too long", func(c *Config) { c.WALMinSyncInterval = 11 * time.Millisecond }, "WAL min sync interval 11ms"},
 		{"wal min sync interval with bolt", func(c *Config) { c.WALMinSyncInterval = time.Millisecond; c.LogStore = LogStoreBolt }, `WAL min sync interval 1ms: only the "pebble" log store has one`},
 		{"redis write timeout too short", func(c *Config) { c.RedisWriteTimeout = time.Millisecond }, "redis write timeout 1ms"},
+		{"redis max bulk too small", func(c *Config) { c.RedisMaxBulk = 100 }, "redis max bulk 100: want 1024..67108864"},
+		{"redis max args too few", func(c *Config) { c.RedisMaxArgs = 3 }, "redis max args 3: want 16..1048576"},
+		{"redis max command bytes too many", func(c *Config) { c.RedisMaxCommandBytes = 1 << 30 }, "redis max command bytes 1073741824: want 4096..134217728"},
+		{"redis max multi commands too many", func(c *Config) { c.RedisMaxMultiCommands = 5000 }, "redis max multi commands 5000: want 1..4096"},
+		{"redis max multi bytes negative", func(c *Config) { c.RedisMaxMultiBytes = -1 }, "redis max multi bytes -1"},
+		{"redis bounds of the largest values", func(c *Config) { c.Limits.MaxValueSize = maxValueSizeLimit }, ""},
 		// hashicorp/raft refuses timings under 5ms (commit timeout under
 		// 1ms) when a replica starts; Validate must refuse them first, or
 		// the node starts, logs "bootstrap failed" and never gets ready.

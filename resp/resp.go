@@ -3,7 +3,7 @@
 // A reply is computed once, as a Value, wherever the command runs (the
 // state machine of a shard replica, or a RESP front) and written in the
 // protocol version the client's connection speaks (HELLO 3 switches to
-// RESP3). Reading commands is tidwall/redcon's job; this package is pure.
+// RESP3), and reads commands within bounds (Reader, reader.go).
 //
 //	v := resp.Map(resp.Bulk("id"), resp.Bulk("google_search"))
 //	b := v.Append(nil, 2) // "*2\r\n$2\r\nid\r\n$13\r\ngoogle_search\r\n"

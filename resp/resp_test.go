@@ -5,8 +5,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/tidwall/redcon"
 )
 
 func TestAppend(t *testing.T) {
@@ -120,35 +118,5 @@ func FuzzMatch(f *testing.F) {
 		if got != want {
 			t.Fatalf("Match(%q, %q) = %v, reference %v", p, s, got, want)
 		}
-	})
-}
-
-// FuzzParseAndReply feeds arbitrary bytes through the RESP command parser
-// the listener uses (redcon) and, for what parses, echoes the arguments
-// back as a RESP3 array, which must parse again as the same command.
-func FuzzParseAndReply(f *testing.F) {
-	f.Add([]byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"))
-	f.Add([]byte("PING\r\n"))
-	f.Add([]byte("*1\r\n$-1\r\n"))
-	f.Add([]byte("*3\r\n$4\r\nHSET\r\n$0\r\n\r\n"))
-	f.Fuzz(func(t *testing.T, raw []byte) {
-		cmd, err := redcon.Parse(raw)
-		if err != nil || len(cmd.Args) == 0 {
-			return
-		}
-		v := BulkArray(cmd.Args)
-		again, err := redcon.Parse(v.Append(nil, 3))
-		if err != nil {
-			t.Fatalf("re-parse of %q: %v", v.Append(nil, 3), err)
-		}
-		if len(again.Args) != len(cmd.Args) {
-			t.Fatalf("args %q became %q", cmd.Args, again.Args)
-		}
-		for i := range cmd.Args {
-			if !bytes.Equal(again.Args[i], cmd.Args[i]) {
-				t.Fatalf("arg %d %q became %q", i, cmd.Args[i], again.Args[i])
-			}
-		}
-		_ = UnknownCommand(cmd.Args).Append(nil, 2)
 	})
 }

@@ -165,6 +165,8 @@ func TestRunUsageErrors(t *testing.T) {
 		{name: "serve page bytes too low", args: []string{"serve", "--max-page-bytes", "100"}, errSub: "max page bytes 100: want 4096..268435456"},
 		{name: "serve page bytes too high env", args: []string{"serve"}, env: map[string]string{"SWARM_MAX_PAGE_BYTES": "268435457"}, errSub: "max page bytes 268435457"},
 		{name: "serve redis idle too short", args: []string{"serve", "--redis-idle-timeout", "10ms"}, errSub: "redis idle timeout 10ms"},
+		{name: "serve redis max bulk too large env", args: []string{"serve"}, env: map[string]string{"SWARM_REDIS_MAX_BULK": "1073741824"}, errSub: "redis max bulk 1073741824"},
+		{name: "serve redis max multi commands too many", args: []string{"serve", "--redis-max-multi-commands", "4097"}, errSub: "redis max multi commands 4097"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {

@@ -36,6 +36,9 @@ import (
 //	             header; RESP: AUTH <user> <token>) matching an unrevoked
 //	             token of the cluster state: that token's roles, and the
 //	             actor it is bound to (Token.Actor), if any
+//	an operator  (admin HTTP API, Config.Auth without TLS) a request
+//	             signed with the cluster secret (nodeauth.go,
+//	             adminSecretScheme): the admin role
 //
 // and every call needs the permission grpcPerms (or the HTTP rules in
 // authHTTP) gives it. Pools calls name an actor (the user they act for);

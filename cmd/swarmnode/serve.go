@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/internal/faultnet"
@@ -35,7 +37,7 @@ type serveOptions struct {
 // so a default is written once, in cluster/config.go. The RESP front is
 // off for `serve` unless asked for; the no-argument embedded node serves
 // it on 127.0.0.1:7104.
-func serveFlags(fs *flag.FlagSet, d cluster.Config, embedded bool) *serveOptions {
+func serveFlags(fs *pflag.FlagSet, d cluster.Config, embedded bool) *serveOptions {
 	o := &serveOptions{}
 	cfg := &o.cfg
 	fs.StringVar(&cfg.ID, "id", "node1", "stable node id (never reuse one for another data dir)")
@@ -53,7 +55,7 @@ func serveFlags(fs *flag.FlagSet, d cluster.Config, embedded bool) *serveOptions
 	fs.StringVar(&cfg.RedisAddr, "redis-addr", redisDefault, "Redis protocol (RESP2/RESP3) address of the asset catalogue front (empty: off; default off for serve, 127.0.0.1:7104 for the no-argument node)")
 	fs.StringVar(&cfg.GossipAdvertise, "gossip-advertise", "", "gossip address peers use (default: gossip-addr)")
 	fs.StringVar(&o.join, "join", "", "comma-separated gossip addresses of nodes to join")
-	fs.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "number of nodes that bootstrap the cluster together (0: 1 without --join; with --join, wait to be admitted by `swarmnode join`)")
+	fs.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "number of nodes that bootstrap the cluster together (0: 1 without --join; with --join, wait to be admitted by swarmnode join)")
 	fs.DurationVar(&cfg.DeadNodeTimeout, "dead-node-timeout", d.DeadNodeTimeout, "replace the replicas of a node gossip reports dead for this long")
 	fs.IntVar(&cfg.Shards, "shards", d.Shards, "number of shards (Raft groups), fixed at bootstrap")
 	fs.IntVar(&cfg.ReplicationFactor, "replication-factor", d.ReplicationFactor, "voters per shard (fewer when the cluster is smaller)")
@@ -103,7 +105,7 @@ func serveFlags(fs *flag.FlagSet, d cluster.Config, embedded bool) *serveOptions
 		"Every node needs the same ring. "+tokenKeysEnv+" may hold the same text instead. Without a ring,\n"+
 		"registering bots fails")
 	fs.StringVar(&cfg.TLS.CAFile, "tls-ca", "", "cluster CA file (PEM): TLS 1.3 on every listener, mTLS between nodes, client authentication on")
-	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "this node's certificate (PEM, SAN URI swarmkv://node/<id>; `swarmnode certs node`); re-read when it changes")
+	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "this node's certificate (PEM, SAN URI swarmkv://node/<id>; made by swarmnode certs node); re-read when it changes")
 	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "this node's key (PEM); re-read when it changes")
 	fs.StringVar(&o.gossipKey, "gossip-key-file", "", "`PATH` of the gossip keyring: base64 16/24/32-byte keys, one per line, the first encrypts (swarmnode certs ca writes one)")
 	fs.BoolVar(&cfg.Insecure, "insecure", false, "allow non-loopback listen addresses without TLS and gossip encryption")
@@ -115,20 +117,17 @@ func serveFlags(fs *flag.FlagSet, d cluster.Config, embedded bool) *serveOptions
 	return o
 }
 
-func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	o := serveFlags(fs, cluster.Config{}.WithDefaults(), args == nil)
+func newServeCmd(embedded bool) *cobra.Command {
+	c := &cobra.Command{Use: "serve", Short: "start a node", Args: nargs(0, 0)}
+	o := serveFlags(c.Flags(), cluster.Config{}.WithDefaults(), embedded)
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		return serve(c.Context(), o, c.OutOrStdout(), c.ErrOrStderr())
+	}
+	return c
+}
+
+func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error {
 	cfg := &o.cfg
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))}
-	}
-	if err := envDefaults(fs); err != nil {
-		return err
-	}
 	logger, err := newLogger(stderr, o.logLevel)
 	if err != nil {
 		return err

@@ -1,8 +1,8 @@
 package main
 
 import (
-	"flag"
 	"fmt"
+	"github.com/spf13/pflag"
 	"io"
 	"reflect"
 	"testing"
@@ -78,11 +78,11 @@ func TestServeFlagDefaults(t *testing.T) {
 		t.Fatal("shift changed nothing")
 	}
 	for name, c := range map[string]cluster.Config{"WithDefaults": d, "shifted": shifted} {
-		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		serveFlags(fs, c, false)
 		seen := map[string]bool{}
-		fs.VisitAll(func(f *flag.Flag) {
+		fs.VisitAll(func(f *pflag.Flag) {
 			seen[f.Name] = true
 			if get, ok := fromConfig[f.Name]; ok {
 				if want := fmt.Sprint(get(c)); f.DefValue != want {

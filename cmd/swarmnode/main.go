@@ -126,8 +126,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 func isHelp(a string) bool { return a == "-h" || a == "--help" || a == "-help" }
 
+// Verbs are listed in the order written (set once: tests run commands
+// concurrently).
+func init() { cobra.EnableCommandSorting = false }
+
 func newRoot(embedded bool) *cobra.Command {
-	cobra.EnableCommandSorting = false // verbs in the order written
 	root := &cobra.Command{
 		Use:           "swarmnode",
 		Short:         "a sharded, Raft-replicated key-value store node",

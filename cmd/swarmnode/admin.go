@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,27 +13,22 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/swarmkv/swarmkv/cluster"
 )
 
 // The operator commands talk to a node's admin HTTP API (cluster/admin.go);
 // any member answers, forwarding to the meta group's leader as needed.
 
-const adminUsage = `Usage:
-  swarmnode members [flags]                   list members: status, gossip, version, replicas, leaderships
-  swarmnode status [flags]                    cluster overview and a per-shard table
-  swarmnode join [flags] NODE_ID              admit a node started with --join (it waits for this)
-  swarmnode remove [flags] NODE_ID            decommission a node: move its replicas away, then remove it
-  swarmnode transfer-leader [flags] SHARD [NODE_ID]
-                                              move a shard's leadership ("meta": the meta group's)
-  swarmnode snapshot [flags] SHARD            make every replica of a shard take a snapshot
+// adminLong is the help text of the operator commands.
+const adminLong = `An operator command: it talks to the admin HTTP API of any member
+(--admin, its --http-addr), which forwards to the meta group's leader.
 
 A node with --auth without TLS takes requests signed with its cluster
 secret (--cluster-secret-file <data-dir>/cluster-secret): how to reach it
-before any token exists.
-
-Flags (also SWARM_ADMIN, SWARM_JSON, ...):
-`
+before any token exists.`
 
 type adminFlags struct {
 	admin   string
@@ -50,7 +44,7 @@ type adminFlags struct {
 }
 
 // addSecretFlag adds --cluster-secret-file to an admin command's flags.
-func (f *adminFlags) addSecretFlag(fs *flag.FlagSet) {
+func (f *adminFlags) addSecretFlag(fs *pflag.FlagSet) {
 	fs.StringVar(&f.secretFile, "cluster-secret-file", "", "sign the requests with this cluster secret (a node with --auth without TLS; a lone node's is <data-dir>/cluster-secret; also SWARM_CLUSTER_SECRET_FILE)")
 }
 
@@ -75,37 +69,41 @@ func (f *adminFlags) authorize(req *http.Request) error {
 	return nil
 }
 
-func parseAdmin(name string, args []string, stderr io.Writer, nargs [2]int) (*adminFlags, []string, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, adminUsage); fs.PrintDefaults() }
+// addAdminFlags adds the flags of a command that talks to the admin API
+// (the operator commands and token).
+func addAdminFlags(fs *pflag.FlagSet) *adminFlags {
 	f := &adminFlags{}
 	fs.StringVar(&f.admin, "admin", "127.0.0.1:7102", "admin HTTP address of any member (its --http-addr)")
 	fs.BoolVar(&f.json, "json", false, "print the API's JSON")
-	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "how long to wait (remove --wait, join --wait)")
-	fs.BoolVar(&f.wait, "wait", true, "remove: wait until the node is removed; join: until it holds replicas")
 	f.conn = addConnFlags(fs)
 	f.addSecretFlag(fs)
-	// Flags may come before or after the arguments (`join n4 --admin ...`).
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, nil, usageError{err}
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	return f
+}
+
+// newAdminCmds are the operator commands.
+func newAdminCmds() []*cobra.Command {
+	var cmds []*cobra.Command
+	for _, a := range []struct {
+		use, short string
+		min, max   int
+		run        func(context.Context, *adminFlags, []string, io.Writer) error
+	}{
+		{"members", "list members: status, gossip, version, replicas, leaderships", 0, 0, members},
+		{"status", "cluster overview and a per-shard table", 0, 0, status},
+		{"join NODE_ID", "admit a node started with --join (it waits for this)", 1, 1, join},
+		{"remove NODE_ID", "decommission a node: move its replicas away, then remove it", 1, 1, remove},
+		{"transfer-leader SHARD [NODE_ID]", `move a shard's leadership ("meta": the meta group's)`, 1, 2, transferLeader},
+		{"snapshot SHARD", "make every replica of a shard take a snapshot", 1, 1, snapshot},
+	} {
+		c := &cobra.Command{Use: a.use, Short: a.short, Long: a.short + ".\n\n" + adminLong, Args: nargs(a.min, a.max)}
+		f := addAdminFlags(c.Flags())
+		c.Flags().DurationVar(&f.timeout, "timeout", 10*time.Minute, "how long to wait (remove --wait, join --wait)")
+		c.Flags().BoolVar(&f.wait, "wait", true, "remove: wait until the node is removed; join: until it holds replicas")
+		run := a.run
+		c.RunE = func(c *cobra.Command, args []string) error { return run(c.Context(), f, args, c.OutOrStdout()) }
+		cmds = append(cmds, c)
 	}
-	if err := envDefaults(fs); err != nil {
-		return nil, nil, err
-	}
-	if len(pos) < nargs[0] || len(pos) > nargs[1] {
-		fs.Usage()
-		return nil, nil, usageError{fmt.Errorf("%s: want %d..%d arguments, got %d", name, nargs[0], nargs[1], len(pos))}
-	}
-	return f, pos, nil
+	return cmds
 }
 
 // adminError is an error answered by the admin API.
@@ -178,11 +176,7 @@ func (f *adminFlags) callBody(ctx context.Context, method, path string, in, out 
 	return body, nil
 }
 
-func members(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f, _, err := parseAdmin("members", args, stderr, [2]int{0, 0})
-	if err != nil {
-		return err
-	}
+func members(ctx context.Context, f *adminFlags, _ []string, stdout io.Writer) error {
 	var ms []cluster.MemberInfo
 	body, err := f.call(ctx, "GET", "/v1/members", &ms)
 	if err != nil {
@@ -212,11 +206,7 @@ func printMembers(w io.Writer, ms []cluster.MemberInfo) {
 	tw.Flush()
 }
 
-func status(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f, _, err := parseAdmin("status", args, stderr, [2]int{0, 0})
-	if err != nil {
-		return err
-	}
+func status(ctx context.Context, f *adminFlags, _ []string, stdout io.Writer) error {
 	var st cluster.ClusterStatus
 	body, err := f.call(ctx, "GET", "/v1/status", &st)
 	if err != nil {
@@ -275,28 +265,23 @@ type memberResult struct {
 	Epoch  uint64 `json:"epoch"`
 }
 
-func join(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func join(ctx context.Context, f *adminFlags, args []string, stdout io.Writer) error {
 	// Waits until the reconciler has given the node replicas.
-	return memberChange(ctx, "join", args, stdout, stderr, func(id string, m cluster.MemberInfo) (bool, string) {
+	return memberChange(ctx, f, "join", args[0], stdout, func(id string, m cluster.MemberInfo) (bool, string) {
 		return m.Replicas > 0, fmt.Sprintf("%s: %d replicas, gossip %s", id, m.Replicas, m.Gossip)
 	})
 }
 
-func remove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func remove(ctx context.Context, f *adminFlags, args []string, stdout io.Writer) error {
 	// Waits until every replica has moved away and the node is removed.
-	return memberChange(ctx, "remove", args, stdout, stderr, func(id string, m cluster.MemberInfo) (bool, string) {
+	return memberChange(ctx, f, "remove", args[0], stdout, func(id string, m cluster.MemberInfo) (bool, string) {
 		return m.Status == cluster.StatusRemoved, fmt.Sprintf("%s: %s, %d replicas left", id, m.Status, m.Replicas)
 	})
 }
 
 // memberChange posts /v1/members/{id}/{verb} and, with --wait, polls until
 // done says the change is complete.
-func memberChange(ctx context.Context, verb string, args []string, stdout, stderr io.Writer, done func(string, cluster.MemberInfo) (bool, string)) error {
-	f, rest, err := parseAdmin(verb, args, stderr, [2]int{1, 1})
-	if err != nil {
-		return err
-	}
-	id := rest[0]
+func memberChange(ctx context.Context, f *adminFlags, verb, id string, stdout io.Writer, done func(string, cluster.MemberInfo) (bool, string)) error {
 	var res memberResult
 	body, err := f.call(ctx, "POST", "/v1/members/"+url.PathEscape(id)+"/"+verb, &res)
 	if err != nil {
@@ -355,11 +340,7 @@ func (f *adminFlags) waitMember(ctx context.Context, stdout io.Writer, id string
 	}
 }
 
-func transferLeader(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f, rest, err := parseAdmin("transfer-leader", args, stderr, [2]int{1, 2})
-	if err != nil {
-		return err
-	}
+func transferLeader(ctx context.Context, f *adminFlags, rest []string, stdout io.Writer) error {
 	q := ""
 	if len(rest) == 2 {
 		q = "?to=" + url.QueryEscape(rest[1])
@@ -380,11 +361,7 @@ func transferLeader(ctx context.Context, args []string, stdout, stderr io.Writer
 	return nil
 }
 
-func snapshot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f, rest, err := parseAdmin("snapshot", args, stderr, [2]int{1, 1})
-	if err != nil {
-		return err
-	}
+func snapshot(ctx context.Context, f *adminFlags, rest []string, stdout io.Writer) error {
 	var res []cluster.SnapshotResult
 	body, err := f.call(ctx, "POST", "/v1/shards/"+url.PathEscape(rest[0])+"/snapshot", &res)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -18,28 +17,17 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/spf13/cobra"
 
 	"github.com/swarmkv/swarmkv/client"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
 )
 
-const benchUsage = `Usage:
-  swarmnode bench put|get|mixed|ledger [flags]
-
-Workloads:
-  put      Put of random keys (key size, value size, key space)
-  get      Get of keys written by a prefill (linearizable, or --stale)
-  mixed    Get with probability --read-ratio, else Put
-  ledger   ProcessUsage over --accounts accounts funded by a prefill
-
-Runs --total operations, or for --duration when given, over --clients
+const benchLong = `A load generator. Runs --total operations, or for --duration when given, over --clients
 concurrent callers sharing --conns client connections. Prints a progress line
 every second and at the end throughput and latency percentiles (--json for
-machine-readable output).
-
-Flags:
-`
+machine-readable output).`
 
 type benchConfig struct {
 	workload    string
@@ -79,13 +67,25 @@ type BenchResult struct {
 	FirstError string  `json:"first_error,omitempty"`
 }
 
-func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, benchUsage); fs.PrintDefaults() }
-	var c benchConfig
-	endpoints := fs.String("endpoints", "127.0.0.1:7100", "comma-separated gRPC addresses of nodes")
-	conn := addConnFlags(fs)
+// benchFlags are bench's flags.
+type benchFlags struct {
+	c                     benchConfig
+	endpoints, cpuProfile string
+	unary                 bool
+	conn                  *connFlags
+}
+
+func newBenchCmd() *cobra.Command {
+	f := &benchFlags{}
+	g := group("bench", "load generator", benchLong, "workload", "workload", []verb{
+		{"put", "Put of random keys (key size, value size, key space)", 0, 0},
+		{"get", "Get of keys written by a prefill (linearizable, or --stale)", 0, 0},
+		{"mixed", "Get with probability --read-ratio, else Put", 0, 0},
+		{"ledger", "ProcessUsage over --accounts accounts funded by a prefill", 0, 0},
+	}, f.run)
+	fs, c := g.PersistentFlags(), &f.c
+	fs.StringVar(&f.endpoints, "endpoints", "127.0.0.1:7100", "comma-separated gRPC addresses of nodes")
+	f.conn = addConnFlags(fs)
 	fs.IntVar(&c.clients, "clients", 100, "concurrent callers")
 	fs.IntVar(&c.conns, "conns", 4, "client connections (callers share them round-robin)")
 	fs.IntVar(&c.total, "total", 100000, "operations to run (ignored with --duration)")
@@ -100,32 +100,30 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&c.asJSON, "json", false, "print the result as JSON")
 	fs.BoolVar(&c.progress, "progress", true, "print a progress line every second (to stderr)")
 	fs.DurationVar(&c.opTimeout, "op-timeout", 10*time.Second, "deadline of one operation")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the load tool to `FILE` (go tool pprof)")
-	unary := fs.Bool("unary", false, "send every call as its own unary gRPC call instead of pipelining the calls to a node over one stream")
-	workload, pos, err := parseVerb(fs, args, "bench: missing workload")
-	if err != nil {
-		return err
-	}
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the load tool to `FILE` (go tool pprof)")
+	fs.BoolVar(&f.unary, "unary", false, "send every call as its own unary gRPC call instead of pipelining the calls to a node over one stream")
+	return g
+}
+
+func (f *benchFlags) run(ctx context.Context, workload string, _ []string, stdout, stderr io.Writer) error {
+	c := f.c
 	c.workload = workload
-	if len(pos) > 0 {
-		return usageError{fmt.Errorf("bench: unexpected argument %q", pos[0])}
-	}
-	c.endpoints = strings.Split(*endpoints, ",")
-	if c.client, err = conn.clientConfig(*endpoints); err != nil {
+	var err error
+	c.endpoints = strings.Split(f.endpoints, ",")
+	if c.client, err = f.conn.clientConfig(f.endpoints); err != nil {
 		return err
 	}
-	c.client.Unary = *unary
+	c.client.Unary = f.unary
 	if err := c.validate(); err != nil {
-		fs.Usage()
 		return usageError{err}
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
 			return err
 		}
 		defer pprof.StopCPUProfile()

@@ -3,48 +3,51 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
-const healthUsage = `Usage:
-  swarmnode health [--http-addr host:port,...] [--ready] [--wait DURATION]
-
-Asks each node's HTTP address for /healthz (the process is up) or, with
+const healthLong = `Asks each node's HTTP address for /healthz (the process is up) or, with
 --ready, /readyz (every local shard has a leader) and prints one line per
 node. Exits 0 when every node answered 200, 1 otherwise. With --wait it polls
 until every node answers 200 or the duration passes. It needs nothing but the
-binary, so it serves as the health check of a FROM scratch container.
+binary, so it serves as the health check of a FROM scratch container.`
 
-Flags:
-`
+// healthFlags are health's flags.
+type healthFlags struct {
+	addrs         string
+	ready, quiet  bool
+	wait, timeout time.Duration
+	conn          *connFlags
+}
 
-func health(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("health", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, healthUsage); fs.PrintDefaults() }
-	addrs := fs.String("http-addr", "127.0.0.1:7102", "comma-separated HTTP addresses of nodes")
-	ready := fs.Bool("ready", false, "check /readyz instead of /healthz")
-	wait := fs.Duration("wait", 0, "poll until every node answers 200, for at most this long (0: ask once)")
-	timeout := fs.Duration("timeout", 2*time.Second, "timeout of each request")
-	quiet := fs.Bool("quiet", false, "print nothing; only the exit code tells")
-	conn := addConnFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("health: unexpected argument %q", fs.Arg(0))}
-	}
+func newHealthCmd() *cobra.Command {
+	f := &healthFlags{}
+	c := &cobra.Command{Use: "health [--http-addr host:port,...] [--ready] [--wait DURATION]",
+		Short: "probe nodes' /healthz or /readyz", Long: healthLong, Args: nargs(0, 0),
+		RunE: func(c *cobra.Command, _ []string) error { return f.run(c.Context(), c.OutOrStdout()) }}
+	fs := c.Flags()
+	fs.StringVar(&f.addrs, "http-addr", "127.0.0.1:7102", "comma-separated HTTP addresses of nodes")
+	fs.BoolVar(&f.ready, "ready", false, "check /readyz instead of /healthz")
+	fs.DurationVar(&f.wait, "wait", 0, "poll until every node answers 200, for at most this long (0: ask once)")
+	fs.DurationVar(&f.timeout, "timeout", 2*time.Second, "timeout of each request")
+	fs.BoolVar(&f.quiet, "quiet", false, "print nothing; only the exit code tells")
+	f.conn = addConnFlags(fs)
+	return c
+}
+
+func (f *healthFlags) run(ctx context.Context, stdout io.Writer) error {
 	path := "/healthz"
-	if *ready {
+	if f.ready {
 		path = "/readyz"
 	}
 	var targets []string
-	for _, a := range strings.Split(*addrs, ",") {
+	for _, a := range strings.Split(f.addrs, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			targets = append(targets, a)
 		}
@@ -52,15 +55,15 @@ func health(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if len(targets) == 0 {
 		return usageError{errors.New("health: --http-addr is empty")}
 	}
-	hc, scheme, err := conn.httpClient(*timeout)
+	hc, scheme, err := f.conn.httpClient(f.timeout)
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(*wait)
+	deadline := time.Now().Add(f.wait)
 	for {
 		lines, bad := probeAll(ctx, hc, scheme, targets, path)
-		if bad == 0 || *wait <= 0 || time.Now().After(deadline) || ctx.Err() != nil {
-			if !*quiet {
+		if bad == 0 || f.wait <= 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			if !f.quiet {
 				for _, l := range lines {
 					fmt.Fprintln(stdout, l)
 				}

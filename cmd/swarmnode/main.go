@@ -7,9 +7,11 @@
 //	swarmnode members|status|join|remove|transfer-leader|snapshot  operate a cluster
 //	swarmnode version
 //
-// It is the composition root: it parses flags (each also settable as
-// SWARM_<FLAG>), builds the node, derives the root context from SIGINT and
-// SIGTERM, and shuts down in reverse order. Nothing else calls os.Exit.
+// It is the composition root: its commands are a github.com/spf13/cobra
+// tree (help, shell completion, flags before or after the arguments), every
+// flag also settable as SWARM_<FLAG>; serve builds the node, the root
+// context comes from SIGINT and SIGTERM, and shutdown runs in reverse
+// order. Nothing else calls os.Exit.
 package main
 
 import (
@@ -23,6 +25,9 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -72,68 +77,179 @@ Usage:
                                   --http-addr, --json; swarmnode status -h)
   swarmnode certs ca|node|client  make a cluster CA, node and client certificates (swarmnode certs -h)
   swarmnode token create|list|revoke   bearer tokens and their roles (swarmnode token -h)
+  swarmnode completion bash|zsh|fish|powershell   shell completion script
   swarmnode version               print the version
 
-Every serve flag can also be set as an environment variable SWARM_<FLAG>,
-e.g. SWARM_DATA_DIR=/var/lib/swarmkv.
+Flags come before or after the arguments (--flag VALUE or --flag=VALUE).
+Every flag can also be set as an environment variable SWARM_<FLAG>,
+e.g. SWARM_DATA_DIR=/var/lib/swarmkv; the command line wins.
 `
 
+// run executes one command line. With no arguments it serves the embedded
+// one-node cluster; flags without a command are serve's.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return serve(ctx, nil, stdout, stderr)
+	embedded := len(args) == 0
+	switch {
+	case embedded:
+		args = []string{"serve"}
+	case args[0] == "--version" || args[0] == "-version":
+		args = []string{"version"}
+	case strings.HasPrefix(args[0], "-") && !isHelp(args[0]):
+		args = append([]string{"serve"}, args...)
 	}
-	switch args[0] {
-	case "serve":
-		return serve(ctx, args[1:], stdout, stderr)
-	case "kv":
-		return kv(ctx, args[1:], stdout, stderr)
-	case "registry":
-		return registry(ctx, args[1:], stdout, stderr)
-	case "billing":
-		return billing(ctx, args[1:], stdout, stderr)
-	case "bench":
-		return bench(ctx, args[1:], stdout, stderr)
-	case "health":
-		return health(ctx, args[1:], stdout, stderr)
-	case "members":
-		return members(ctx, args[1:], stdout, stderr)
-	case "status":
-		return status(ctx, args[1:], stdout, stderr)
-	case "join":
-		return join(ctx, args[1:], stdout, stderr)
-	case "remove":
-		return remove(ctx, args[1:], stdout, stderr)
-	case "transfer-leader":
-		return transferLeader(ctx, args[1:], stdout, stderr)
-	case "snapshot":
-		return snapshot(ctx, args[1:], stdout, stderr)
-	case "certs":
-		return certs(ctx, args[1:], stdout, stderr)
-	case "token":
-		return token(ctx, args[1:], stdout, stderr)
-	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, "swarmnode", version)
-		return nil
-	case "help", "-h", "--help", "-help":
-		fmt.Fprint(stdout, usage)
-		return nil
+	root := newRoot(embedded)
+	// A subcommand's -h/--help prints its help to stderr and exits 2 (the
+	// command line did not run anything); `swarmnode -h` and `swarmnode
+	// help [COMMAND]` print to stdout and exit 0.
+	helped := false
+	cobraHelp := root.HelpFunc()
+	root.SetHelpFunc(func(c *cobra.Command, a []string) {
+		if c == root {
+			fmt.Fprint(c.OutOrStdout(), usage)
+			return
+		}
+		if h := c.Flags().Lookup("help"); h != nil && h.Changed {
+			helped = true
+			c.SetOut(c.ErrOrStderr())
+		}
+		cobraHelp(c, a)
+	})
+	root.SetArgs(longFlags(root, args))
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil && helped {
+		err = usageError{flag.ErrHelp}
 	}
-	if strings.HasPrefix(args[0], "-") {
-		// Flags without a subcommand: serve.
-		return serve(ctx, args, stdout, stderr)
+	return err
+}
+
+func isHelp(a string) bool { return a == "-h" || a == "--help" || a == "-help" }
+
+// Verbs are listed in the order written (set once: tests run commands
+// concurrently).
+func init() { cobra.EnableCommandSorting = false }
+
+func newRoot(embedded bool) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "swarmnode",
+		Short:         "a sharded, Raft-replicated key-value store node",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args: func(c *cobra.Command, args []string) error {
+			fmt.Fprint(c.ErrOrStderr(), usage)
+			return usageError{fmt.Errorf("unknown command %q", args[0])}
+		},
+		// Reached only with an unknown command (run maps no arguments
+		// to serve): Args refuses it first.
+		RunE: func(*cobra.Command, []string) error { return nil },
+		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
+			return envDefaults(c.Flags())
+		},
 	}
-	fmt.Fprint(stderr, usage)
-	return usageError{fmt.Errorf("unknown command %q", args[0])}
+	root.SetUsageFunc(printUsage)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageError{fmt.Errorf("%s: %w", c.CommandPath(), err)}
+	})
+	root.AddCommand(newServeCmd(embedded), newKVCmd(), newRegistryCmd(), newBillingCmd(),
+		newBenchCmd(), newHealthCmd(), newCertsCmd(), newTokenCmd(),
+		newVersionCmd())
+	root.AddCommand(newAdminCmds()...)
+	return root
+}
+
+// printUsage prints a command's usage: its use line, or a group's verbs
+// with their use lines, and every flag it takes (a group's included).
+func printUsage(c *cobra.Command) error {
+	w := c.OutOrStderr()
+	fmt.Fprintln(w, "Usage:")
+	if c.HasAvailableSubCommands() {
+		var lines, shorts []string
+		width := 0
+		for _, s := range c.Commands() {
+			if s.IsAvailableCommand() {
+				lines = append(lines, strings.TrimSuffix(s.UseLine(), " [flags]"))
+				shorts = append(shorts, s.Short)
+				width = max(width, len(lines[len(lines)-1]))
+			}
+		}
+		for i, l := range lines {
+			fmt.Fprintf(w, "  %-*s  %s\n", width, l, shorts[i])
+		}
+	} else {
+		fmt.Fprintf(w, "  %s\n", c.UseLine())
+	}
+	c.InheritedFlags() // merges the group's flags into c.Flags()
+	if fs := c.Flags(); fs.HasAvailableFlags() {
+		fmt.Fprintf(w, "\nFlags (also SWARM_<FLAG>; before or after the arguments):\n%s", fs.FlagUsages())
+	}
+	return nil
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{Use: "version", Short: "print the version", Args: nargs(0, 0),
+		Run: func(c *cobra.Command, _ []string) { fmt.Fprintln(c.OutOrStdout(), "swarmnode", version) }}
+}
+
+// nargs accepts min..max positional arguments; others are a usage error
+// that prints the command's usage.
+func nargs(min, max int) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if len(args) >= min && len(args) <= max {
+			return nil
+		}
+		want := fmt.Sprint(min)
+		if max > min {
+			want += fmt.Sprintf("..%d", max)
+		}
+		fmt.Fprint(c.ErrOrStderr(), c.UsageString())
+		return usageError{fmt.Errorf("%s: got %d arguments, want %s", strings.TrimPrefix(c.CommandPath(), "swarmnode "), len(args), want)}
+	}
+}
+
+// verb is one subcommand of a group: its use line ("put KEY VALUE"), what
+// it does, and how many arguments it takes.
+type verb struct {
+	use, short string
+	min, max   int
+}
+
+// verbRun runs a group's verb with its arguments.
+type verbRun func(ctx context.Context, verb string, args []string, stdout, stderr io.Writer) error
+
+// group is a command with one subcommand per verb (swarmnode kv get ...):
+// its flags, defined by the caller on PersistentFlags, may come before or
+// after the verb; a missing verb or an unknown one prints the usage and is
+// a usage error ("NAME: missing WHAT", "NAME: unknown NOUN %q").
+func group(name, short, long, what, noun string, verbs []verb, run verbRun) *cobra.Command {
+	var names []string
+	for _, v := range verbs {
+		names = append(names, strings.Fields(v.use)[0])
+	}
+	g := &cobra.Command{Use: name + " " + strings.Join(names, "|"), Short: short, Long: long,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			fmt.Fprint(c.ErrOrStderr(), c.UsageString())
+			if len(args) == 0 {
+				return usageError{fmt.Errorf("%s: missing %s", name, what)}
+			}
+			return usageError{fmt.Errorf("%s: unknown %s %q", name, noun, args[0])}
+		}}
+	for _, v := range verbs {
+		g.AddCommand(&cobra.Command{Use: v.use, Short: v.short, Args: nargs(v.min, v.max),
+			RunE: func(c *cobra.Command, args []string) error {
+				return run(c.Context(), c.Name(), args, c.OutOrStdout(), c.ErrOrStderr())
+			}})
+	}
+	return g
 }
 
 // envDefaults sets every flag not given on the command line from
 // SWARM_<NAME> (dashes become underscores), and reports bad values.
-func envDefaults(fs *flag.FlagSet) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+func envDefaults(fs *pflag.FlagSet) error {
 	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed || f.Name == "help" || err != nil {
 			return
 		}
 		env := "SWARM_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -144,6 +260,41 @@ func envDefaults(fs *flag.FlagSet) error {
 		}
 	})
 	return err
+}
+
+// longFlags rewrites the single-dash long flags Go's flag package took
+// (-data-dir, -user=a) as pflag's --data-dir, for the flag names of the
+// command tree, so older command lines keep working. It leaves "-" and
+// flag values alone, and everything after "--".
+func longFlags(root *cobra.Command, args []string) []string {
+	takesValue := map[string]bool{}
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
+			fs.VisitAll(func(f *pflag.Flag) { takesValue[f.Name] = f.NoOptDefVal == "" })
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
+	takesValue["help"] = false
+	out := make([]string, 0, len(args))
+	value := false // args[i] is the previous flag's value
+	for i, a := range args {
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if !value && len(a) > 2 && a[0] == '-' && a[1] != '-' {
+			if _, ok := takesValue[strings.SplitN(a[1:], "=", 2)[0]]; ok {
+				a = "-" + a
+			}
+		}
+		name, _, hasValue := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		value = !value && strings.HasPrefix(a, "--") && !hasValue && takesValue[name]
+		out = append(out, a)
+	}
+	return out
 }
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {

@@ -23,6 +23,8 @@ import (
 	"github.com/swarmkv/swarmkv/internal/freeport"
 
 	"github.com/oklog/ulid/v2"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/swarmkv/swarmkv/client"
 	"github.com/swarmkv/swarmkv/cluster"
@@ -122,9 +124,9 @@ func TestRunUsageErrors(t *testing.T) {
 		{name: "kv scan two arguments", args: []string{"kv", "scan", "--user", "a", "p", "q"}, errSub: "kv scan: got 2 arguments"},
 		{name: "kv without user", args: []string{"kv", "get", "k"}, errSub: "kv: --user is required"},
 		{name: "kv empty user", args: []string{"kv", "put", "--user=", "k", "v"}, errSub: "kv: --user is required"},
-		{name: "kv unknown flag", args: []string{"kv", "get", "--user", "a", "k", "--nope"}, errSub: "flag provided but not defined: -nope"},
-		{name: "kv bad limit", args: []string{"kv", "scan", "--user", "a", "--limit", "many"}, errSub: `invalid value "many" for flag -limit`},
-		{name: "kv bad timeout", args: []string{"kv", "get", "--user", "a", "k", "--timeout", "soon"}, errSub: `invalid value "soon" for flag -timeout`},
+		{name: "kv unknown flag", args: []string{"kv", "get", "--user", "a", "k", "--nope"}, errSub: "kv get: unknown flag: --nope"},
+		{name: "kv bad limit", args: []string{"kv", "scan", "--user", "a", "--limit", "many"}, errSub: `invalid argument "many" for "--limit" flag`},
+		{name: "kv bad timeout", args: []string{"kv", "get", "--user", "a", "k", "--timeout", "soon"}, errSub: `invalid argument "soon" for "--timeout" flag`},
 		{name: "kv help", args: []string{"kv", "get", "-h"}, errSub: "help requested", stderr: "-endpoints"},
 		{name: "kv help first", args: []string{"kv", "-h"}, errSub: "help requested", stderr: "-endpoints"},
 		{name: "kv flags before verb", args: []string{"kv", "--user", "a", "get"}, errSub: "kv get: got 0 arguments"},
@@ -137,12 +139,17 @@ func TestRunUsageErrors(t *testing.T) {
 		{name: "bench workload help", args: []string{"bench", "put", "--help"}, errSub: "help requested", stderr: "-clients"},
 		{name: "bench without workload", args: []string{"bench", "--clients", "3"}, errSub: "bench: missing workload", stderr: "-clients"},
 		{name: "bench unknown workload", args: []string{"bench", "--clients", "3", "nope"}, errSub: `bench: unknown workload "nope"`},
-		{name: "bench two workloads", args: []string{"bench", "put", "get"}, errSub: `bench: unexpected argument "get"`},
-		{name: "serve bad int", args: []string{"serve", "--shards", "x"}, errSub: `invalid value "x" for flag -shards`},
-		{name: "serve bad duration", args: []string{"serve", "--election-timeout", "5"}, errSub: `invalid value "5" for flag -election-timeout`},
-		{name: "serve unknown flag", args: []string{"serve", "--shard", "3"}, errSub: "flag provided but not defined: -shard"},
-		{name: "serve positional", args: []string{"serve", "extra"}, errSub: `serve: unexpected argument "extra"`},
-		{name: "flags without command", args: []string{"--shards", "x"}, errSub: `invalid value "x" for flag -shards`},
+		{name: "bench two workloads", args: []string{"bench", "put", "get"}, errSub: "bench put: got 1 arguments, want 0"},
+		{name: "serve bad int", args: []string{"serve", "--shards", "x"}, errSub: `invalid argument "x" for "--shards" flag`},
+		{name: "serve bad duration", args: []string{"serve", "--election-timeout", "5"}, errSub: `invalid argument "5" for "--election-timeout" flag`},
+		{name: "serve unknown flag", args: []string{"serve", "--shard", "3"}, errSub: "serve: unknown flag: --shard"},
+		{name: "serve positional", args: []string{"serve", "extra"}, errSub: "serve: got 1 arguments, want 0"},
+		{name: "flags without command", args: []string{"--shards", "x"}, errSub: `swarmnode serve: invalid argument "x" for "--shards" flag`},
+		{name: "single-dash long flag", args: []string{"serve", "-shards", "x"}, errSub: `invalid argument "x" for "--shards" flag`},
+		{name: "registry unknown command", args: []string{"registry", "agentz", "00"}, errSub: `registry: unknown command "agentz"`, stderr: "agents USER_ID"},
+		{name: "token list argument", args: []string{"token", "list", "x"}, errSub: "token list: got 1 arguments, want 0"},
+		{name: "admin command arguments", args: []string{"transfer-leader", "1", "n1", "n2"}, errSub: "transfer-leader: got 3 arguments, want 1..2"},
+		{name: "kv verb help", args: []string{"kv", "put", "--help"}, errSub: "help requested", stderr: "kv put KEY VALUE"},
 		{name: "serve bad env", args: []string{"serve"}, env: map[string]string{"SWARM_SHARDS": "x"}, errSub: `SWARM_SHARDS="x"`},
 		{name: "serve bad env duration", args: []string{"serve"}, env: map[string]string{"SWARM_HEARTBEAT_TIMEOUT": "1"}, errSub: `SWARM_HEARTBEAT_TIMEOUT="1"`},
 		{name: "serve bad log level", args: []string{"serve", "--log-level", "loud"}, errSub: `log level "loud"`},
@@ -206,8 +213,8 @@ func TestRunUsageErrors(t *testing.T) {
 }
 
 func TestEnvDefaults(t *testing.T) {
-	newFS := func() (*flag.FlagSet, *string, *int, *time.Duration, *bool) {
-		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	newFS := func() (*pflag.FlagSet, *string, *int, *time.Duration, *bool) {
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		return fs, fs.String("data-dir", "./data", ""), fs.Int("shards", 8, ""),
 			fs.Duration("election-timeout", time.Second, ""), fs.Bool("verbose", false, "")
@@ -260,6 +267,8 @@ func TestEnvDefaults(t *testing.T) {
 	}
 }
 
+// TestParseInterleaved: a command's flags come before, between or after
+// its arguments, also as Go-flag-style single-dash long flags.
 func TestParseInterleaved(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -273,28 +282,35 @@ func TestParseInterleaved(t *testing.T) {
 		{name: "flags first", args: []string{"--user", "u", "k", "v"}, pos: []string{"k", "v"}, user: "u", limit: 1},
 		{name: "flags last", args: []string{"k", "v", "--user", "u", "--limit=5"}, pos: []string{"k", "v"}, user: "u", limit: 5},
 		{name: "flags between", args: []string{"k", "-user", "u", "v", "--limit", "7"}, pos: []string{"k", "v"}, user: "u", limit: 7},
+		{name: "single dash with value", args: []string{"-limit=4", "k"}, pos: []string{"k"}, limit: 4},
 		{name: "single dash is positional", args: []string{"-", "--user", "u"}, pos: []string{"-"}, user: "u", limit: 1},
+		{name: "a flag's value is not a flag", args: []string{"--user", "-limit", "k"}, pos: []string{"k"}, user: "-limit", limit: 1},
 		{name: "double dash ends flags", args: []string{"--user", "u", "--", "-k"}, pos: []string{"-k"}, user: "u", limit: 1},
-		{name: "double dash ends flags for every later argument", args: []string{"--user", "u", "--", "-k", "-v"}, pos: []string{"-k", "-v"}, user: "u", limit: 1},
+		{name: "double dash ends flags for every later argument", args: []string{"--user", "u", "--", "-k", "-v", "-limit"}, pos: []string{"-k", "-v", "-limit"}, user: "u", limit: 1},
 		{name: "later flag wins", args: []string{"--limit", "2", "p", "--limit", "3"}, pos: []string{"p"}, limit: 3},
-		{name: "unknown flag after positional", args: []string{"k", "--nope"}, errSub: "flag provided but not defined: -nope"},
-		{name: "missing flag value", args: []string{"k", "--user"}, errSub: "flag needs an argument: -user"},
-		{name: "bad flag value", args: []string{"--limit", "x", "k"}, errSub: `invalid value "x" for flag -limit`},
+		{name: "unknown flag after positional", args: []string{"k", "--nope"}, errSub: "unknown flag: --nope"},
+		{name: "unknown single-dash flag", args: []string{"k", "-nope"}, errSub: "unknown shorthand flag: 'n' in -nope"},
+		{name: "missing flag value", args: []string{"k", "--user"}, errSub: "flag needs an argument: --user"},
+		{name: "bad flag value", args: []string{"--limit", "x", "k"}, errSub: `invalid argument "x" for "--limit" flag`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := flag.NewFlagSet("test", flag.ContinueOnError)
-			fs.SetOutput(io.Discard)
-			user := fs.String("user", "", "")
-			limit := fs.Int("limit", 1, "")
-			pos, err := parseInterleaved(fs, tc.args)
+			var pos []string
+			c := &cobra.Command{Use: "test", Args: cobra.ArbitraryArgs, SilenceErrors: true, SilenceUsage: true,
+				RunE: func(_ *cobra.Command, args []string) error { pos = args; return nil }}
+			user := c.Flags().String("user", "", "")
+			limit := c.Flags().Int("limit", 1, "")
+			c.SetOut(io.Discard)
+			c.SetErr(io.Discard)
+			c.SetArgs(longFlags(c, tc.args))
+			err := c.Execute()
 			if tc.errSub != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.errSub) {
-					t.Fatalf("parseInterleaved = %q, %v; want an error containing %q", pos, err, tc.errSub)
+					t.Fatalf("parse = %q, %v; want an error containing %q", pos, err, tc.errSub)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("parseInterleaved: %v", err)
+				t.Fatalf("parse: %v", err)
 			}
 			if !slices.Equal(pos, tc.pos) || *user != tc.user || *limit != tc.limit {
 				t.Fatalf("got positionals %q user %q limit %d; want %q %q %d", pos, *user, *limit, tc.pos, tc.user, tc.limit)

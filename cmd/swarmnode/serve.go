@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/internal/faultnet"
@@ -18,142 +20,148 @@ import (
 // text as a --token-keys-file.
 const tokenKeysEnv = "SWARM_TOKEN_KEYS"
 
-func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		cfg       cluster.Config
-		join      string
-		logLevel  string
-		maxValue  int
-		snapEvery time.Duration
-		keysFile  string
-		gossipKey string
-		faults    bool
-	)
+// serveOptions are the values of serve's flags: the node's Config and
+// the flags that are not Config fields as they are.
+type serveOptions struct {
+	cfg                                 cluster.Config
+	join, logLevel, keysFile, gossipKey string
+	maxStreams                          uint
+	cacheMiB                            int64
+	memtableKiB                         uint64
+	faults                              bool
+}
+
+// serveFlags defines serve's flags on fs. Every flag that sets a Config
+// field WithDefaults fills takes its default from d (the caller passes
+// cluster.Config{}.WithDefaults(); TestServeFlagDefaults passes another),
+// so a default is written once, in cluster/config.go. The RESP front is
+// off for `serve` unless asked for; the no-argument embedded node serves
+// it on 127.0.0.1:7104.
+func serveFlags(fs *pflag.FlagSet, d cluster.Config, embedded bool) *serveOptions {
+	o := &serveOptions{}
+	cfg := &o.cfg
 	fs.StringVar(&cfg.ID, "id", "node1", "stable node id (never reuse one for another data dir)")
 	fs.StringVar(&cfg.DataDir, "data-dir", "./data", "data directory")
-	fs.StringVar(&cfg.RaftAddr, "raft-addr", "127.0.0.1:7101", "Raft listen address, shared by every shard replica")
+	fs.StringVar(&cfg.RaftAddr, "raft-addr", d.RaftAddr, "Raft listen address, shared by every shard replica")
 	fs.StringVar(&cfg.RaftAdvertise, "raft-advertise", "", "Raft address peers dial (default: raft-addr)")
-	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:7100", "gRPC client API address")
+	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", d.GRPCAddr, "gRPC client API address")
 	fs.StringVar(&cfg.GRPCAdvertise, "grpc-advertise", "", "gRPC address given to clients (default: grpc-addr)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:7102", "HTTP address of the admin API, /healthz, /readyz, /metrics and /debug/pprof (empty: off)")
-	fs.StringVar(&cfg.GossipAddr, "gossip-addr", "127.0.0.1:7103", "memberlist gossip address (TCP and UDP)")
-	// The RESP front is off for `serve` unless asked for; the no-argument
-	// embedded node (run passes nil args) serves it on 127.0.0.1:7104.
+	fs.StringVar(&cfg.GossipAddr, "gossip-addr", d.GossipAddr, "memberlist gossip address (TCP and UDP)")
 	redisDefault := ""
-	if args == nil {
+	if embedded {
 		redisDefault = "127.0.0.1:7104"
 	}
 	fs.StringVar(&cfg.RedisAddr, "redis-addr", redisDefault, "Redis protocol (RESP2/RESP3) address of the asset catalogue front (empty: off; default off for serve, 127.0.0.1:7104 for the no-argument node)")
 	fs.StringVar(&cfg.GossipAdvertise, "gossip-advertise", "", "gossip address peers use (default: gossip-addr)")
-	fs.StringVar(&join, "join", "", "comma-separated gossip addresses of nodes to join")
-	fs.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "number of nodes that bootstrap the cluster together (0: 1 without --join; with --join, wait to be admitted by `swarmnode join`)")
-	fs.DurationVar(&cfg.DeadNodeTimeout, "dead-node-timeout", 5*time.Minute, "replace the replicas of a node gossip reports dead for this long")
-	fs.IntVar(&cfg.Shards, "shards", 8, "number of shards (Raft groups), fixed at bootstrap")
-	fs.IntVar(&cfg.ReplicationFactor, "replication-factor", 3, "voters per shard (fewer when the cluster is smaller)")
-	fs.IntVar(&maxValue, "max-value-size", 1<<20, "largest value accepted, in bytes (at most 64 MiB)")
-	fs.IntVar(&cfg.Limits.MaxKeySize, "max-key-size", 4096, "largest key accepted, in bytes (at most 8192)")
-	fs.IntVar(&cfg.Limits.MaxBatchOps, "max-batch-ops", 1024, "most guards and mutations in one batch (at most 65536)")
-	fs.IntVar(&cfg.MaxScanPage, "max-scan-page", 1000, "most items in one scan or list page (at most 100000)")
-	fs.IntVar(&cfg.MaxKeysReply, "max-keys-reply", 100000, "most keys a RESP KEYS may answer; a larger result is refused with an error pointing to SCAN (1..10000000)")
-	fs.IntVar(&cfg.MaxPageBytes, "max-page-bytes", 4<<20, "largest encoded size of one scan or list page, and of a KEYS reply, in bytes (4096..268435456; a page holds at least one item)")
-	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", 10*time.Second, "deadline of a gRPC call sent without one, and of each RESP command (10ms..1h)")
-	var maxStreams uint
-	var cacheMiB int64
-	var memtableKiB uint64
-	fs.UintVar(&maxStreams, "max-concurrent-streams", 1024, "most concurrent calls on one gRPC connection (1..1048576)")
-	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", 256, "most open connections from one client IP, on each of the gRPC and RESP listeners (1..1048576)")
-	fs.DurationVar(&cfg.RedisIdleTimeout, "redis-idle-timeout", 5*time.Minute, "close a RESP connection idle this long (1s..24h)")
-	fs.DurationVar(&cfg.RedisWriteTimeout, "redis-write-timeout", 30*time.Second, "disconnect a RESP client that takes longer to accept a reply (100ms..1h)")
-	fs.DurationVar(&cfg.HTTPReadHeaderTimeout, "http-read-header-timeout", 5*time.Second, "admin HTTP: most time to read a request's headers (100ms..1h)")
-	fs.DurationVar(&cfg.HTTPReadTimeout, "http-read-timeout", 30*time.Second, "admin HTTP: most time to read a whole request (100ms..1h)")
-	fs.DurationVar(&cfg.HTTPWriteTimeout, "http-write-timeout", 2*time.Minute, "admin HTTP: most time to write a response, CPU profiles included (1s..24h)")
-	fs.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", 2*time.Minute, "admin HTTP: close a keep-alive connection idle this long (100ms..24h)")
-	fs.IntVar(&cfg.HTTPMaxHeaderBytes, "http-max-header-bytes", 64<<10, "admin HTTP: largest request header, in bytes (4096..1048576)")
-	fs.DurationVar(&cfg.GRPCMaxConnIdle, "grpc-max-conn-idle", 5*time.Minute, "close (GOAWAY) a gRPC connection without a call for this long (100ms..24h)")
-	fs.DurationVar(&cfg.GRPCKeepaliveTime, "grpc-keepalive-time", time.Minute, "ping a gRPC client silent this long (1s..24h)")
-	fs.DurationVar(&cfg.GRPCKeepaliveTimeout, "grpc-keepalive-timeout", 20*time.Second, "close a gRPC connection whose ping is not answered within this (1s..1h)")
-	fs.DurationVar(&cfg.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", 5*time.Second, "least interval between a client's keepalive pings; faster ones get GOAWAY too_many_pings (1s..15s; the Go client pings every 30s)")
-	fs.IntVar(&cfg.RaftMaxConns, "raft-max-conns", 16384, "most open connections on the Raft port (1..1048576)")
-	fs.IntVar(&cfg.RaftMaxConnsPerIP, "raft-max-conns-per-ip", 4096, "most open connections on the Raft port from one IP (1..1048576; a peer opens about five per Raft group it shares)")
-	fs.DurationVar(&cfg.RaftHandshakeTimeout, "raft-handshake-timeout", 5*time.Second, "most time a Raft connection may take for its TLS handshake and header (100ms..1m)")
+	fs.StringVar(&o.join, "join", "", "comma-separated gossip addresses of nodes to join")
+	fs.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "number of nodes that bootstrap the cluster together (0: 1 without --join; with --join, wait to be admitted by swarmnode join)")
+	fs.DurationVar(&cfg.DeadNodeTimeout, "dead-node-timeout", d.DeadNodeTimeout, "replace the replicas of a node gossip reports dead for this long")
+	fs.IntVar(&cfg.Shards, "shards", d.Shards, "number of shards (Raft groups), fixed at bootstrap")
+	fs.IntVar(&cfg.ReplicationFactor, "replication-factor", d.ReplicationFactor, "voters per shard (fewer when the cluster is smaller)")
+	fs.IntVar(&cfg.Limits.MaxValueSize, "max-value-size", d.Limits.MaxValueSize, "largest value accepted, in bytes (at most 64 MiB)")
+	fs.IntVar(&cfg.Limits.MaxKeySize, "max-key-size", d.Limits.MaxKeySize, "largest key accepted, in bytes (at most 8192)")
+	fs.IntVar(&cfg.Limits.MaxBatchOps, "max-batch-ops", d.Limits.MaxBatchOps, "most guards and mutations in one batch (at most 65536)")
+	fs.IntVar(&cfg.MaxScanPage, "max-scan-page", d.MaxScanPage, "most items in one scan or list page (at most 100000)")
+	fs.IntVar(&cfg.MaxKeysReply, "max-keys-reply", d.MaxKeysReply, "most keys a RESP KEYS may answer; a larger result is refused with an error pointing to SCAN (1..10000000)")
+	fs.IntVar(&cfg.MaxPageBytes, "max-page-bytes", d.MaxPageBytes, "largest encoded size of one scan or list page, and of a KEYS reply, in bytes (4096..268435456; a page holds at least one item)")
+	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", d.RequestTimeout, "deadline of a gRPC call sent without one, and of each RESP command (10ms..1h)")
+	fs.UintVar(&o.maxStreams, "max-concurrent-streams", uint(d.MaxConcurrentStreams), "most concurrent calls on one gRPC connection (1..1048576)")
+	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", d.MaxConnsPerIP, "most open connections from one client IP, on each of the gRPC and RESP listeners (1..1048576)")
+	fs.DurationVar(&cfg.RedisIdleTimeout, "redis-idle-timeout", d.RedisIdleTimeout, "close a RESP connection idle this long (1s..24h)")
+	fs.DurationVar(&cfg.RedisWriteTimeout, "redis-write-timeout", d.RedisWriteTimeout, "disconnect a RESP client that takes longer to accept a reply (100ms..1h)")
+	fs.DurationVar(&cfg.HTTPReadHeaderTimeout, "http-read-header-timeout", d.HTTPReadHeaderTimeout, "admin HTTP: most time to read a request's headers (100ms..1h)")
+	fs.DurationVar(&cfg.HTTPReadTimeout, "http-read-timeout", d.HTTPReadTimeout, "admin HTTP: most time to read a whole request (100ms..1h)")
+	fs.DurationVar(&cfg.HTTPWriteTimeout, "http-write-timeout", d.HTTPWriteTimeout, "admin HTTP: most time to write a response, CPU profiles included (1s..24h)")
+	fs.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", d.HTTPIdleTimeout, "admin HTTP: close a keep-alive connection idle this long (100ms..24h)")
+	fs.IntVar(&cfg.HTTPMaxHeaderBytes, "http-max-header-bytes", d.HTTPMaxHeaderBytes, "admin HTTP: largest request header, in bytes (4096..1048576)")
+	fs.DurationVar(&cfg.GRPCMaxConnIdle, "grpc-max-conn-idle", d.GRPCMaxConnIdle, "close (GOAWAY) a gRPC connection without a call for this long (100ms..24h)")
+	fs.DurationVar(&cfg.GRPCKeepaliveTime, "grpc-keepalive-time", d.GRPCKeepaliveTime, "ping a gRPC client silent this long (1s..24h)")
+	fs.DurationVar(&cfg.GRPCKeepaliveTimeout, "grpc-keepalive-timeout", d.GRPCKeepaliveTimeout, "close a gRPC connection whose ping is not answered within this (1s..1h)")
+	fs.DurationVar(&cfg.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", d.GRPCKeepaliveMinTime, "least interval between a client's keepalive pings; faster ones get GOAWAY too_many_pings (1s..15s; the Go client pings every 30s)")
+	fs.IntVar(&cfg.RaftMaxConns, "raft-max-conns", d.RaftMaxConns, "most open connections on the Raft port (1..1048576)")
+	fs.IntVar(&cfg.RaftMaxConnsPerIP, "raft-max-conns-per-ip", d.RaftMaxConnsPerIP, "most open connections on the Raft port from one IP (1..1048576; a peer opens about five per Raft group it shares)")
+	fs.DurationVar(&cfg.RaftHandshakeTimeout, "raft-handshake-timeout", d.RaftHandshakeTimeout, "most time a Raft connection may take for its TLS handshake and header (100ms..1m)")
+	// 0 below: derived from other flags by WithDefaults.
 	fs.IntVar(&cfg.RedisMaxBulk, "redis-max-bulk", 0, "largest argument of a RESP command, in bytes, refused as its header arrives (0: max(--max-value-size, 2 KiB); 1024..64 MiB)")
-	fs.IntVar(&cfg.RedisMaxArgs, "redis-max-args", 16384, "most arguments of a RESP command (16..1048576)")
+	fs.IntVar(&cfg.RedisMaxArgs, "redis-max-args", d.RedisMaxArgs, "most arguments of a RESP command (16..1048576)")
 	fs.IntVar(&cfg.RedisMaxCommandBytes, "redis-max-command-bytes", 0, "largest RESP command on the wire, in bytes (0: 2 × --redis-max-bulk + 64 KiB; 4096..128 MiB)")
-	fs.IntVar(&cfg.RedisMaxMultiCommands, "redis-max-multi-commands", 4096, "most commands a MULTI block queues (1..4096)")
+	fs.IntVar(&cfg.RedisMaxMultiCommands, "redis-max-multi-commands", d.RedisMaxMultiCommands, "most commands a MULTI block queues (1..4096)")
 	fs.IntVar(&cfg.RedisMaxMultiBytes, "redis-max-multi-bytes", 0, "most bytes of the commands a MULTI block queues, so of one Redis log entry (0: 2 × --max-value-size + 64 KiB; 4096..128 MiB)")
-	fs.Int64Var(&cacheMiB, "block-cache-mib", 64, "Pebble block cache for table blocks, shared by every local store, in MiB (1..65536; the node adds the memtables, which Pebble charges against the cache)")
-	fs.Uint64Var(&memtableKiB, "memtable-kib", 4096, "Pebble memtable size of each shard replica, in KiB (256..1048576)")
-	fs.DurationVar(&cfg.WALMinSyncInterval, "wal-min-sync-interval", 0, "least time between two fsyncs of the Raft log store's WAL: appends arriving sooner wait and share the next fsync (0: sync at once; at most 10ms; pebble log store)")
-	fs.StringVar(&cfg.LogStore, "log-store", cluster.LogStorePebble, "Raft log store: pebble (one per node, shared by every shard) or bolt (raft-boltdb per replica); a data dir keeps the one it was created with")
-	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
-	fs.DurationVar(&snapEvery, "snapshot-interval", 30*time.Second, "how often replicas check the snapshot threshold")
-	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", time.Second, "Raft heartbeat timeout")
-	fs.DurationVar(&cfg.ElectionTimeout, "election-timeout", time.Second, "Raft election timeout")
-	fs.DurationVar(&cfg.CommitTimeout, "commit-timeout", 500*time.Millisecond, "how long an idle shard leader waits before telling followers the commit index\n"+
+	fs.Int64Var(&o.cacheMiB, "block-cache-mib", d.BlockCacheSize>>20, "Pebble block cache for table blocks, shared by every local store, in MiB (1..65536; the node adds the memtables, which Pebble charges against the cache)")
+	fs.Uint64Var(&o.memtableKiB, "memtable-kib", uint64(d.MemTableSize>>10), "Pebble memtable size of each shard replica, in KiB (256..1048576)")
+	fs.DurationVar(&cfg.WALMinSyncInterval, "wal-min-sync-interval", d.WALMinSyncInterval, "least time between two fsyncs of the Raft log store's WAL: appends arriving sooner wait and share the next fsync (0: sync at once; at most 10ms; pebble log store)")
+	fs.StringVar(&cfg.LogStore, "log-store", d.LogStore, "Raft log store: pebble (one per node, shared by every shard) or bolt (raft-boltdb per replica); a data dir keeps the one it was created with")
+	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", d.SnapshotThreshold, "log entries between snapshots")
+	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", d.SnapshotInterval, "how often replicas check the snapshot threshold")
+	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", d.HeartbeatTimeout, "Raft heartbeat timeout")
+	fs.DurationVar(&cfg.ElectionTimeout, "election-timeout", d.ElectionTimeout, "Raft election timeout")
+	fs.DurationVar(&cfg.CommitTimeout, "commit-timeout", d.CommitTimeout, "how long an idle shard leader waits before telling followers the commit index\n"+
 		"(bounds how stale a follower's reads of an idle shard are; the meta group uses at most 50ms)")
-	fs.StringVar(&cfg.GossipProfile, "gossip-profile", "lan", "memberlist timing: lan or local")
-	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&keysFile, "token-keys-file", "", "`PATH` of the key ring that encrypts agent-pool bot tokens: one key_id:base64(32-byte key) per line,\n"+
+	fs.StringVar(&cfg.GossipProfile, "gossip-profile", d.GossipProfile, "memberlist timing: lan or local")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.keysFile, "token-keys-file", "", "`PATH` of the key ring that encrypts agent-pool bot tokens: one key_id:base64(32-byte key) per line,\n"+
 		"the first seals new tokens, the others stay readable (rotate by prepending a key); '#' comments.\n"+
 		"Every node needs the same ring. "+tokenKeysEnv+" may hold the same text instead. Without a ring,\n"+
 		"registering bots fails")
 	fs.StringVar(&cfg.TLS.CAFile, "tls-ca", "", "cluster CA file (PEM): TLS 1.3 on every listener, mTLS between nodes, client authentication on")
-	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "this node's certificate (PEM, SAN URI swarmkv://node/<id>; `swarmnode certs node`); re-read when it changes")
+	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "this node's certificate (PEM, SAN URI swarmkv://node/<id>; made by swarmnode certs node); re-read when it changes")
 	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "this node's key (PEM); re-read when it changes")
-	fs.StringVar(&gossipKey, "gossip-key-file", "", "`PATH` of the gossip keyring: base64 16/24/32-byte keys, one per line, the first encrypts (swarmnode certs ca writes one)")
+	fs.StringVar(&o.gossipKey, "gossip-key-file", "", "`PATH` of the gossip keyring: base64 16/24/32-byte keys, one per line, the first encrypts (swarmnode certs ca writes one)")
 	fs.BoolVar(&cfg.Insecure, "insecure", false, "allow non-loopback listen addresses without TLS and gossip encryption")
-	fs.BoolVar(&faults, "fault-injection", false, "test clusters only: serve PUT /debug/faults (admin API), which delays, drops and cuts this node's Raft traffic (make jepsen)")
+	fs.BoolVar(&o.faults, "fault-injection", false, "test clusters only: serve PUT /debug/faults (admin API), which delays, drops and cuts this node's Raft traffic (make jepsen)")
 	fs.BoolVar(&cfg.Auth, "auth", false, "require client authentication (tokens) even without TLS (always on with TLS); without TLS loopback listeners only")
 	fs.StringVar(&cfg.ClusterSecretFile, "cluster-secret-file", "", "`PATH` of the cluster secret for --auth without TLS: at least 32 random bytes (head -c 32 /dev/urandom | base64),\n"+
 		"mode 0600, the same file on every node; node-to-node calls and Raft connections prove they know it.\n"+
 		"Needed by nodes that --join others; a lone node makes <data-dir>/cluster-secret")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+	return o
+}
+
+func newServeCmd(embedded bool) *cobra.Command {
+	c := &cobra.Command{Use: "serve", Short: "start a node", Args: nargs(0, 0)}
+	o := serveFlags(c.Flags(), cluster.Config{}.WithDefaults(), embedded)
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		return serve(c.Context(), o, c.OutOrStdout(), c.ErrOrStderr())
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))}
-	}
-	if err := envDefaults(fs); err != nil {
-		return err
-	}
-	logger, err := newLogger(stderr, logLevel)
+	return c
+}
+
+func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error {
+	cfg := &o.cfg
+	logger, err := newLogger(stderr, o.logLevel)
 	if err != nil {
 		return err
 	}
-	if join != "" {
-		for _, j := range strings.Split(join, ",") {
+	if o.join != "" {
+		for _, j := range strings.Split(o.join, ",") {
 			if j = strings.TrimSpace(j); j != "" {
 				cfg.Join = append(cfg.Join, j)
 			}
 		}
 	}
-	if gossipKey != "" {
-		if cfg.GossipKeys, err = cluster.LoadGossipKeys(gossipKey); err != nil {
+	if o.gossipKey != "" {
+		if cfg.GossipKeys, err = cluster.LoadGossipKeys(o.gossipKey); err != nil {
 			return usageError{err}
 		}
 	}
-	cfg.Limits.MaxValueSize = maxValue
-	if cacheMiB < 1 || cacheMiB > 65536 {
-		return usageError{fmt.Errorf("serve: --block-cache-mib %d: want 1..65536", cacheMiB)}
+	if o.cacheMiB < 1 || o.cacheMiB > 65536 {
+		return usageError{fmt.Errorf("serve: --block-cache-mib %d: want 1..65536", o.cacheMiB)}
 	}
-	if memtableKiB < 256 || memtableKiB > 1<<20 {
-		return usageError{fmt.Errorf("serve: --memtable-kib %d: want 256..1048576", memtableKiB)}
+	if o.memtableKiB < 256 || o.memtableKiB > 1<<20 {
+		return usageError{fmt.Errorf("serve: --memtable-kib %d: want 256..1048576", o.memtableKiB)}
 	}
-	cfg.BlockCacheSize = cacheMiB << 20
-	cfg.MemTableSize = memtableKiB << 10
-	if maxStreams == 0 || maxStreams > 1<<20 {
-		return usageError{fmt.Errorf("serve: --max-concurrent-streams %d: want 1..1048576", maxStreams)}
+	cfg.BlockCacheSize = o.cacheMiB << 20
+	cfg.MemTableSize = o.memtableKiB << 10
+	if o.maxStreams == 0 || o.maxStreams > 1<<20 {
+		return usageError{fmt.Errorf("serve: --max-concurrent-streams %d: want 1..1048576", o.maxStreams)}
 	}
-	cfg.MaxConcurrentStreams = uint32(maxStreams)
-	cfg.SnapshotInterval = snapEvery
+	cfg.MaxConcurrentStreams = uint32(o.maxStreams)
 	cfg.Logger = logger
-	if faults {
+	if o.faults {
 		cfg.Faults = faultnet.NewLocal(time.Now().UnixNano())
 		logger.Warn("fault injection on (--fault-injection): PUT /debug/faults can delay, drop and cut this node's Raft traffic; for test clusters only")
 	}
-	if cfg.TokenKeys, err = tokenKeys(keysFile); err != nil {
+	if cfg.TokenKeys, err = tokenKeys(o.keysFile); err != nil {
 		return usageError{err}
 	}
 	if cfg.TokenKeys == nil {
@@ -168,7 +176,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Every file and dir the node creates (Pebble's, raft's snapshots) is
 	// owner-only, whatever mode the library asks for.
 	restrictUmask()
-	node, err := cluster.New(cfg)
+	node, err := cluster.New(*cfg)
 	if err != nil {
 		return err
 	}

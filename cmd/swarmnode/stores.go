@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -13,83 +12,43 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+	"github.com/spf13/cobra"
 
 	"github.com/swarmkv/swarmkv/client"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
 )
 
-const registryUsage = `Usage:
-  swarmnode registry agents USER_ID          agents of a user (user id: 64 hex digits)
-  swarmnode registry agent AGENT_ID          one agent, found by its id alone
-  swarmnode registry status STATE            agents in a state (pending, provisioning,
-                                             running, stopping, stopped, failed)
-  swarmnode registry all                     every agent
-  swarmnode registry sessions AGENT_ID       sessions of an agent
-  swarmnode registry session SESSION_ID      one session (32 hex digits)
-  swarmnode registry user USER_ID            a cached user
-
-Flags:
-`
-
-const billingUsage = `Usage:
-  swarmnode billing account USER_ID            an account (UUID or 32 hex digits)
-  swarmnode billing transactions USER_ID       a user's transactions, newest first
-  swarmnode billing transaction TX_ID          one transaction (ULID or 32 hex digits)
-  swarmnode billing event EVENT_ID             one usage event
-
-Flags:
-`
-
 // storeFlags are the flags every registry/billing command takes.
 type storeFlags struct {
-	fs        *flag.FlagSet
-	endpoints *string
-	asJSON    *bool
-	stale     *bool
-	timeout   *time.Duration
-	limit     *int
-	offset    *int
-	conn      *connFlags
+	endpoints     string
+	asJSON, stale bool
+	timeout       time.Duration
+	limit, offset int
+	conn          *connFlags
 }
 
-func newStoreFlags(name, usage string, stderr io.Writer) *storeFlags {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	f := &storeFlags{fs: fs,
-		endpoints: fs.String("endpoints", "127.0.0.1:7100", "comma-separated gRPC addresses of nodes"),
-		asJSON:    fs.Bool("json", false, "print JSON"),
-		stale:     fs.Bool("stale", false, "read from any replica (may lag the leader)"),
-		timeout:   fs.Duration("timeout", 30*time.Second, "give up after this long"),
-		limit:     fs.Int("limit", 50, "transactions: page size"),
-		offset:    fs.Int("offset", 0, "transactions: skip this many newest"),
-	}
+// storeGroup is registry's or billing's command: run gets the flags.
+func storeGroup(name, short string, verbs []verb, run func(context.Context, *storeFlags, string, []string, io.Writer) error) *cobra.Command {
+	f := &storeFlags{}
+	g := group(name, short, "", "command", "command", verbs, func(ctx context.Context, verb string, pos []string, stdout, _ io.Writer) error {
+		return run(ctx, f, verb, pos, stdout)
+	})
+	fs := g.PersistentFlags()
+	fs.StringVar(&f.endpoints, "endpoints", "127.0.0.1:7100", "comma-separated gRPC addresses of nodes")
+	fs.BoolVar(&f.asJSON, "json", false, "print JSON")
+	fs.BoolVar(&f.stale, "stale", false, "read from any replica (may lag the leader)")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "give up after this long")
+	fs.IntVar(&f.limit, "limit", 50, "transactions: page size")
+	fs.IntVar(&f.offset, "offset", 0, "transactions: skip this many newest")
 	f.conn = addConnFlags(fs)
-	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
-	return f
-}
-
-// parse parses args (verb first) and checks the positional count.
-func (f *storeFlags) parse(args []string, want map[string]int) (string, []string, error) {
-	verb, pos, err := parseVerb(f.fs, args, f.fs.Name()+": missing command")
-	if err != nil {
-		return "", nil, err
-	}
-	n, ok := want[verb]
-	if !ok {
-		f.fs.Usage()
-		return "", nil, usageError{fmt.Errorf("%s: unknown command %q", f.fs.Name(), verb)}
-	}
-	if len(pos) != n {
-		return "", nil, usageError{fmt.Errorf("%s %s: want %d argument(s), got %d", f.fs.Name(), verb, n, len(pos))}
-	}
-	return verb, pos, nil
+	return g
 }
 
 // connect bounds ctx by --timeout and connects; done closes both.
 func (f *storeFlags) connect(ctx context.Context) (context.Context, *client.Client, func(), error) {
-	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
-	ccfg, err := f.conn.clientConfig(*f.endpoints)
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	ccfg, err := f.conn.clientConfig(f.endpoints)
 	if err != nil {
 		cancel()
 		return nil, nil, nil, err
@@ -103,7 +62,7 @@ func (f *storeFlags) connect(ctx context.Context) (context.Context, *client.Clie
 }
 
 func (f *storeFlags) readOpts() []client.ReadOption {
-	if *f.stale {
+	if f.stale {
 		return []client.ReadOption{client.Stale()}
 	}
 	return nil
@@ -118,12 +77,20 @@ func hexID(s string, dst []byte, what string) error {
 	return nil
 }
 
-func registry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := newStoreFlags("registry", registryUsage, stderr)
-	verb, pos, err := f.parse(args, map[string]int{"agents": 1, "agent": 1, "status": 1, "all": 0, "sessions": 1, "session": 1, "user": 1})
-	if err != nil {
-		return err
-	}
+func newRegistryCmd() *cobra.Command {
+	return storeGroup("registry", "inspect agents, sessions and users", []verb{
+		{"agents USER_ID", "agents of a user (user id: 64 hex digits)", 1, 1},
+		{"agent AGENT_ID", "one agent, found by its id alone", 1, 1},
+		{"status STATE", "agents in a state (pending, provisioning, running, stopping, stopped, failed)", 1, 1},
+		{"all", "every agent", 0, 0},
+		{"sessions AGENT_ID", "sessions of an agent", 1, 1},
+		{"session SESSION_ID", "one session (32 hex digits)", 1, 1},
+		{"user USER_ID", "a cached user", 1, 1},
+	}, registry)
+}
+
+func registry(ctx context.Context, f *storeFlags, verb string, pos []string, stdout io.Writer) error {
+	var err error
 	var user keys.UserID
 	var agent keys.AgentID
 	var session keys.SessionID
@@ -175,7 +142,7 @@ func registry(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	return printRecords(stdout, out, *f.asJSON)
+	return printRecords(stdout, out, f.asJSON)
 }
 
 func parseAccountID(s string) (keys.AccountID, error) {
@@ -194,12 +161,17 @@ func parseTransactionID(s string) (keys.TransactionID, error) {
 	return id, nil
 }
 
-func billing(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := newStoreFlags("billing", billingUsage, stderr)
-	verb, pos, err := f.parse(args, map[string]int{"account": 1, "transactions": 1, "transaction": 1, "event": 1})
-	if err != nil {
-		return err
-	}
+func newBillingCmd() *cobra.Command {
+	return storeGroup("billing", "inspect accounts, transactions and usage events", []verb{
+		{"account USER_ID", "an account (UUID or 32 hex digits)", 1, 1},
+		{"transactions USER_ID", "a user's transactions, newest first", 1, 1},
+		{"transaction TX_ID", "one transaction (ULID or 32 hex digits)", 1, 1},
+		{"event EVENT_ID", "one usage event", 1, 1},
+	}, billing)
+}
+
+func billing(ctx context.Context, f *storeFlags, verb string, pos []string, stdout io.Writer) error {
+	var err error
 	var user keys.AccountID
 	var txID keys.TransactionID
 	switch verb {
@@ -224,7 +196,7 @@ func billing(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		a, err = b.GetAccount(ctx, user)
 		out = []*records.Account{a}
 	case "transactions":
-		out, err = b.ListTransactionsByUser(ctx, user, *f.limit, *f.offset)
+		out, err = b.ListTransactionsByUser(ctx, user, f.limit, f.offset)
 	case "transaction":
 		var t *records.CreditTransaction
 		t, err = b.GetTransaction(ctx, txID)
@@ -237,7 +209,7 @@ func billing(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	return printRecords(stdout, out, *f.asJSON)
+	return printRecords(stdout, out, f.asJSON)
 }
 
 func ms(t int64) string { return time.UnixMilli(t).UTC().Format(time.RFC3339) }

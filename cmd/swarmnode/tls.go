@@ -2,11 +2,11 @@ package main
 
 import (
 	"crypto/tls"
-	"flag"
 	"net/http"
-	"os"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/swarmkv/swarmkv/client"
 )
@@ -15,35 +15,22 @@ import (
 // cluster: the cluster CA (TLS on), an optional client certificate, and a
 // bearer token. Each falls back to SWARM_TLS_CA, SWARM_TLS_CERT,
 // SWARM_TLS_KEY and SWARM_TOKEN (prefer the variable for the token: a
-// flag shows in ps).
+// flag shows in ps; envDefaults reads them like every flag's).
 type connFlags struct {
 	ca, cert, key, token *string
 }
 
-func addConnFlags(fs *flag.FlagSet) *connFlags {
+func addConnFlags(fs *pflag.FlagSet) *connFlags {
 	return &connFlags{
 		ca:    fs.String("tls-ca", "", "cluster CA file: talk TLS (also SWARM_TLS_CA)"),
 		cert:  fs.String("tls-cert", "", "client certificate file (also SWARM_TLS_CERT)"),
 		key:   fs.String("tls-key", "", "client certificate key file (also SWARM_TLS_KEY)"),
-		token: fs.String("token", "", "bearer token from `swarmnode token create` (better: SWARM_TOKEN)"),
-	}
-}
-
-// resolve fills unset flags from the environment.
-func (f *connFlags) resolve() {
-	for _, p := range []struct {
-		v   *string
-		env string
-	}{{f.ca, "SWARM_TLS_CA"}, {f.cert, "SWARM_TLS_CERT"}, {f.key, "SWARM_TLS_KEY"}, {f.token, "SWARM_TOKEN"}} {
-		if *p.v == "" {
-			*p.v = os.Getenv(p.env)
-		}
+		token: fs.String("token", "", "bearer token from swarmnode token create (better: SWARM_TOKEN)"),
 	}
 }
 
 // tlsConfig is the client TLS configuration, nil without --tls-ca.
 func (f *connFlags) tlsConfig() (*tls.Config, error) {
-	f.resolve()
 	if *f.ca == "" {
 		if *f.cert != "" || *f.key != "" {
 			return nil, usageError{errString("--tls-cert and --tls-key need --tls-ca")}
@@ -99,5 +86,3 @@ func (e errString) Error() string { return string(e) }
 
 // checkRoles validates role names (auth.ParseRoles once auth lands).
 var checkRoles = func([]string) error { return nil }
-
-func lookupEnv(k string) (string, bool) { return os.LookupEnv(k) }

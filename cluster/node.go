@@ -635,6 +635,7 @@ func (n *Node) Close() error {
 				n.grpcSrv.Stop()
 				<-stopped
 			}
+			n.pipeline.close()
 		} else if n.grpcLn != nil {
 			n.grpcLn.Close()
 		}

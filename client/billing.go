@@ -36,12 +36,13 @@ type Billing struct{ c *Client }
 // Billing returns the billing ledger store of the cluster.
 func (c *Client) Billing() *Billing { return &Billing{c: c} }
 
-func (b *Billing) routed(ctx context.Context, user keys.AccountID, opts CallOptions, call func(context.Context, rpc.BillingClient) error) error {
-	return callOn(ctx, b.c, b.c.ShardOf(user[:]), opts, rpc.NewBillingClient, call)
+// routed is the ledger on user's shard, onShard on shard id.
+func (b *Billing) routed(user keys.AccountID) stub[rpc.BillingClient] {
+	return b.onShard(b.c.ShardOf(user[:]))
 }
 
-func (b *Billing) onShard(ctx context.Context, id shard.ID, opts CallOptions, call func(context.Context, rpc.BillingClient) error) error {
-	return callOn(ctx, b.c, id, opts, rpc.NewBillingClient, call)
+func (b *Billing) onShard(id shard.ID) stub[rpc.BillingClient] {
+	return stub[rpc.BillingClient]{b.c, id, rpc.NewBillingClient}
 }
 
 func accountTarget(user keys.AccountID) *rpc.Target { return &rpc.Target{UserId: user[:]} }
@@ -111,26 +112,17 @@ func NewTransactionID(now time.Time) keys.TransactionID {
 // PutAccount creates or replaces an account. Retried when the outcome is
 // unknown.
 func (b *Billing) PutAccount(ctx context.Context, a *records.Account) error {
-	if a == nil {
-		return invalidf("account is nil")
-	}
-	if err := a.Validate(); err != nil {
-		return invalidArg(err)
-	}
-	return b.routed(ctx, a.UserID, writeOnce, func(ctx context.Context, bc rpc.BillingClient) error {
-		_, err := bc.PutAccount(ctx, &rpc.PutAccountRequest{Account: rpc.AccountToProto(a)})
+	if err := checkRecord(a, "account"); err != nil {
 		return err
-	})
+	}
+	_, err := unary(ctx, b.routed(a.UserID), writeOnce, rpc.BillingClient.PutAccount, &rpc.PutAccountRequest{Account: rpc.AccountToProto(a)})
+	return err
 }
 
 // GetAccount returns user's account, or ErrNotFound.
 func (b *Billing) GetAccount(ctx context.Context, user keys.AccountID, opts ...ReadOption) (*records.Account, error) {
 	cons, co := consistency(opts)
-	var resp *rpc.GetAccountResponse
-	err := b.routed(ctx, user, co, func(ctx context.Context, bc rpc.BillingClient) (err error) {
-		resp, err = bc.GetAccount(ctx, &rpc.AccountRef{UserId: user[:], Consistency: cons})
-		return err
-	})
+	resp, err := unary(ctx, b.routed(user), co, rpc.BillingClient.GetAccount, &rpc.AccountRef{UserId: user[:], Consistency: cons})
 	if err != nil {
 		return nil, err
 	}
@@ -146,10 +138,8 @@ func (b *Billing) GetAccount(ctx context.Context, user keys.AccountID, opts ...R
 // answer was lost, the retry answers ErrNotFound although this call deleted
 // the account.
 func (b *Billing) DeleteAccount(ctx context.Context, user keys.AccountID) error {
-	return b.routed(ctx, user, writeOnce, func(ctx context.Context, bc rpc.BillingClient) error {
-		_, err := bc.DeleteAccount(ctx, &rpc.AccountRef{UserId: user[:]})
-		return err
-	})
+	_, err := unary(ctx, b.routed(user), writeOnce, rpc.BillingClient.DeleteAccount, &rpc.AccountRef{UserId: user[:]})
+	return err
 }
 
 // UpdateBalance adds deltaCents (either sign, not zero) to user's balance,
@@ -164,11 +154,7 @@ func (b *Billing) UpdateBalance(ctx context.Context, user keys.AccountID, deltaC
 		return 0, invalidf("balance delta %d", deltaCents)
 	}
 	txID := NewTransactionID(time.Now())
-	var resp *rpc.BalanceResponse
-	err := b.routed(ctx, user, idempotent, func(ctx context.Context, bc rpc.BillingClient) (err error) {
-		resp, err = bc.UpdateBalance(ctx, &rpc.UpdateBalanceRequest{UserId: user[:], DeltaCents: deltaCents, TransactionId: txID[:]})
-		return err
-	})
+	resp, err := unary(ctx, b.routed(user), idempotent, rpc.BillingClient.UpdateBalance, &rpc.UpdateBalanceRequest{UserId: user[:], DeltaCents: deltaCents, TransactionId: txID[:]})
 	if err != nil {
 		return 0, err
 	}
@@ -180,26 +166,17 @@ func (b *Billing) UpdateBalance(ctx context.Context, user keys.AccountID, deltaC
 // another account's transaction (never replaced). Retried when the outcome
 // is unknown.
 func (b *Billing) PutTransaction(ctx context.Context, t *records.CreditTransaction) error {
-	if t == nil {
-		return invalidf("transaction is nil")
-	}
-	if err := t.Validate(); err != nil {
-		return invalidArg(err)
-	}
-	return b.routed(ctx, t.UserID, writeOnce, func(ctx context.Context, bc rpc.BillingClient) error {
-		_, err := bc.PutTransaction(ctx, &rpc.PutTransactionRequest{Transaction: rpc.TransactionToProto(t)})
+	if err := checkRecord(t, "transaction"); err != nil {
 		return err
-	})
+	}
+	_, err := unary(ctx, b.routed(t.UserID), writeOnce, rpc.BillingClient.PutTransaction, &rpc.PutTransactionRequest{Transaction: rpc.TransactionToProto(t)})
+	return err
 }
 
 // GetTransactionOf returns transaction id of user, or ErrNotFound.
 func (b *Billing) GetTransactionOf(ctx context.Context, user keys.AccountID, id keys.TransactionID, opts ...ReadOption) (*records.CreditTransaction, error) {
 	cons, co := consistency(opts)
-	var resp *rpc.GetTransactionResponse
-	err := b.routed(ctx, user, co, func(ctx context.Context, bc rpc.BillingClient) (err error) {
-		resp, err = bc.GetTransaction(ctx, &rpc.TransactionRef{Target: accountTarget(user), TransactionId: id[:], Consistency: cons})
-		return err
-	})
+	resp, err := unary(ctx, b.routed(user), co, rpc.BillingClient.GetTransaction, &rpc.TransactionRef{Target: accountTarget(user), TransactionId: id[:], Consistency: cons})
 	if err != nil {
 		return nil, err
 	}
@@ -213,11 +190,7 @@ func (b *Billing) GetTransactionOf(ctx context.Context, user keys.AccountID, id 
 func (b *Billing) GetTransaction(ctx context.Context, id keys.TransactionID, opts ...ReadOption) (*records.CreditTransaction, error) {
 	cons, co := consistency(opts)
 	found, err := fanLookup(ctx, b.c, fmt.Sprintf("transaction %x", id[:]), func(ctx context.Context, sid shard.ID) (*records.CreditTransaction, error) {
-		var resp *rpc.GetTransactionResponse
-		err := b.onShard(ctx, sid, co, func(ctx context.Context, bc rpc.BillingClient) (err error) {
-			resp, err = bc.GetTransaction(ctx, &rpc.TransactionRef{Target: shardTarget(sid), TransactionId: id[:], Consistency: cons})
-			return err
-		})
+		resp, err := unary(ctx, b.onShard(sid), co, rpc.BillingClient.GetTransaction, &rpc.TransactionRef{Target: shardTarget(sid), TransactionId: id[:], Consistency: cons})
 		if err != nil {
 			return nil, err
 		}
@@ -295,11 +268,7 @@ func (b *Billing) listTransactions(ctx context.Context, req *rpc.ListTransaction
 	if err != nil {
 		return nil, nil, invalidArg(err)
 	}
-	var resp *rpc.TransactionList
-	err = b.routed(ctx, user, co, func(ctx context.Context, bc rpc.BillingClient) (err error) {
-		resp, err = bc.ListTransactionsByUser(ctx, req)
-		return err
-	})
+	resp, err := unary(ctx, b.routed(user), co, rpc.BillingClient.ListTransactionsByUser, req)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -329,11 +298,7 @@ func (b *Billing) HasUsageEventOf(ctx context.Context, user keys.AccountID, even
 		return false, err
 	}
 	cons, co := consistency(opts)
-	var resp *rpc.HasUsageEventResponse
-	err := b.routed(ctx, user, co, func(ctx context.Context, bc rpc.BillingClient) (err error) {
-		resp, err = bc.HasUsageEvent(ctx, &rpc.UsageEventRef{Target: accountTarget(user), EventId: eventID, Consistency: cons})
-		return err
-	})
+	resp, err := unary(ctx, b.routed(user), co, rpc.BillingClient.HasUsageEvent, &rpc.UsageEventRef{Target: accountTarget(user), EventId: eventID, Consistency: cons})
 	if err != nil {
 		return false, err
 	}
@@ -350,11 +315,7 @@ func (b *Billing) HasUsageEvent(ctx context.Context, eventID string, opts ...Rea
 	}
 	cons, co := consistency(opts)
 	_, err := fanLookup(ctx, b.c, fmt.Sprintf("usage event %q", eventID), func(ctx context.Context, sid shard.ID) (bool, error) {
-		var resp *rpc.HasUsageEventResponse
-		err := b.onShard(ctx, sid, co, func(ctx context.Context, bc rpc.BillingClient) (err error) {
-			resp, err = bc.HasUsageEvent(ctx, &rpc.UsageEventRef{Target: shardTarget(sid), EventId: eventID, Consistency: cons})
-			return err
-		})
+		resp, err := unary(ctx, b.onShard(sid), co, rpc.BillingClient.HasUsageEvent, &rpc.UsageEventRef{Target: shardTarget(sid), EventId: eventID, Consistency: cons})
 		if err == nil && !resp.GetExists() {
 			err = ErrNotFound
 		}
@@ -370,16 +331,11 @@ func (b *Billing) HasUsageEvent(ctx context.Context, eventID string, opts ...Rea
 // once stored, ProcessUsage of the same event id answers
 // *DuplicateEventError. Retried when the outcome is unknown.
 func (b *Billing) PutUsageEvent(ctx context.Context, e *records.UsageEvent) error {
-	if e == nil {
-		return invalidf("usage event is nil")
-	}
-	if err := e.Validate(); err != nil {
-		return invalidArg(err)
-	}
-	return b.routed(ctx, e.UserID, writeOnce, func(ctx context.Context, bc rpc.BillingClient) error {
-		_, err := bc.PutUsageEvent(ctx, &rpc.PutUsageEventRequest{Event: rpc.UsageEventToProto(e)})
+	if err := checkRecord(e, "usage event"); err != nil {
 		return err
-	})
+	}
+	_, err := unary(ctx, b.routed(e.UserID), writeOnce, rpc.BillingClient.PutUsageEvent, &rpc.PutUsageEventRequest{Event: rpc.UsageEventToProto(e)})
+	return err
 }
 
 // GetUsageEventOf returns usage event eventID of user, or ErrNotFound (also
@@ -389,11 +345,7 @@ func (b *Billing) GetUsageEventOf(ctx context.Context, user keys.AccountID, even
 		return nil, err
 	}
 	cons, co := consistency(opts)
-	var resp *rpc.GetUsageEventResponse
-	err := b.routed(ctx, user, co, func(ctx context.Context, bc rpc.BillingClient) (err error) {
-		resp, err = bc.GetUsageEvent(ctx, &rpc.UsageEventRef{Target: accountTarget(user), EventId: eventID, Consistency: cons})
-		return err
-	})
+	resp, err := unary(ctx, b.routed(user), co, rpc.BillingClient.GetUsageEvent, &rpc.UsageEventRef{Target: accountTarget(user), EventId: eventID, Consistency: cons})
 	if err != nil {
 		return nil, err
 	}
@@ -417,11 +369,7 @@ func (b *Billing) GetUsageEvent(ctx context.Context, eventID string, opts ...Rea
 	}
 	cons, co := consistency(opts)
 	found, err := fanLookup(ctx, b.c, fmt.Sprintf("usage event %q", eventID), func(ctx context.Context, sid shard.ID) (*records.UsageEvent, error) {
-		var resp *rpc.GetUsageEventResponse
-		err := b.onShard(ctx, sid, co, func(ctx context.Context, bc rpc.BillingClient) (err error) {
-			resp, err = bc.GetUsageEvent(ctx, &rpc.UsageEventRef{Target: shardTarget(sid), EventId: eventID, Consistency: cons})
-			return err
-		})
+		resp, err := unary(ctx, b.onShard(sid), co, rpc.BillingClient.GetUsageEvent, &rpc.UsageEventRef{Target: shardTarget(sid), EventId: eventID, Consistency: cons})
 		if err != nil {
 			return nil, err
 		}
@@ -464,11 +412,7 @@ func (b *Billing) ProcessUsage(ctx context.Context, e *records.UsageEvent, t *re
 	if err := t.Validate(); err != nil {
 		return 0, invalidArg(err)
 	}
-	var resp *rpc.BalanceResponse
-	err := b.routed(ctx, e.UserID, idempotent, func(ctx context.Context, bc rpc.BillingClient) (err error) {
-		resp, err = bc.ProcessUsage(ctx, &rpc.ProcessUsageRequest{Event: rpc.UsageEventToProto(e), Transaction: rpc.TransactionToProto(t)})
-		return err
-	})
+	resp, err := unary(ctx, b.routed(e.UserID), idempotent, rpc.BillingClient.ProcessUsage, &rpc.ProcessUsageRequest{Event: rpc.UsageEventToProto(e), Transaction: rpc.TransactionToProto(t)})
 	if err != nil {
 		return 0, err
 	}
@@ -496,11 +440,7 @@ func (b *Billing) AddCredits(ctx context.Context, user keys.AccountID, amountCen
 	if err := t.Validate(); err != nil {
 		return 0, invalidArg(err)
 	}
-	var resp *rpc.BalanceResponse
-	err := b.routed(ctx, user, idempotent, func(ctx context.Context, bc rpc.BillingClient) (err error) {
-		resp, err = bc.AddCredits(ctx, &rpc.AddCreditsRequest{UserId: user[:], AmountCents: amountCents, Transaction: rpc.TransactionToProto(t)})
-		return err
-	})
+	resp, err := unary(ctx, b.routed(user), idempotent, rpc.BillingClient.AddCredits, &rpc.AddCreditsRequest{UserId: user[:], AmountCents: amountCents, Transaction: rpc.TransactionToProto(t)})
 	if err != nil {
 		return 0, err
 	}

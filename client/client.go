@@ -3,9 +3,9 @@
 // leader), caches leaders, follows NotLeader hints, refreshes the map when
 // it is stale, and retries what is safe to retry within the caller's
 // context. Besides gRPC it imports only swarmkv's pure packages: the
-// generated API (rpc), the slot math (shard), the key layouts (keys) and the
-// record types (records): a program using it never pulls in Raft,
-// memberlist or Pebble.
+// generated API (rpc), the slot math (shard), the key layouts (keys), the
+// record types (records) and the retry helper (internal/retry): a program
+// using it never pulls in Raft, memberlist or Pebble.
 //
 // Typed stores: c.Registry() (seed 000: agents, sessions, users) and
 // c.Billing() (seed 001: accounts, transactions, usage events) mirror the
@@ -50,6 +50,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/swarmkv/swarmkv/internal/retry"
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
 )
@@ -379,7 +380,7 @@ func (c *Client) CallShard(ctx context.Context, id shard.ID, opts CallOptions, c
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.DefaultTimeout)
 		defer cancel()
 	}
-	backoff := 10 * time.Millisecond
+	backoff := callBackoff.Backoff()
 	offset := rand.IntN(1 << 16)
 	var last error
 	for attempt := 0; ; attempt++ {
@@ -393,7 +394,7 @@ func (c *Client) CallShard(ctx context.Context, id shard.ID, opts CallOptions, c
 		if !ok {
 			if err := c.RefreshMap(ctx); err != nil {
 				last = err
-				sleepCtx(ctx, &backoff)
+				backoff.Wait(ctx)
 			}
 			continue
 		}
@@ -438,24 +439,14 @@ func (c *Client) CallShard(ctx context.Context, id shard.ID, opts CallOptions, c
 			}
 			c.setLeader(id, "")
 		}
-		sleepCtx(ctx, &backoff)
+		backoff.Wait(ctx)
 	}
 }
 
-// sleepCtx sleeps for *backoff (with jitter) and doubles it up to 500ms; it
-// returns false when ctx ended first.
-func sleepCtx(ctx context.Context, backoff *time.Duration) bool {
-	d := *backoff/2 + rand.N(*backoff/2+1)
-	*backoff = min(*backoff*2, 500*time.Millisecond)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+// callBackoff draws CallShard's waits between attempts: 10 ms doubling up
+// to 500 ms, with jitter. The attempts are bounded by ctx alone
+// (DefaultTimeout when ctx has no deadline).
+var callBackoff = retry.Options{Initial: 10 * time.Millisecond, Max: 500 * time.Millisecond}
 
 // FanOut runs fn for every shard in parallel and returns the errors of all
 // shards joined (nil when all succeeded). Queries that span shards (list

@@ -147,8 +147,9 @@ type Invite struct {
 	URL      string
 }
 
-func (p *Pools) call(ctx context.Context, opts CallOptions, call func(context.Context, rpc.PoolsClient) error) error {
-	return callOn(ctx, p.c, p.c.ShardOf(poolsRoutingKey), opts, rpc.NewPoolsClient, call)
+// shard is the pools service on the pools shard.
+func (p *Pools) shard() stub[rpc.PoolsClient] {
+	return stub[rpc.PoolsClient]{p.c, p.c.ShardOf(poolsRoutingKey), rpc.NewPoolsClient}
 }
 
 // ---------------------------------------------------------------- checks
@@ -294,18 +295,6 @@ func runnerFrom(p *rpc.Runner) (*records.Runner, error) {
 	return r, nil
 }
 
-func runnersFrom(ps []*rpc.Runner) ([]*records.Runner, error) {
-	out := make([]*records.Runner, 0, len(ps))
-	for _, p := range ps {
-		r, err := runnerFrom(p)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
 // ---------------------------------------------------------------- pools
 
 // CreatePool creates pool p owned by actor and returns it with its
@@ -316,11 +305,7 @@ func (p *Pools) CreatePool(ctx context.Context, actor string, s PoolSpec) (*reco
 	if err := checkPoolSpec(actor, s); err != nil {
 		return nil, err
 	}
-	var resp *rpc.PoolResponse
-	err := p.call(ctx, writeOnce, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
-		resp, err = pc.CreatePool(ctx, &rpc.CreatePoolRequest{Actor: actor, Pool: poolSpecToProto(s)})
-		return err
-	})
+	resp, err := unary(ctx, p.shard(), writeOnce, rpc.PoolsClient.CreatePool, &rpc.CreatePoolRequest{Actor: actor, Pool: poolSpecToProto(s)})
 	if err != nil {
 		return nil, err
 	}
@@ -337,11 +322,7 @@ func (p *Pools) GetPool(ctx context.Context, actor, poolID string, opts ...ReadO
 		return nil, err
 	}
 	cons, co := consistency(opts)
-	var resp *rpc.PoolResponse
-	err := p.call(ctx, co, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
-		resp, err = pc.GetPool(ctx, &rpc.PoolRef{Actor: actor, PoolId: poolID, Consistency: cons})
-		return err
-	})
+	resp, err := unary(ctx, p.shard(), co, rpc.PoolsClient.GetPool, &rpc.PoolRef{Actor: actor, PoolId: poolID, Consistency: cons})
 	if err != nil {
 		return nil, err
 	}
@@ -357,11 +338,7 @@ func (p *Pools) UpdatePool(ctx context.Context, actor string, s PoolSpec) (*reco
 	if err := checkPoolSpec(actor, s); err != nil {
 		return nil, err
 	}
-	var resp *rpc.PoolResponse
-	err := p.call(ctx, writeOnce, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
-		resp, err = pc.UpdatePool(ctx, &rpc.UpdatePoolRequest{Actor: actor, Pool: poolSpecToProto(s)})
-		return err
-	})
+	resp, err := unary(ctx, p.shard(), writeOnce, rpc.PoolsClient.UpdatePool, &rpc.UpdatePoolRequest{Actor: actor, Pool: poolSpecToProto(s)})
 	if err != nil {
 		return nil, err
 	}
@@ -381,11 +358,7 @@ func (p *Pools) DeletePool(ctx context.Context, actor, poolID string, cascade bo
 	if err := checkPoolID(poolID); err != nil {
 		return 0, err
 	}
-	var resp *rpc.DeletePoolResponse
-	err = p.call(ctx, writeOnce, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
-		resp, err = pc.DeletePool(ctx, &rpc.DeletePoolRequest{Actor: actor, PoolId: poolID, Cascade: cascade})
-		return err
-	})
+	resp, err := unary(ctx, p.shard(), writeOnce, rpc.PoolsClient.DeletePool, &rpc.DeletePoolRequest{Actor: actor, PoolId: poolID, Cascade: cascade})
 	if err != nil {
 		return 0, err
 	}
@@ -408,11 +381,7 @@ func (p *Pools) ListPoolsPage(ctx context.Context, actor string, pg Page, opts .
 		return nil, nil, err
 	}
 	cons, co := consistency(opts)
-	var resp *rpc.PoolList
-	err := p.call(ctx, co, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
-		resp, err = pc.ListPools(ctx, &rpc.ListPoolsRequest{Actor: actor, Consistency: cons, Cursor: pg.Cursor, Limit: pg.limit()})
-		return err
-	})
+	resp, err := unary(ctx, p.shard(), co, rpc.PoolsClient.ListPools, &rpc.ListPoolsRequest{Actor: actor, Consistency: cons, Cursor: pg.Cursor, Limit: pg.limit()})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -439,11 +408,7 @@ func (p *Pools) RegisterBot(ctx context.Context, actor string, b BotSpec) (*BotI
 	if err := checkBotSpec(actor, b, true); err != nil {
 		return nil, err
 	}
-	var resp *rpc.BotResponse
-	err := p.call(ctx, writeOnce, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
-		resp, err = pc.RegisterBot(ctx, &rpc.RegisterBotRequest{Actor: actor, Bot: botSpecToProto(b)})
-		return err
-	})
+	resp, err := unary(ctx, p.shard(), writeOnce, rpc.PoolsClient.RegisterBot, &rpc.RegisterBotRequest{Actor: actor, Bot: botSpecToProto(b)})
 	if err != nil {
 		return nil, err
 	}
@@ -460,11 +425,7 @@ func (p *Pools) UpdateBot(ctx context.Context, actor string, b BotSpec) (*BotInf
 	if err := checkBotSpec(actor, b, false); err != nil {
 		return nil, err
 	}
-	var resp *rpc.BotResponse
-	err := p.call(ctx, writeOnce, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
-		resp, err = pc.UpdateBot(ctx, &rpc.UpdateBotRequest{Actor: actor, Bot: botSpecToProto(b)})
-		return err
-	})
+	resp, err := unary(ctx, p.shard(), writeOnce, rpc.PoolsClient.UpdateBot, &rpc.UpdateBotRequest{Actor: actor, Bot: botSpecToProto(b)})
 	if err != nil {
 		return nil, err
 	}
@@ -491,11 +452,7 @@ func (p *Pools) GetBot(ctx context.Context, actor, agentID string, opts ...ReadO
 	}
 	cons, co := consistency(opts)
 	ref.Consistency = cons
-	var resp *rpc.BotResponse
-	err = p.call(ctx, co, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
-		resp, err = pc.GetBot(ctx, ref)
-		return err
-	})
+	resp, err := unary(ctx, p.shard(), co, rpc.PoolsClient.GetBot, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -510,10 +467,8 @@ func (p *Pools) RemoveBot(ctx context.Context, actor, agentID string) error {
 	if err != nil {
 		return err
 	}
-	return p.call(ctx, writeOnce, func(ctx context.Context, pc rpc.PoolsClient) error {
-		_, err := pc.RemoveBot(ctx, ref)
-		return err
-	})
+	_, err = unary(ctx, p.shard(), writeOnce, rpc.PoolsClient.RemoveBot, ref)
+	return err
 }
 
 // ListBots returns the bots of pool poolID, without tokens, in agent id
@@ -536,11 +491,7 @@ func (p *Pools) ListBotsPage(ctx context.Context, actor, poolID string, pg Page,
 		return nil, nil, err
 	}
 	cons, co := consistency(opts)
-	var resp *rpc.BotList
-	err := p.call(ctx, co, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
-		resp, err = pc.ListBots(ctx, &rpc.ListBotsRequest{Actor: actor, PoolId: poolID, Consistency: cons, Cursor: pg.Cursor, Limit: pg.limit()})
-		return err
-	})
+	resp, err := unary(ctx, p.shard(), co, rpc.PoolsClient.ListBots, &rpc.ListBotsRequest{Actor: actor, PoolId: poolID, Consistency: cons, Cursor: pg.Cursor, Limit: pg.limit()})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -568,11 +519,7 @@ func (p *Pools) GetBotToken(ctx context.Context, actor, agentID string) (string,
 	if err != nil {
 		return "", err
 	}
-	var resp *rpc.GetBotTokenResponse
-	err = p.call(ctx, idempotent, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
-		resp, err = pc.GetBotToken(ctx, ref)
-		return err
-	})
+	resp, err := unary(ctx, p.shard(), idempotent, rpc.PoolsClient.GetBotToken, ref)
 	if err != nil {
 		return "", err
 	}
@@ -591,11 +538,7 @@ func (p *Pools) Heartbeat(ctx context.Context, runnerID, meta string) (*records.
 	if err := checkJSON("meta", meta); err != nil {
 		return nil, err
 	}
-	var resp *rpc.HeartbeatResponse
-	err := p.call(ctx, idempotent, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
-		resp, err = pc.Heartbeat(ctx, &rpc.HeartbeatRequest{Runner: &rpc.Runner{RunnerId: runnerID, Meta: meta}})
-		return err
-	})
+	resp, err := unary(ctx, p.shard(), idempotent, rpc.PoolsClient.Heartbeat, &rpc.HeartbeatRequest{Runner: &rpc.Runner{RunnerId: runnerID, Meta: meta}})
 	if err != nil {
 		return nil, err
 	}
@@ -638,15 +581,11 @@ func (p *Pools) listRunners(ctx context.Context, staleAfterMs int64, opts []Read
 
 func (p *Pools) runnersPage(ctx context.Context, staleAfterMs int64, pg Page, opts []ReadOption) ([]*records.Runner, []byte, error) {
 	cons, co := consistency(opts)
-	var resp *rpc.RunnerList
-	err := p.call(ctx, co, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
-		resp, err = pc.ListRunners(ctx, &rpc.ListRunnersRequest{StaleAfterMs: staleAfterMs, Consistency: cons, Cursor: pg.Cursor, Limit: pg.limit()})
-		return err
-	})
+	resp, err := unary(ctx, p.shard(), co, rpc.PoolsClient.ListRunners, &rpc.ListRunnersRequest{StaleAfterMs: staleAfterMs, Consistency: cons, Cursor: pg.Cursor, Limit: pg.limit()})
 	if err != nil {
 		return nil, nil, err
 	}
-	rs, err := runnersFrom(resp.GetRunners())
+	rs, err := allFrom(resp.GetRunners(), runnerFrom)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -662,11 +601,7 @@ func (p *Pools) GetGuildPool(ctx context.Context, guildID string, opts ...ReadOp
 		return "", err
 	}
 	cons, co := consistency(opts)
-	var resp *rpc.GuildPoolResponse
-	err := p.call(ctx, co, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
-		resp, err = pc.GetGuildPool(ctx, &rpc.GuildRef{GuildId: guildID, Consistency: cons})
-		return err
-	})
+	resp, err := unary(ctx, p.shard(), co, rpc.PoolsClient.GetGuildPool, &rpc.GuildRef{GuildId: guildID, Consistency: cons})
 	if err != nil {
 		return "", err
 	}
@@ -686,10 +621,8 @@ func (p *Pools) SetGuildPool(ctx context.Context, actor, guildID, poolID string)
 	if err := checkPoolID(poolID); err != nil {
 		return err
 	}
-	return p.call(ctx, writeOnce, func(ctx context.Context, pc rpc.PoolsClient) error {
-		_, err := pc.SetGuildPool(ctx, &rpc.SetGuildPoolRequest{Actor: actor, GuildId: guildID, PoolId: poolID})
-		return err
-	})
+	_, err := unary(ctx, p.shard(), writeOnce, rpc.PoolsClient.SetGuildPool, &rpc.SetGuildPoolRequest{Actor: actor, GuildId: guildID, PoolId: poolID})
+	return err
 }
 
 // PlanDeploy plans bringing guildID to desired agents (0..49,
@@ -717,12 +650,8 @@ func (p *Pools) PlanDeploy(ctx context.Context, actor, guildID string, desired i
 			return nil, err
 		}
 	}
-	var resp *rpc.DeployPlan
-	err := p.call(ctx, idempotent, func(ctx context.Context, pc rpc.PoolsClient) (err error) {
-		resp, err = pc.PlanDeploy(ctx, &rpc.PlanDeployRequest{Actor: actor, GuildId: guildID,
-			Desired: uint32(desired), PoolId: poolID, PresentAgentIds: presentAgentIDs})
-		return err
-	})
+	resp, err := unary(ctx, p.shard(), idempotent, rpc.PoolsClient.PlanDeploy, &rpc.PlanDeployRequest{Actor: actor, GuildId: guildID,
+		Desired: uint32(desired), PoolId: poolID, PresentAgentIds: presentAgentIDs})
 	if err != nil {
 		return nil, err
 	}

@@ -66,13 +66,55 @@ func badResponse(what string, err error) error {
 	return fmt.Errorf("swarmkv: malformed %s in response: %w", what, err)
 }
 
-// callOn runs one RPC of a service (newClient builds its stub) on shard id
-// through CallShard.
-func callOn[S any](ctx context.Context, c *Client, id shard.ID, opts CallOptions,
-	newClient func(grpc.ClientConnInterface) S, call func(context.Context, S) error) error {
-	return c.CallShard(ctx, id, opts, func(ctx context.Context, cc grpc.ClientConnInterface) error {
-		return call(ctx, newClient(cc))
+// stub is a typed store's gRPC service on one shard: the client, the
+// shard, and the constructor of the service's client on a node's
+// connection (rpc.NewBillingClient, ...).
+type stub[S any] struct {
+	c     *Client
+	id    shard.ID
+	newSC func(grpc.ClientConnInterface) S
+}
+
+// unary runs one unary RPC through CallShard and returns its answer:
+// method is the service's method (rpc.BillingClient.GetAccount), req its
+// request, sent unchanged on every attempt.
+func unary[S, Req, Resp any](ctx context.Context, s stub[S], opts CallOptions,
+	method func(S, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
+	var resp Resp
+	err := s.c.CallShard(ctx, s.id, opts, func(ctx context.Context, cc grpc.ClientConnInterface) (err error) {
+		resp, err = method(s.newSC(cc), ctx, req)
+		return err
 	})
+	return resp, err
+}
+
+// checkRecord refuses a nil or invalid record (what names it) before any
+// round trip, with ErrInvalidArgument.
+func checkRecord[T any, P interface {
+	*T
+	Validate() error
+}](rec P, what string) error {
+	if rec == nil {
+		return invalidf("%s is nil", what)
+	}
+	if err := rec.Validate(); err != nil {
+		return invalidArg(err)
+	}
+	return nil
+}
+
+// allFrom converts the records of a response with from (agentFrom, ...),
+// failing at the first malformed one.
+func allFrom[P, R any](ps []P, from func(P) (R, error)) ([]R, error) {
+	out := make([]R, 0, len(ps))
+	for _, p := range ps {
+		r, err := from(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // fanLookup asks every shard in parallel for something named by an id that
@@ -147,12 +189,13 @@ type Registry struct{ c *Client }
 // Registry returns the agent registry store of the cluster.
 func (c *Client) Registry() *Registry { return &Registry{c: c} }
 
-func (r *Registry) routed(ctx context.Context, user keys.UserID, opts CallOptions, call func(context.Context, rpc.RegistryClient) error) error {
-	return callOn(ctx, r.c, r.c.ShardOf(user[:]), opts, rpc.NewRegistryClient, call)
+// routed is the registry on user's shard, onShard on shard id.
+func (r *Registry) routed(user keys.UserID) stub[rpc.RegistryClient] {
+	return r.onShard(r.c.ShardOf(user[:]))
 }
 
-func (r *Registry) onShard(ctx context.Context, id shard.ID, opts CallOptions, call func(context.Context, rpc.RegistryClient) error) error {
-	return callOn(ctx, r.c, id, opts, rpc.NewRegistryClient, call)
+func (r *Registry) onShard(id shard.ID) stub[rpc.RegistryClient] {
+	return stub[rpc.RegistryClient]{r.c, id, rpc.NewRegistryClient}
 }
 
 func userTarget(user keys.UserID) *rpc.Target { return &rpc.Target{UserId: user[:]} }
@@ -167,36 +210,12 @@ func agentFrom(p *rpc.Agent) (*records.AgentRecord, error) {
 	return a, nil
 }
 
-func agentsFrom(ps []*rpc.Agent) ([]*records.AgentRecord, error) {
-	out := make([]*records.AgentRecord, 0, len(ps))
-	for _, p := range ps {
-		a, err := agentFrom(p)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, nil
-}
-
 func sessionFrom(p *rpc.Session) (*records.SessionRecord, error) {
 	s, err := rpc.SessionFromProto(p)
 	if err != nil {
 		return nil, badResponse("session", err)
 	}
 	return s, nil
-}
-
-func sessionsFrom(ps []*rpc.Session) ([]*records.SessionRecord, error) {
-	out := make([]*records.SessionRecord, 0, len(ps))
-	for _, p := range ps {
-		s, err := sessionFrom(p)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, nil
 }
 
 // sortAgents orders agents as the seed's agents column family does:
@@ -225,26 +244,17 @@ func sortSessions(ss []*records.SessionRecord) {
 // it in the same state machine command. Retried when the outcome is
 // unknown (an upsert applied twice is applied once).
 func (r *Registry) PutAgent(ctx context.Context, a *records.AgentRecord) error {
-	if a == nil {
-		return invalidf("agent is nil")
-	}
-	if err := a.Validate(); err != nil {
-		return invalidArg(err)
-	}
-	return r.routed(ctx, a.UserID, writeOnce, func(ctx context.Context, rc rpc.RegistryClient) error {
-		_, err := rc.PutAgent(ctx, &rpc.PutAgentRequest{Agent: rpc.AgentToProto(a)})
+	if err := checkRecord(a, "agent"); err != nil {
 		return err
-	})
+	}
+	_, err := unary(ctx, r.routed(a.UserID), writeOnce, rpc.RegistryClient.PutAgent, &rpc.PutAgentRequest{Agent: rpc.AgentToProto(a)})
+	return err
 }
 
 // GetAgentOf returns agent agentID of user, or ErrNotFound.
 func (r *Registry) GetAgentOf(ctx context.Context, user keys.UserID, agentID keys.AgentID, opts ...ReadOption) (*records.AgentRecord, error) {
 	cons, co := consistency(opts)
-	var resp *rpc.GetAgentResponse
-	err := r.routed(ctx, user, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
-		resp, err = rc.GetAgent(ctx, &rpc.AgentRef{Target: userTarget(user), AgentId: agentID[:], Consistency: cons})
-		return err
-	})
+	resp, err := unary(ctx, r.routed(user), co, rpc.RegistryClient.GetAgent, &rpc.AgentRef{Target: userTarget(user), AgentId: agentID[:], Consistency: cons})
 	if err != nil {
 		return nil, err
 	}
@@ -258,11 +268,7 @@ func (r *Registry) GetAgentOf(ctx context.Context, user keys.UserID, agentID key
 func (r *Registry) GetAgent(ctx context.Context, agentID keys.AgentID, opts ...ReadOption) (*records.AgentRecord, error) {
 	cons, co := consistency(opts)
 	found, err := fanLookup(ctx, r.c, fmt.Sprintf("agent %x", agentID[:]), func(ctx context.Context, id shard.ID) (*records.AgentRecord, error) {
-		var resp *rpc.GetAgentResponse
-		err := r.onShard(ctx, id, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
-			resp, err = rc.GetAgent(ctx, &rpc.AgentRef{Target: shardTarget(id), AgentId: agentID[:], Consistency: cons})
-			return err
-		})
+		resp, err := unary(ctx, r.onShard(id), co, rpc.RegistryClient.GetAgent, &rpc.AgentRef{Target: shardTarget(id), AgentId: agentID[:], Consistency: cons})
 		if err != nil {
 			return nil, err
 		}
@@ -280,10 +286,8 @@ func (r *Registry) GetAgent(ctx context.Context, agentID keys.AgentID, opts ...R
 // first attempt applied but its answer was lost, the retry answers
 // ErrNotFound although this call deleted the agent.
 func (r *Registry) DeleteAgentOf(ctx context.Context, user keys.UserID, agentID keys.AgentID) error {
-	return r.routed(ctx, user, writeOnce, func(ctx context.Context, rc rpc.RegistryClient) error {
-		_, err := rc.DeleteAgent(ctx, &rpc.AgentRef{Target: userTarget(user), AgentId: agentID[:]})
-		return err
-	})
+	_, err := unary(ctx, r.routed(user), writeOnce, rpc.RegistryClient.DeleteAgent, &rpc.AgentRef{Target: userTarget(user), AgentId: agentID[:]})
+	return err
 }
 
 // DeleteAgent deletes agent agentID whoever owns it (seed delete_agent): it
@@ -310,15 +314,11 @@ func (r *Registry) ListAgentsByUser(ctx context.Context, user keys.UserID, opts 
 // id, and the cursor of the next page (nil after the last).
 func (r *Registry) ListAgentsByUserPage(ctx context.Context, user keys.UserID, p Page, opts ...ReadOption) ([]*records.AgentRecord, []byte, error) {
 	cons, co := consistency(opts)
-	var resp *rpc.AgentList
-	err := r.routed(ctx, user, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
-		resp, err = rc.ListAgentsByUser(ctx, &rpc.ListAgentsByUserRequest{UserId: user[:], Consistency: cons, Cursor: p.Cursor, Limit: p.limit()})
-		return err
-	})
+	resp, err := unary(ctx, r.routed(user), co, rpc.RegistryClient.ListAgentsByUser, &rpc.ListAgentsByUserRequest{UserId: user[:], Consistency: cons, Cursor: p.Cursor, Limit: p.limit()})
 	if err != nil {
 		return nil, nil, err
 	}
-	agents, err := agentsFrom(resp.GetAgents())
+	agents, err := allFrom(resp.GetAgents(), agentFrom)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -329,11 +329,7 @@ func (r *Registry) ListAgentsByUserPage(ctx context.Context, user keys.UserID, p
 // index keys without sending (or decoding) the records.
 func (r *Registry) CountAgentsByUser(ctx context.Context, user keys.UserID, opts ...ReadOption) (uint32, error) {
 	cons, co := consistency(opts)
-	var resp *rpc.CountResponse
-	err := r.routed(ctx, user, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
-		resp, err = rc.CountAgentsByUser(ctx, &rpc.UserRef{UserId: user[:], Consistency: cons})
-		return err
-	})
+	resp, err := unary(ctx, r.routed(user), co, rpc.RegistryClient.CountAgentsByUser, &rpc.UserRef{UserId: user[:], Consistency: cons})
 	if err != nil {
 		return 0, err
 	}
@@ -348,11 +344,7 @@ func (r *Registry) UpdateAgentStatusOf(ctx context.Context, user keys.UserID, ag
 	if !s.Valid() {
 		return nil, invalidf("agent status %s", s)
 	}
-	var resp *rpc.UpdateAgentStatusResponse
-	err := r.routed(ctx, user, writeOnce, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
-		resp, err = rc.UpdateAgentStatus(ctx, &rpc.UpdateAgentStatusRequest{UserId: user[:], AgentId: agentID[:], Status: uint32(s)})
-		return err
-	})
+	resp, err := unary(ctx, r.routed(user), writeOnce, rpc.RegistryClient.UpdateAgentStatus, &rpc.UpdateAgentStatusRequest{UserId: user[:], AgentId: agentID[:], Status: uint32(s)})
 	if err != nil {
 		return nil, err
 	}
@@ -399,16 +391,12 @@ func (r *Registry) listShardAgents(ctx context.Context, byStatus bool, s records
 		var out []*records.AgentRecord
 		var cursor []byte
 		for {
-			var resp *rpc.AgentList
-			err := r.onShard(ctx, id, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
-				resp, err = rc.ListShardAgents(ctx, &rpc.ShardAgentsRequest{Shard: uint32(id), ByStatus: byStatus,
-					Status: uint32(s), Cursor: cursor, Limit: shardPageLimit, Consistency: cons})
-				return err
-			})
+			resp, err := unary(ctx, r.onShard(id), co, rpc.RegistryClient.ListShardAgents, &rpc.ShardAgentsRequest{Shard: uint32(id), ByStatus: byStatus,
+				Status: uint32(s), Cursor: cursor, Limit: shardPageLimit, Consistency: cons})
 			if err != nil {
 				return nil, err
 			}
-			page, err := agentsFrom(resp.GetAgents())
+			page, err := allFrom(resp.GetAgents(), agentFrom)
 			if err != nil {
 				return nil, err
 			}
@@ -433,27 +421,18 @@ func (r *Registry) listShardAgents(ctx context.Context, byStatus bool, s records
 // PutSession creates or replaces a session with its by-agent index entry.
 // Retried when the outcome is unknown.
 func (r *Registry) PutSession(ctx context.Context, s *records.SessionRecord) error {
-	if s == nil {
-		return invalidf("session is nil")
-	}
-	if err := s.Validate(); err != nil {
-		return invalidArg(err)
-	}
-	return r.routed(ctx, s.UserID, writeOnce, func(ctx context.Context, rc rpc.RegistryClient) error {
-		_, err := rc.PutSession(ctx, &rpc.PutSessionRequest{Session: rpc.SessionToProto(s)})
+	if err := checkRecord(s, "session"); err != nil {
 		return err
-	})
+	}
+	_, err := unary(ctx, r.routed(s.UserID), writeOnce, rpc.RegistryClient.PutSession, &rpc.PutSessionRequest{Session: rpc.SessionToProto(s)})
+	return err
 }
 
 // GetSessionOf returns session id of user, or ErrNotFound (also when the
 // user's shard holds a session with that id of another user).
 func (r *Registry) GetSessionOf(ctx context.Context, user keys.UserID, id keys.SessionID, opts ...ReadOption) (*records.SessionRecord, error) {
 	cons, co := consistency(opts)
-	var resp *rpc.GetSessionResponse
-	err := r.routed(ctx, user, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
-		resp, err = rc.GetSession(ctx, &rpc.SessionRef{Target: userTarget(user), SessionId: id[:], Consistency: cons})
-		return err
-	})
+	resp, err := unary(ctx, r.routed(user), co, rpc.RegistryClient.GetSession, &rpc.SessionRef{Target: userTarget(user), SessionId: id[:], Consistency: cons})
 	if err != nil {
 		return nil, err
 	}
@@ -473,11 +452,7 @@ func (r *Registry) GetSessionOf(ctx context.Context, user keys.UserID, id keys.S
 func (r *Registry) GetSession(ctx context.Context, id keys.SessionID, opts ...ReadOption) (*records.SessionRecord, error) {
 	cons, co := consistency(opts)
 	found, err := fanLookup(ctx, r.c, fmt.Sprintf("session %x", id[:]), func(ctx context.Context, sid shard.ID) (*records.SessionRecord, error) {
-		var resp *rpc.GetSessionResponse
-		err := r.onShard(ctx, sid, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
-			resp, err = rc.GetSession(ctx, &rpc.SessionRef{Target: shardTarget(sid), SessionId: id[:], Consistency: cons})
-			return err
-		})
+		resp, err := unary(ctx, r.onShard(sid), co, rpc.RegistryClient.GetSession, &rpc.SessionRef{Target: shardTarget(sid), SessionId: id[:], Consistency: cons})
 		if err != nil {
 			return nil, err
 		}
@@ -497,11 +472,7 @@ func (r *Registry) UpdateSessionStatusOf(ctx context.Context, user keys.UserID, 
 	if !s.Valid() {
 		return nil, invalidf("session status %s", s)
 	}
-	var resp *rpc.UpdateSessionStatusResponse
-	err := r.routed(ctx, user, writeOnce, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
-		resp, err = rc.UpdateSessionStatus(ctx, &rpc.UpdateSessionStatusRequest{Target: userTarget(user), SessionId: id[:], Status: uint32(s)})
-		return err
-	})
+	resp, err := unary(ctx, r.routed(user), writeOnce, rpc.RegistryClient.UpdateSessionStatus, &rpc.UpdateSessionStatusRequest{Target: userTarget(user), SessionId: id[:], Status: uint32(s)})
 	if err != nil {
 		return nil, err
 	}
@@ -518,11 +489,7 @@ func (r *Registry) UpdateSessionStatus(ctx context.Context, id keys.SessionID, s
 		return invalidf("session status %s", s)
 	}
 	_, err := fanLookup(ctx, r.c, fmt.Sprintf("session %x", id[:]), func(ctx context.Context, sid shard.ID) (*rpc.Session, error) {
-		var resp *rpc.UpdateSessionStatusResponse
-		err := r.onShard(ctx, sid, writeOnce, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
-			resp, err = rc.UpdateSessionStatus(ctx, &rpc.UpdateSessionStatusRequest{Target: shardTarget(sid), SessionId: id[:], Status: uint32(s)})
-			return err
-		})
+		resp, err := unary(ctx, r.onShard(sid), writeOnce, rpc.RegistryClient.UpdateSessionStatus, &rpc.UpdateSessionStatusRequest{Target: shardTarget(sid), SessionId: id[:], Status: uint32(s)})
 		return resp.GetSession(), err
 	})
 	return err
@@ -556,16 +523,12 @@ func (r *Registry) ListSessionsByAgentOfPage(ctx context.Context, user keys.User
 // target (a user or the shard).
 func (r *Registry) sessionsPage(ctx context.Context, id shard.ID, target *rpc.Target, agentID keys.AgentID, p Page, opts []ReadOption) ([]*records.SessionRecord, []byte, error) {
 	cons, co := consistency(opts)
-	var resp *rpc.SessionList
-	err := r.onShard(ctx, id, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
-		resp, err = rc.ListSessionsByAgent(ctx, &rpc.ListSessionsByAgentRequest{Target: target, AgentId: agentID[:],
-			Consistency: cons, Cursor: p.Cursor, Limit: p.limit()})
-		return err
-	})
+	resp, err := unary(ctx, r.onShard(id), co, rpc.RegistryClient.ListSessionsByAgent, &rpc.ListSessionsByAgentRequest{Target: target, AgentId: agentID[:],
+		Consistency: cons, Cursor: p.Cursor, Limit: p.limit()})
 	if err != nil {
 		return nil, nil, err
 	}
-	ss, err := sessionsFrom(resp.GetSessions())
+	ss, err := allFrom(resp.GetSessions(), sessionFrom)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -591,26 +554,17 @@ func (r *Registry) ListSessionsByAgent(ctx context.Context, agentID keys.AgentID
 // PutUser creates or replaces a cached user. Retried when the outcome is
 // unknown.
 func (r *Registry) PutUser(ctx context.Context, u *records.UserRecord) error {
-	if u == nil {
-		return invalidf("user is nil")
-	}
-	if err := u.Validate(); err != nil {
-		return invalidArg(err)
-	}
-	return r.routed(ctx, u.UserID, writeOnce, func(ctx context.Context, rc rpc.RegistryClient) error {
-		_, err := rc.PutUser(ctx, &rpc.PutUserRequest{User: rpc.UserToProto(u)})
+	if err := checkRecord(u, "user"); err != nil {
 		return err
-	})
+	}
+	_, err := unary(ctx, r.routed(u.UserID), writeOnce, rpc.RegistryClient.PutUser, &rpc.PutUserRequest{User: rpc.UserToProto(u)})
+	return err
 }
 
 // GetUser returns the cached user, or ErrNotFound.
 func (r *Registry) GetUser(ctx context.Context, user keys.UserID, opts ...ReadOption) (*records.UserRecord, error) {
 	cons, co := consistency(opts)
-	var resp *rpc.GetUserResponse
-	err := r.routed(ctx, user, co, func(ctx context.Context, rc rpc.RegistryClient) (err error) {
-		resp, err = rc.GetUser(ctx, &rpc.UserRef{UserId: user[:], Consistency: cons})
-		return err
-	})
+	resp, err := unary(ctx, r.routed(user), co, rpc.RegistryClient.GetUser, &rpc.UserRef{UserId: user[:], Consistency: cons})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/swarmkv/swarmkv/internal/retry"
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
 )
@@ -57,20 +58,9 @@ func (n *Node) onMetaLeader(ctx context.Context, local func() error, remote func
 	if forwarded(ctx) {
 		return n.onMetaLeaderOnce(ctx, local, remote)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	backoff := 50 * time.Millisecond
-	for {
-		err := n.onMetaLeaderOnce(ctx, local, remote)
-		if status.Code(err) != codes.Unavailable || time.Now().Add(backoff).After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Second)
-	}
+	return retry.Do(ctx, retry.Options{Initial: 50 * time.Millisecond, Max: time.Second, MaxElapsed: 15 * time.Second,
+		Retryable: func(err error) bool { return status.Code(err) == codes.Unavailable }},
+		func() error { return n.onMetaLeaderOnce(ctx, local, remote) })
 }
 
 func (n *Node) onMetaLeaderOnce(ctx context.Context, local func() error, remote func(context.Context, rpc.AdminClient) error) error {
@@ -304,20 +294,15 @@ func (n *Node) RemoveNode(ctx context.Context, id string) (*State, error) {
 // adminMeta fetches the committed cluster state for an admin call,
 // retrying for up to 10 s while the meta group has no reachable leader.
 func (n *Node) adminMeta(ctx context.Context) (*State, error) {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, err := n.fetchMeta(ctx)
-		if err == nil {
-			return st, nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, status.Error(codes.Unavailable, err.Error())
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
+	var st *State
+	err := retry.Do(ctx, retry.Options{Initial: 100 * time.Millisecond, MaxElapsed: 10 * time.Second}, func() (err error) {
+		st, err = n.fetchMeta(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
 	}
+	return st, nil
 }
 
 func cmpString(a, b string) int {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -23,6 +24,7 @@ import (
 	"lukechampine.com/blake3"
 
 	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/internal/retry"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
@@ -330,21 +332,18 @@ func (n *Node) protocolVersion() int {
 // joinLoop joins the seed addresses, retrying until one answers.
 func (n *Node) joinLoop() {
 	defer n.wg.Done()
-	backoff := 200 * time.Millisecond
-	for {
-		joined, err := n.ml.Join(n.cfg.Join)
-		if joined > 0 {
-			n.log.Info("joined gossip", "seeds", n.cfg.Join, "contacted", joined)
-			return
-		}
-		n.log.Warn("gossip join failed, retrying", "seeds", n.cfg.Join, "err", err, "in", backoff)
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
+	retry.Do(n.ctx, retry.Options{Initial: 200 * time.Millisecond, Max: 5 * time.Second,
+		Notify: func(err error, in time.Duration) {
+			n.log.Warn("gossip join failed, retrying", "seeds", n.cfg.Join, "err", err, "in", in)
+		}},
+		func() error {
+			joined, err := n.ml.Join(n.cfg.Join)
+			if joined > 0 {
+				n.log.Info("joined gossip", "seeds", n.cfg.Join, "contacted", joined)
+				return nil
+			}
+			return cmp.Or(err, errors.New("no seed answered"))
+		})
 }
 
 // aliveMembers returns the metadata of live gossip members that passed the
@@ -636,6 +635,7 @@ func (n *Node) Close() error {
 				n.grpcSrv.Stop()
 				<-stopped
 			}
+			n.pipeline.close()
 		} else if n.grpcLn != nil {
 			n.grpcLn.Close()
 		}

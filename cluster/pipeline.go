@@ -35,7 +35,8 @@ type pipelineServer struct {
 	// counted, if set, is told each message's direction and item count
 	// (metrics).
 	counted func(direction string, items int)
-	workers workerPool
+	// workers runs the items, and the streams' receivers; close joins them.
+	workers *workerPool
 }
 
 // workerPool runs functions on goroutines that outlive one call: a worker
@@ -45,26 +46,52 @@ type pipelineServer struct {
 // goroutine per call starts at 8 KiB and grows, copying its stack, on
 // every call; the profile of a 100-client put load showed 4-5 % of the
 // node's CPU in that copying. There is no bound here: the callers bound
-// what runs at once.
+// what runs at once. close makes idle workers exit at once and waits for
+// every goroutine the pool started.
 type workerPool struct {
 	work chan func() // unbuffered: a send succeeds only to a waiting worker
 	idle time.Duration
+	quit chan struct{} // closed by close
+	// mu orders wg.Add before close's wg.Wait: no goroutine starts after
+	// closed is set.
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
 }
 
-func newWorkerPool(idle time.Duration) workerPool {
-	return workerPool{work: make(chan func()), idle: idle}
+func newWorkerPool(idle time.Duration) *workerPool {
+	return &workerPool{work: make(chan func()), idle: idle, quit: make(chan struct{})}
 }
 
-// submit runs f on an idle worker, or on a new one when none waits.
-func (w workerPool) submit(f func()) {
+// submit runs f on an idle worker, or on a new one when none waits; after
+// close, on the caller's goroutine.
+func (w *workerPool) submit(f func()) {
 	select {
 	case w.work <- f:
 	default:
-		go w.worker(f)
+		if !w.start(func() { w.worker(f) }) {
+			f()
+		}
 	}
 }
 
-func (w workerPool) worker(f func()) {
+// start runs f on a new goroutine that close joins; false (f not run)
+// after close.
+func (w *workerPool) start(f func()) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return false
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		f()
+	}()
+	return true
+}
+
+func (w *workerPool) worker(f func()) {
 	t := time.NewTimer(w.idle)
 	defer t.Stop()
 	for {
@@ -74,8 +101,22 @@ func (w workerPool) worker(f func()) {
 		case f = <-w.work:
 		case <-t.C:
 			return
+		case <-w.quit:
+			return
 		}
 	}
+}
+
+// close stops the idle workers and waits for every goroutine of the pool.
+// Idempotent.
+func (w *workerPool) close() {
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.quit)
+	}
+	w.mu.Unlock()
+	w.wg.Wait()
 }
 
 type pipelineMethod struct {
@@ -114,6 +155,11 @@ func newPipelineServer(intercept grpc.UnaryServerInterceptor, maxInFlight int, s
 // without a result were not executed.
 func (p *pipelineServer) stop() { p.stopOnce.Do(func() { close(p.stopping) }) }
 
+// close waits for every goroutine the pipeline started: the items' workers
+// and the streams' receivers. Call it after stop and after the gRPC server
+// stopped (a receiver returns once its stream is gone). Idempotent.
+func (p *pipelineServer) close() { p.workers.close() }
+
 func (p *pipelineServer) count(direction string, items int) {
 	if p.counted != nil {
 		p.counted(direction, items)
@@ -137,7 +183,7 @@ func (p *pipelineServer) Calls(stream rpc.Pipeline_CallsServer) error {
 	ctx := stream.Context()
 	batches := make(chan *rpc.PipelineCalls)
 	recvErr := make(chan error, 1)
-	go func() {
+	receiving := p.workers.start(func() {
 		for {
 			in, err := stream.Recv()
 			if err != nil {
@@ -150,7 +196,10 @@ func (p *pipelineServer) Calls(stream rpc.Pipeline_CallsServer) error {
 				return
 			}
 		}
-	}()
+	})
+	if !receiving {
+		return nil // the node is stopping: no call was taken
+	}
 
 	// Every item holds a slot until its result is queued, so out never
 	// holds more than maxInFlight results and a finished item never waits.

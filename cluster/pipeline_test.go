@@ -108,6 +108,7 @@ func newPipeRig(t *testing.T, withPipeline bool) *pipeRig {
 		}
 		r.pipe = newPipelineServer(chainUnary(count), 16, pipelineService{&rpc.KV_ServiceDesc, r.kv})
 		rpc.RegisterPipelineServer(s, r.pipe)
+		t.Cleanup(r.pipe.close) // after s.Stop: joins the pipeline's goroutines
 	}
 	go s.Serve(ln)
 	t.Cleanup(s.Stop)

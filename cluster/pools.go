@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/internal/retry"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
 	"github.com/swarmkv/swarmkv/rpc"
@@ -733,19 +734,19 @@ func (s *poolsServer) PlanDeploy(ctx context.Context, req *rpc.PlanDeployRequest
 // closes.
 func ensureDefaultPool(r *replica) {
 	term := r.readyTerm.Load()
-	backoff := 100 * time.Millisecond
+	backoff := retry.Options{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.Backoff()
 	for term != 0 && r.readyTerm.Load() == term {
 		done, err := proposeDefaultPool(r)
 		if done {
 			return
 		}
-		r.log.Warn("ensuring the default pool failed, retrying", "pool", records.DefaultPoolID, "err", err, "in", backoff)
+		wait := backoff.Next()
+		r.log.Warn("ensuring the default pool failed, retrying", "pool", records.DefaultPoolID, "err", err, "in", wait)
 		select {
 		case <-r.done:
 			return
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 

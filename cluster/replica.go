@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,10 +86,15 @@ type replica struct {
 	// commands they carried (metrics).
 	propEntries, propCmds atomic.Uint64
 
-	done      chan struct{}
-	wg        sync.WaitGroup
-	closeOnce sync.Once
-	closeErr  error
+	done chan struct{}
+	// wg joins every goroutine of the replica: its loops and the waiters
+	// of Raft futures (waitFuture). waitMu orders a waiter's wg.Add before
+	// close's wg.Wait: none is added once waitClosed is set.
+	wg         sync.WaitGroup
+	waitMu     sync.Mutex
+	waitClosed bool
+	closeOnce  sync.Once
+	closeErr   error
 }
 
 type readResult struct {
@@ -482,13 +488,11 @@ func (r *replica) apply(ctx context.Context, data []byte) (*fsm.Result, error) {
 }
 
 // await waits for a Raft future, the context or the replica's close, and
-// maps Raft's errors to this package's. The future is waited on in a
-// goroutine of its own because Raft does not answer every future: with
-// BatchApplyCh a proposal still in Raft's buffered apply channel when Raft
-// shuts down is never resolved, and a caller blocked on it would hang.
+// maps Raft's errors to this package's. The future is waited on by a
+// goroutine of its own (waitFuture), so that the context can end the wait.
 func (r *replica) await(ctx context.Context, f raft.Future) error {
 	errc := make(chan error, 1)
-	go func() { errc <- f.Error() }()
+	r.waitFuture(f, func(err error) { errc <- err })
 	select {
 	case err := <-errc:
 		return applyError(err)
@@ -497,6 +501,57 @@ func (r *replica) await(ctx context.Context, f raft.Future) error {
 	case <-r.done:
 		return ErrClosed
 	}
+}
+
+// waitFuture runs then(f.Error()) on a goroutine that close joins.
+//
+// Raft does not answer every future it hands out: with BatchApplyCh a
+// future still in its buffered apply channel when it shuts down, or a
+// committed batch still queued for the state machine, is never resolved
+// (hashicorp/raft#498), and a goroutine blocked in its Error() could not be
+// joined. Raft's futures have an exported ShutdownCh that Error() honours
+// but that Raft sets only on a few of them; bindShutdown sets it to r.done,
+// so every waiter returns (raft.ErrRaftShutdown) once the replica closes.
+// A future that cannot be bound is an errorFuture, answered already, or
+// one of a raft version whose futures changed (TestBindShutdown fails
+// then); its waiter is not joined.
+func (r *replica) waitFuture(f raft.Future, then func(error)) {
+	if !bindShutdown(f, r.done) {
+		go func() { then(f.Error()) }()
+		return
+	}
+	r.waitMu.Lock()
+	closed := r.waitClosed
+	if !closed {
+		r.wg.Add(1)
+	}
+	r.waitMu.Unlock()
+	if closed {
+		then(f.Error()) // r.done is closed: Error returns at once
+		return
+	}
+	go func() {
+		defer r.wg.Done()
+		then(f.Error())
+	}()
+}
+
+// bindShutdown makes f.Error() return raft.ErrRaftShutdown once done is
+// closed, by setting the ShutdownCh field of the deferError that
+// hashicorp/raft's futures embed. Only the goroutine that calls Error()
+// reads that field, after this returns. It reports false when f has no
+// such field.
+func bindShutdown(f raft.Future, done chan struct{}) bool {
+	v := reflect.ValueOf(f)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return false
+	}
+	ch := v.Elem().FieldByName("ShutdownCh")
+	if !ch.IsValid() || !ch.CanSet() || ch.Type() != reflect.TypeOf(done) {
+		return false
+	}
+	ch.Set(reflect.ValueOf(done))
+	return true
 }
 
 // applyError maps the error of a Raft future to the replica's.
@@ -680,10 +735,8 @@ func (r *replica) takeProposals() []*proposal {
 }
 
 // submit proposes batch as one entry and answers every proposal of it from
-// a goroutine that waits for the entry's future and then frees the
-// in-flight slot proposeLoop took. As in apply, that goroutine is not
-// joined: with BatchApplyCh a future still in Raft's apply channel at
-// shutdown is never resolved; the callers stop waiting on r.done.
+// a goroutine (waitFuture) that waits for the entry's future and then
+// frees the in-flight slot proposeLoop took.
 func (r *replica) submit(batch []*proposal) {
 	data := batch[0].data
 	if len(batch) > 1 {
@@ -707,8 +760,7 @@ func (r *replica) submit(batch []*proposal) {
 	f := r.raft.Apply(data, max(timeout, time.Millisecond))
 	r.propEntries.Add(1)
 	r.propCmds.Add(uint64(len(batch)))
-	go func() {
-		err := f.Error()
+	r.waitFuture(f, func(err error) {
 		<-r.inflight
 		if err != nil {
 			answerAll(batch, nil, applyError(err))
@@ -734,7 +786,7 @@ func (r *replica) submit(batch []*proposal) {
 		default:
 			answerAll(batch, nil, fmt.Errorf("cluster: shard %d: unexpected apply response %T", r.id, resp))
 		}
-	}()
+	})
 }
 
 func answerAll(batch []*proposal, res *fsm.Result, err error) {
@@ -751,7 +803,10 @@ func (r *replica) leader() string {
 
 func (r *replica) close() error {
 	r.closeOnce.Do(func() {
-		close(r.done)
+		close(r.done) // every waiter of a Raft future returns (waitFuture)
+		r.waitMu.Lock()
+		r.waitClosed = true
+		r.waitMu.Unlock()
 		if r.raft != nil {
 			if err := r.raft.Shutdown().Error(); err != nil {
 				r.closeErr = err

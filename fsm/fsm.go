@@ -14,6 +14,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/hashicorp/raft"
+
+	"github.com/swarmkv/swarmkv/internal/pebblelog"
 )
 
 // Config configures one shard replica's state machine.
@@ -195,7 +197,7 @@ func open(cfg Config, fs vfs.FS) (*FSM, error) {
 	opts := &pebble.Options{
 		Cache:        cfg.Cache,
 		MemTableSize: cfg.MemTableSize,
-		Logger:       pebbleLogger{log.With("component", "pebble")},
+		Logger:       pebblelog.New(log.With("component", "pebble")),
 		FS:           fs,
 	}
 	// Bloom filters on every level, L0 included (Pebble's default is none):
@@ -694,24 +696,3 @@ func (f *FSM) Scan(start, end []byte, limit int) ([]KV, error) {
 // Dump returns every key and value of the replica except the meta table, in
 // key order. For tests and debugging.
 func (f *FSM) Dump() ([]KV, error) { return f.Scan(nil, nil, 0) }
-
-// pebbleLogger adapts slog to pebble.Logger.
-type pebbleLogger struct{ log *slog.Logger }
-
-func (l pebbleLogger) Infof(format string, args ...interface{}) {
-	l.log.Debug(fmt.Sprintf(format, args...))
-}
-
-func (l pebbleLogger) Errorf(format string, args ...interface{}) {
-	l.log.Error(fmt.Sprintf(format, args...))
-}
-
-// Fatalf is called by Pebble on an unrecoverable storage error (for
-// example a failed WAL write); Pebble does not expect it to return. It
-// panics instead of exiting the process so that the caller's recovery and
-// shutdown still run.
-func (l pebbleLogger) Fatalf(format string, args ...interface{}) {
-	msg := fmt.Sprintf(format, args...)
-	l.log.Error("pebble fatal: " + msg)
-	panic("pebble fatal: " + msg)
-}

@@ -13,6 +13,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/swarmkv/swarmkv/internal/pebblelog"
 )
 
 var (
@@ -113,7 +115,7 @@ func Open(opts Options) (*Store, error) {
 		MemTableSize:       opts.MemTableSize,
 		FS:                 opts.FS,
 		FormatMajorVersion: pebble.FormatNewest,
-		Logger:             pebbleLogger{log},
+		Logger:             pebblelog.New(log),
 	}
 	if d := opts.MinSyncInterval; d > 0 {
 		po.WALMinSyncInterval = func() time.Duration { return d }
@@ -300,24 +302,4 @@ func (s *Store) FsyncStats() (FsyncStats, error) {
 		}
 	}
 	return st, nil
-}
-
-// pebbleLogger adapts slog to pebble.Logger.
-type pebbleLogger struct{ log *slog.Logger }
-
-func (l pebbleLogger) Infof(format string, args ...interface{}) {
-	l.log.Debug(fmt.Sprintf(format, args...))
-}
-
-func (l pebbleLogger) Errorf(format string, args ...interface{}) {
-	l.log.Error(fmt.Sprintf(format, args...))
-}
-
-// Fatalf is called by Pebble on an unrecoverable storage error (a failed
-// WAL write or sync); Pebble does not expect it to return. It panics rather
-// than exit, so the caller's recovery and shutdown still run.
-func (l pebbleLogger) Fatalf(format string, args ...interface{}) {
-	msg := fmt.Sprintf(format, args...)
-	l.log.Error("pebble fatal: " + msg)
-	panic("pebble fatal: " + msg)
 }

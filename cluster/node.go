@@ -23,6 +23,7 @@ import (
 	"lukechampine.com/blake3"
 
 	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/internal/lograte"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
@@ -152,7 +153,7 @@ func New(cfg Config) (_ *Node, err error) {
 	n.addrs.ID = cfg.ID
 	n.addrs.RaftAddr = advertised(cfg.RaftAdvertise, raftLn.Addr())
 	mcfg := MuxConfig{Listener: raftLn, Advertise: n.addrs.RaftAddr, Dial: cfg.Dial,
-		Logger: rateLimited(n.log, logEvery), HandshakeTimeout: cfg.RaftHandshakeTimeout,
+		Logger: lograte.New(n.log, lograte.Every), HandshakeTimeout: cfg.RaftHandshakeTimeout,
 		LocalID: cfg.ID, Secret: n.secret, AllowPeer: n.raftPeerAllowed}
 	if n.tls != nil {
 		mcfg.ServerTLS, mcfg.ClientTLS = n.tls.serverConfig(true), n.tls.peerConfig()
@@ -243,7 +244,7 @@ func New(cfg Config) (_ *Node, err error) {
 			ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout, ReadTimeout: cfg.HTTPReadTimeout,
 			WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
 			MaxHeaderBytes: cfg.HTTPMaxHeaderBytes,
-			ErrorLog:       log.New(logWriter{logger: rateLimitedBy(n.log, logEvery, httpLogKey).With("component", "http")}, "", 0)}
+			ErrorLog:       log.New(logWriter{logger: lograte.NewKeyed(n.log, lograte.Every, lograte.HTTPKey).With("component", "http")}, "", 0)}
 		serveHTTP := n.httpSrv.Serve
 		if n.tls != nil {
 			n.httpSrv.TLSConfig = n.tls.serverConfig(false)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
+	"github.com/swarmkv/swarmkv/transport"
 )
 
 // adminServer implements the Admin gRPC service (node-to-node calls behind
@@ -201,7 +202,7 @@ func (s *adminServer) Snapshot(ctx context.Context, req *rpc.SnapshotRequest) (*
 // is refused (remove it first); a removed id may join again with a new data
 // dir.
 func (n *Node) JoinNode(ctx context.Context, id string) (*State, error) {
-	if !idPattern.MatchString(id) {
+	if !transport.ValidNodeID(id) {
 		return nil, status.Errorf(codes.InvalidArgument, "node id %q: want 1-64 letters, digits, '.', '_' or '-'", id)
 	}
 	var out *State

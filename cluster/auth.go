@@ -154,7 +154,7 @@ const (
 func (n *Node) grpcServerOptions() []grpc.ServerOption {
 	var opts []grpc.ServerOption
 	if n.tls != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(n.tls.serverConfig(false))))
+		opts = append(opts, grpc.Creds(credentials.NewTLS(n.tls.ServerConfig(false))))
 	}
 	return opts
 }

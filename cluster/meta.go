@@ -25,6 +25,16 @@ import (
 // only by the meta leader with a guarded batch (compare the old document,
 // write the new), so concurrent changes never overwrite each other.
 
+// Group ids on the Raft port (transport.Mux) besides the shards' (a shard's
+// group id is its shard.ID).
+const (
+	// MetaGroup is the group id reserved for the cluster's meta Raft group.
+	MetaGroup uint32 = 0xFFFFFFFF
+	// ReadCheckGroup is the group of the nodes' batched leadership checks
+	// (transport.LeaderChecker).
+	ReadCheckGroup uint32 = 0xFFFFFFFE
+)
+
 // metaShardID is the meta group's id where a shard.ID is expected (replica,
 // state machine meta table).
 const metaShardID = shard.ID(MetaGroup)

@@ -3,35 +3,30 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/swarmkv/swarmkv/transport"
 )
 
 // Node identities (who may make node-to-node calls).
 //
-// With TLS a node proves its id with its node certificate (tls.go). With
-// Config.Auth and no TLS (loopback only, config.go checkSecure) nodes share
-// a cluster secret (Config.ClusterSecretFile) and prove that they know it:
+// With TLS a node proves its id with its node certificate (transport/tls.go).
+// With Config.Auth and no TLS (loopback only, config.go checkSecure) nodes
+// share a cluster secret (Config.ClusterSecretFile) and prove that they
+// know it:
 //
-//	gRPC       every node-to-node call carries the metadata
-//	           swarmkv-node: <id>
-//	           swarmkv-node-auth: <unix seconds>.<hex HMAC-SHA256(secret,
-//	               "swarmkv grpc\x00" id "\x00" method "\x00" seconds)>
-//	           accepted within nodeCredSkew of the server's clock, for that
-//	           method only
-//	Raft port  a challenge/response on the connection preface (mux_auth.go)
+//	gRPC       every node-to-node call carries a node credential for its
+//	           method (transport/nodecred.go)
+//	Raft port  a challenge/response on the connection preface
+//	           (transport/mux_auth.go)
 //
 // Either way an identity counts only while the cluster state lists that
 // node id as a member (active or leaving; isMemberNode): a removed node's
@@ -50,12 +45,6 @@ const (
 	clusterSecretName = "cluster-secret"
 	// minClusterSecret is the least length of a cluster secret, in bytes.
 	minClusterSecret = 32
-	// nodeCredSkew is how far a gRPC node credential's time may be from the
-	// server's clock (every node is on one host: loopback only).
-	nodeCredSkew = 2 * time.Minute
-
-	mdNode     = "swarmkv-node"
-	mdNodeAuth = "swarmkv-node-auth"
 )
 
 // ErrClusterSecret is wrapped by every cluster secret file error.
@@ -130,66 +119,17 @@ func makeClusterSecret(path string) error {
 	return nil
 }
 
-// nodeMAC is HMAC-SHA256(secret, label 0 part 0 part ...).
-func nodeMAC(secret []byte, label string, parts ...string) []byte {
-	h := hmac.New(sha256.New, secret)
-	h.Write([]byte(label))
-	for _, p := range parts {
-		h.Write([]byte{0})
-		h.Write([]byte(p))
-	}
-	return h.Sum(nil)
-}
-
-// grpcNodeCred returns the metadata value of mdNodeAuth for a call of
-// method by node id at time now.
-func grpcNodeCred(secret []byte, id, method string, now time.Time) string {
-	ts := strconv.FormatInt(now.Unix(), 10)
-	return ts + "." + hex.EncodeToString(nodeMAC(secret, "swarmkv grpc", id, method, ts))
-}
-
-// checkGRPCNodeCred reports whether cred is a valid credential of node id
-// for method at time now.
-func checkGRPCNodeCred(secret []byte, id, method, cred string, now time.Time) bool {
-	ts, mac, ok := strings.Cut(cred, ".")
-	if !ok || len(ts) > 20 {
-		return false
-	}
-	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil {
-		return false
-	}
-	if d := now.Sub(time.Unix(sec, 0)); d > nodeCredSkew || d < -nodeCredSkew {
-		return false
-	}
-	got, err := hex.DecodeString(mac)
-	if err != nil {
-		return false
-	}
-	return hmac.Equal(got, nodeMAC(secret, "swarmkv grpc", id, method, ts))
-}
-
-// nodeCredUnary is the client interceptor of node-to-node gRPC calls
-// without TLS: it adds this node's credential for the call's method.
-func (n *Node) nodeCredUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	ctx = metadata.AppendToOutgoingContext(ctx, mdNode, n.cfg.ID, mdNodeAuth, grpcNodeCred(n.secret, n.cfg.ID, method, time.Now()))
-	return invoker(ctx, method, req, reply, cc, opts...)
-}
-
 // identifySecret returns the node identity of a call that carries a valid
 // cluster-secret credential for method, or nil.
 func (n *Node) identifySecret(md metadata.MD, method string) *identity {
 	if n.secret == nil {
 		return nil
 	}
-	ids, creds := md.Get(mdNode), md.Get(mdNodeAuth)
-	if len(ids) != 1 || len(creds) != 1 || !idPattern.MatchString(ids[0]) {
+	id, ok := transport.CheckNodeCred(md, n.secret, method, time.Now())
+	if !ok {
 		return nil
 	}
-	if !checkGRPCNodeCred(n.secret, ids[0], method, creds[0], time.Now()) {
-		return nil
-	}
-	return &identity{name: "node:" + ids[0], node: true, nodeID: ids[0]}
+	return &identity{name: "node:" + id, node: true, nodeID: id}
 }
 
 // isMemberNode reports whether node id may act as a node: the cluster state

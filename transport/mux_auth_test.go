@@ -1,4 +1,4 @@
-package cluster
+package transport
 
 import (
 	"bytes"
@@ -33,33 +33,6 @@ func FuzzMuxAuthPreface(f *testing.F) {
 		_, id, err := m.acceptAuth(prefaceConn{r: bytes.NewReader(b[n:])}, hdr)
 		if err == nil {
 			t.Fatalf("preface %q accepted as node %q", b, id)
-		}
-	})
-}
-
-// FuzzGRPCNodeCred: a credential made for (id, method, time) checks out
-// for exactly that id (a valid node id, as identifySecret requires) and
-// method; the fuzzed credential text never panics the check; every
-// credential round-trips.
-func FuzzGRPCNodeCred(f *testing.F) {
-	secret := []byte(strings.Repeat("s", 32))
-	now := time.Unix(1_800_000_000, 0)
-	good := grpcNodeCred(secret, "n1", metaStateMethod, now)
-	f.Add("n1", metaStateMethod, good)
-	f.Add("n2", metaStateMethod, good)
-	f.Add("n1", "/x", "1800000000.00")
-	f.Add("n1", "/x", "-9223372036854775808.")
-	f.Add("", "", "")
-	f.Fuzz(func(t *testing.T, id, method, cred string) {
-		checkGRPCNodeCred(secret, id, method, cred, now) // no panic
-		if !idPattern.MatchString(id) {
-			return
-		}
-		if ok := checkGRPCNodeCred(secret, id, method, good, now); ok != (id == "n1" && method == metaStateMethod) {
-			t.Fatalf("n1's MetaState credential for %q %q: %v", id, method, ok)
-		}
-		if !checkGRPCNodeCred(secret, id, method, grpcNodeCred(secret, id, method, now), now) {
-			t.Fatalf("round trip failed for %q %q", id, method)
 		}
 	})
 }

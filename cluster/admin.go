@@ -219,7 +219,7 @@ func (n *Node) JoinNode(ctx context.Context, id string) (*State, error) {
 		var err error
 		out, err = n.metaUpdate(ctx, func(s *State) error {
 			g, ok := n.members.get(id)
-			m := s.member(id)
+			m := s.Member(id)
 			if m != nil && s.Status(id) != StatusRemoved && (!ok || g.meta.Inc == m.Incarnation) {
 				return errNoChange // already a member
 			}
@@ -269,7 +269,7 @@ func (n *Node) RemoveNode(ctx context.Context, id string) (*State, error) {
 	err := n.onMetaLeader(ctx, func() error {
 		var err error
 		out, err = n.metaUpdate(ctx, func(s *State) error {
-			m := s.member(id)
+			m := s.Member(id)
 			if m == nil {
 				return status.Errorf(codes.NotFound, "node %s is not a member", id)
 			}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/shard"
 )
 
@@ -32,7 +33,7 @@ func FuzzDecodeGossipMeta(f *testing.F) {
 // decodes into a state with a valid shard map, or is rejected.
 func FuzzDecodeState(f *testing.F) {
 	st := &State{FormatVersion: stateFormat, ClusterID: "c", MapVersion: 1, NumShards: 2, ReplicationFactor: 3,
-		Shards: Place([]string{"a", "b", "c"}, 2, 3), MetaVoters: []string{"a", "b", "c"},
+		Shards: placement.Place([]string{"a", "b", "c"}, 2, 3), MetaVoters: []string{"a", "b", "c"},
 		Nodes: []NodeAddrs{{ID: "a", RaftAddr: "x", Status: StatusActive}}}
 	st.Slots = make([]shard.ID, shard.NumSlots)
 	good, _ := json.Marshal(st)

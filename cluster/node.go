@@ -23,6 +23,7 @@ import (
 	"lukechampine.com/blake3"
 
 	"github.com/swarmkv/swarmkv/client"
+	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/internal/lograte"
 	"github.com/swarmkv/swarmkv/keys"
@@ -446,11 +447,11 @@ func (n *Node) planBootstrap() (*State, string) {
 		FormatVersion:     stateFormat,
 		ClusterID:         hex.EncodeToString(h[:8]),
 		ReplicationFactor: n.cfg.ReplicationFactor,
-		MetaVoters:        ids[:metaVoterTarget(len(ids))],
+		MetaVoters:        ids[:placement.MetaVoterTarget(len(ids))],
 		MapVersion:        smap.Version,
 		NumShards:         smap.NumShards,
 		Slots:             smap.Slots[:],
-		Shards:            Place(ids, n.cfg.Shards, n.cfg.ReplicationFactor),
+		Shards:            placement.Place(ids, n.cfg.Shards, n.cfg.ReplicationFactor),
 		Nodes:             nodes,
 	}
 	// Peers that bootstrapped before this node saw them all computed the

@@ -170,7 +170,7 @@ func (n *Node) raftPeerAllowed(id string) error {
 func redactForNonMember(st *State, id string) *State {
 	out := &State{FormatVersion: st.FormatVersion, ClusterID: st.ClusterID, Epoch: st.Epoch,
 		MapVersion: st.MapVersion, NumShards: st.NumShards, Slots: st.Slots}
-	if m := st.member(id); m != nil {
+	if m := st.Member(id); m != nil {
 		out.Nodes = []NodeAddrs{*m}
 	}
 	return out

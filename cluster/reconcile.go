@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
 )
@@ -365,7 +366,7 @@ func (n *Node) reconcileOnce(ctx context.Context) error {
 		}
 		id := m.ID
 		if _, err := n.metaUpdate(ctx, func(s *State) error {
-			if mm := s.member(id); mm != nil && s.Status(id) == StatusLeaving && s.ReplicaCount(id) == 0 {
+			if mm := s.Member(id); mm != nil && s.Status(id) == StatusLeaving && s.ReplicaCount(id) == 0 {
 				mm.Status = StatusRemoved
 				return nil
 			}
@@ -458,7 +459,7 @@ func (n *Node) stepGroup(ctx context.Context, g group, obs observation, lv *live
 	// 3. Too few good voters: add a learner on the least loaded live node.
 	target := min(lv.st.ReplicationFactor, lv.activeCount())
 	if g.meta {
-		target = metaVoterTarget(lv.activeCount())
+		target = placement.MetaVoterTarget(lv.activeCount())
 	}
 	good := 0
 	for _, v := range cfgVoters {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
 	"github.com/swarmkv/swarmkv/transport"
@@ -383,7 +384,7 @@ func (n *Node) Status(ctx context.Context) (*ClusterStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	gs := groupsOf(st)
+	gs := placement.Groups(st)
 	infos := make([]ShardInfo, len(gs))
 	var wg sync.WaitGroup
 	for i, g := range gs {
@@ -423,18 +424,18 @@ func (n *Node) Status(ctx context.Context) (*ClusterStatus, error) {
 	return out, nil
 }
 
-func (n *Node) groupInfo(ctx context.Context, g group) ShardInfo {
+func (n *Node) groupInfo(ctx context.Context, g placement.Group) ShardInfo {
 	obs := n.observe(ctx, g)
-	si := ShardInfo{Shard: g.String(), Voters: g.voters}
-	if !g.meta {
-		si.Shard = fmt.Sprint(g.shard)
+	si := ShardInfo{Shard: g.String(), Voters: g.Voters}
+	if !g.Meta {
+		si.Shard = fmt.Sprint(g.Shard)
 	}
 	var commit uint64
 	roles := map[string]string{}
-	for _, v := range g.voters {
+	for _, v := range g.Voters {
 		roles[v] = "voter"
 	}
-	for _, l := range g.learners {
+	for _, l := range g.Learners {
 		roles[l] = "learner"
 	}
 	if obs.leader != nil {
@@ -463,13 +464,13 @@ func (n *Node) groupInfo(ctx context.Context, g group) ShardInfo {
 }
 
 // groupByName resolves "meta" or a shard number.
-func (n *Node) groupByName(st *State, name string) (group, error) {
-	for _, g := range groupsOf(st) {
-		if g.meta && name == "meta" || !g.meta && name == fmt.Sprint(g.shard) {
+func (n *Node) groupByName(st *State, name string) (placement.Group, error) {
+	for _, g := range placement.Groups(st) {
+		if g.Meta && name == "meta" || !g.Meta && name == fmt.Sprint(g.Shard) {
 			return g, nil
 		}
 	}
-	return group{}, status.Errorf(codes.NotFound, "no shard %q (want 0..%d or meta)", name, st.NumShards-1)
+	return placement.Group{}, status.Errorf(codes.NotFound, "no shard %q (want 0..%d or meta)", name, st.NumShards-1)
 }
 
 // TransferLeader moves the leadership of a shard ("meta" for the meta
@@ -484,8 +485,8 @@ func (n *Node) TransferLeader(ctx context.Context, name, to string) (string, err
 	if err != nil {
 		return "", err
 	}
-	if to != "" && !slices.Contains(g.voters, to) {
-		return "", status.Errorf(codes.FailedPrecondition, "node %s is not a voter of %s (voters: %v)", to, g, g.voters)
+	if to != "" && !slices.Contains(g.Voters, to) {
+		return "", status.Errorf(codes.FailedPrecondition, "node %s is not a voter of %s (voters: %v)", to, g, g.Voters)
 	}
 	obs := n.observe(ctx, g)
 	if obs.leader == nil {
@@ -526,7 +527,7 @@ func (n *Node) Snapshot(ctx context.Context, name string) ([]SnapshotResult, err
 	if err != nil {
 		return nil, err
 	}
-	ids := g.holders()
+	ids := g.Holders()
 	out := make([]SnapshotResult, len(ids))
 	var wg sync.WaitGroup
 	for i, id := range ids {
@@ -536,7 +537,7 @@ func (n *Node) Snapshot(ctx context.Context, name string) ([]SnapshotResult, err
 			out[i].Node = id
 			var err error
 			if id == n.cfg.ID {
-				r := n.groupReplica(g.meta, g.shard)
+				r := n.groupReplica(g.Meta, g.Shard)
 				if r == nil {
 					err = fmt.Errorf("no local replica")
 				} else {
@@ -546,7 +547,7 @@ func (n *Node) Snapshot(ctx context.Context, name string) ([]SnapshotResult, err
 				err = cerr
 			} else {
 				var resp *rpc.SnapshotResponse
-				if resp, err = c.Snapshot(ctx, &rpc.SnapshotRequest{Shard: uint32(g.shard), Meta: g.meta}); err == nil {
+				if resp, err = c.Snapshot(ctx, &rpc.SnapshotRequest{Shard: uint32(g.Shard), Meta: g.Meta}); err == nil {
 					out[i].Index = resp.Index
 				}
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/shard"
@@ -205,8 +206,9 @@ func decodeState(b []byte) (*State, error) {
 	return &st, nil
 }
 
-// errNoChange, returned by a metaUpdate function, leaves the state as is.
-var errNoChange = errors.New("no change")
+// errNoChange, returned by a metaUpdate function, leaves the state as is
+// (placement.SetPlacement returns it too).
+var errNoChange = placement.ErrNoChange
 
 // metaUpdate applies fn to a copy of the committed state and commits the
 // result, guarded by the old document; fn runs again on a fresh copy if

@@ -36,6 +36,9 @@ import (
 //	             header; RESP: AUTH <user> <token>) matching an unrevoked
 //	             token of the cluster state: that token's roles, and the
 //	             actor it is bound to (Token.Actor), if any
+//	an operator  (admin HTTP API, Config.Auth without TLS) a request
+//	             signed with the cluster secret (nodeauth.go,
+//	             adminSecretScheme): the admin role
 //
 // and every call needs the permission grpcPerms (or the HTTP rules in
 // authHTTP) gives it. Pools calls name an actor (the user they act for);
@@ -147,7 +150,22 @@ func (n *Node) allows(id *identity, p auth.Perm) (bool, string) {
 const (
 	msgNoCredentials = "swarmkv: authentication required (a client certificate or a bearer token)"
 	msgBadToken      = "swarmkv: unknown, revoked or malformed token"
+	// The admin HTTP API of a node with Auth and without TLS (a cluster
+	// secret; nodeauth.go, adminSecretScheme).
+	msgNoCredentialsSecret = "swarmkv: authentication required: a bearer token, or sign with the cluster secret: swarmnode ... --cluster-secret-file <data-dir>/cluster-secret (or the file the node's own --cluster-secret-file names)"
+	msgBadSecretAuth       = "swarmkv: bad cluster-secret signature (another secret, another request, or a clock more than 2m off)"
+	msgSecretAuthWithTLS   = "swarmkv: cluster-secret signatures are accepted only with --auth without TLS; with TLS use a client certificate"
 )
+
+// identifyAdminSecret returns the operator identity of an admin HTTP
+// request signed with the cluster secret (h: its Authorization value), or
+// nil. Only a node with a cluster secret (Auth without TLS) accepts one.
+func (n *Node) identifyAdminSecret(r *http.Request, h string) *identity {
+	if n.secret == nil || !checkAdminSecretAuth(n.secret, r.Method, r.URL.Path, r.URL.RawQuery, h, time.Now()) {
+		return nil
+	}
+	return &identity{name: adminSecretIdentity, roles: []string{auth.RoleAdmin}}
+}
 
 // grpcServerOptions are the gRPC server's transport options: TLS with the
 // node certificate (a client certificate of the CA is verified if given).
@@ -388,7 +406,8 @@ func (n *Node) audit(via string, id *identity, what string, allowed bool, why st
 
 // authHTTP guards the HTTP server: /healthz, /readyz and /metrics are open;
 // everything else (the admin API /v1, /debug/pprof) needs the admin role
-// (or a node certificate). Admin calls are audit-logged.
+// (or a node certificate, or, with Auth without TLS, a request signed with
+// the cluster secret: identifyAdminSecret). Admin calls are audit-logged.
 func (n *Node) authHTTP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -407,6 +426,16 @@ func (n *Node) authHTTP(next http.Handler) http.Handler {
 			h := r.Header.Get("Authorization")
 			if h == "" {
 				msg = msgNoCredentials
+				if n.secret != nil {
+					msg = msgNoCredentialsSecret
+				}
+			} else if isAdminSecretAuth(h) {
+				if id = n.identifyAdminSecret(r, h); id == nil {
+					msg = msgBadSecretAuth
+					if n.secret == nil {
+						msg = msgSecretAuthWithTLS
+					}
+				}
 			} else if tok, err := auth.ParseBearer(h); err != nil {
 				msg = msgBadToken
 			} else if id, _ = n.identifyToken(tok); id == nil {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/metadata"
@@ -117,6 +118,58 @@ func makeClusterSecret(path string) error {
 		return fmt.Errorf("%w: %w", ErrClusterSecret, err)
 	}
 	return nil
+}
+
+// Operators without TLS (Config.Auth, loopback) have no client
+// certificate, and no token before the first one is made. The operator
+// CLI (--cluster-secret-file) reads the cluster secret and signs each admin
+// HTTP request with it:
+//
+//	Authorization: SwarmkvSecret <unix seconds>.<hex HMAC-SHA256(secret,
+//	    "swarmkv admin http\x00" method "\x00" path "\x00" query "\x00"
+//	    seconds)>
+//
+// (path: the decoded URL path, query: the raw query). authHTTP accepts it
+// within transport.CredSkew of its clock as the operator identity
+// adminSecretIdentity, with the admin role, only while the node has a
+// cluster secret (Auth without TLS). The body is not covered, as the gRPC
+// node credential does not cover the request: the signature never leaves
+// loopback, and whoever reads loopback traffic can read the secret file.
+
+// adminSecretScheme is the Authorization scheme of a signed admin request.
+const adminSecretScheme = "SwarmkvSecret"
+
+// adminSecretIdentity is the name (audit log) of a caller that signed with
+// the cluster secret.
+const adminSecretIdentity = "operator:cluster-secret"
+
+// ReadClusterSecret reads and checks a cluster secret file (the node's
+// checks: owner-only mode, at least 32 bytes) for the operator CLI.
+func ReadClusterSecret(path string) ([]byte, error) { return readClusterSecret(path) }
+
+// AdminSecretAuth returns the Authorization header value that signs an
+// admin HTTP request (method, decoded URL path, raw query) at time now
+// with the cluster secret.
+func AdminSecretAuth(secret []byte, method, path, rawQuery string, now time.Time) string {
+	return adminSecretScheme + " " + transport.TimedMAC(secret, now, "swarmkv admin http", method, path, rawQuery)
+}
+
+// isAdminSecretAuth reports whether an Authorization header value uses
+// the SwarmkvSecret scheme (case-insensitive, as HTTP schemes are).
+func isAdminSecretAuth(h string) bool {
+	scheme, _, _ := strings.Cut(h, " ")
+	return strings.EqualFold(scheme, adminSecretScheme)
+}
+
+// checkAdminSecretAuth reports whether the Authorization header value h
+// signs the request (method, path, rawQuery) with secret, within
+// transport.CredSkew of now.
+func checkAdminSecretAuth(secret []byte, method, path, rawQuery, h string, now time.Time) bool {
+	scheme, cred, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, adminSecretScheme) || len(secret) == 0 {
+		return false
+	}
+	return transport.CheckTimedMAC(secret, cred, now, "swarmkv admin http", method, path, rawQuery)
 }
 
 // identifySecret returns the node identity of a call that carries a valid

@@ -3,7 +3,9 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -185,8 +187,37 @@ func TestAuthWithoutTLSRefusesAnonymousNodeCalls(t *testing.T) {
 // secret is not heard on the Raft port.
 func TestAuthWithoutTLSCluster(t *testing.T) {
 	secretFile := writeSecret(t, "0123456789abcdef0123456789abcdef-test-secret")
-	tc := newTestCluster(t, 3, 2, func(c *Config) { c.Auth = true; c.ClusterSecretFile = secretFile })
+	tc := newTestCluster(t, 3, 2, func(c *Config) { c.Auth = true; c.ClusterSecretFile = secretFile; c.HTTPAddr = freePort(t) })
 	ctx := ctxT(t, 60*time.Second)
+	// The operator's first token, signed with the cluster secret, made
+	// through a node that does not lead the meta group: forwarded with
+	// the signature to the leader, which checks it again.
+	secret, err := ReadClusterSecret(secretFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "signed token create through a follower", func() error {
+		li := tc.metaLeaderIndex()
+		if m := tc.nodes[li].metaReplica(); m == nil || m.leader() != tc.nodes[li].ID() {
+			return errors.New("no meta leader yet")
+		}
+		follower := tc.nodes[(li+1)%3]
+		req, err := http.NewRequestWithContext(ctx, "POST", "http://"+follower.Addrs().HTTPAddr+"/v1/tokens", strings.NewReader(`{"name": "ops", "roles": ["admin"]}`))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", AdminSecretAuth(secret, "POST", "/v1/tokens", "", time.Now()))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || !strings.Contains(string(body), `"token": "swk_`) {
+			return fmt.Errorf("%d %s", resp.StatusCode, body)
+		}
+		return nil
+	})
 	var tok *TokenInfo
 	waitFor(t, 20*time.Second, "token created", func() error {
 		var err error

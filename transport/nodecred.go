@@ -21,13 +21,14 @@ import (
 //	swarmkv-node-auth: <unix seconds>.<hex HMAC-SHA256(secret,
 //	    "swarmkv grpc\x00" id "\x00" method "\x00" seconds)>
 //
-// accepted within nodeCredSkew of the server's clock, for that method only.
+// accepted within CredSkew of the server's clock, for that method only.
 // Whether the id may act as a node (a member) is the caller's question.
 
 const (
-	// nodeCredSkew is how far a gRPC node credential's time may be from the
-	// server's clock (every node is on one host: loopback only).
-	nodeCredSkew = 2 * time.Minute
+	// CredSkew is how far a timed MAC's time (a gRPC node credential's, a
+	// signed admin request's) may be from the checker's clock (every node
+	// is on one host: loopback only).
+	CredSkew = 2 * time.Minute
 
 	mdNode     = "swarmkv-node"
 	mdNodeAuth = "swarmkv-node-auth"
@@ -53,13 +54,25 @@ func nodeMAC(secret []byte, label string, parts ...string) []byte {
 // grpcNodeCred returns the metadata value of mdNodeAuth for a call of
 // method by node id at time now.
 func grpcNodeCred(secret []byte, id, method string, now time.Time) string {
-	ts := strconv.FormatInt(now.Unix(), 10)
-	return ts + "." + hex.EncodeToString(nodeMAC(secret, "swarmkv grpc", id, method, ts))
+	return TimedMAC(secret, now, "swarmkv grpc", id, method)
 }
 
 // checkGRPCNodeCred reports whether cred is a valid credential of node id
 // for method at time now.
 func checkGRPCNodeCred(secret []byte, id, method, cred string, now time.Time) bool {
+	return CheckTimedMAC(secret, cred, now, "swarmkv grpc", id, method)
+}
+
+// TimedMAC returns "<unix seconds>.<hex HMAC-SHA256(secret, label 0 part 0
+// ... 0 seconds)>": a proof of the secret bound to parts and to now.
+func TimedMAC(secret []byte, now time.Time, label string, parts ...string) string {
+	ts := strconv.FormatInt(now.Unix(), 10)
+	return ts + "." + hex.EncodeToString(nodeMAC(secret, label, append(parts, ts)...))
+}
+
+// CheckTimedMAC reports whether cred is TimedMAC(secret, t, label,
+// parts...) for a time t within CredSkew of now.
+func CheckTimedMAC(secret []byte, cred string, now time.Time, label string, parts ...string) bool {
 	ts, mac, ok := strings.Cut(cred, ".")
 	if !ok || len(ts) > 20 {
 		return false
@@ -68,14 +81,14 @@ func checkGRPCNodeCred(secret []byte, id, method, cred string, now time.Time) bo
 	if err != nil {
 		return false
 	}
-	if d := now.Sub(time.Unix(sec, 0)); d > nodeCredSkew || d < -nodeCredSkew {
+	if d := now.Sub(time.Unix(sec, 0)); d > CredSkew || d < -CredSkew {
 		return false
 	}
 	got, err := hex.DecodeString(mac)
 	if err != nil {
 		return false
 	}
-	return hmac.Equal(got, nodeMAC(secret, "swarmkv grpc", id, method, ts))
+	return hmac.Equal(got, nodeMAC(secret, label, append(parts, ts)...))
 }
 
 // NodeCredUnary returns the client interceptor of node-to-node gRPC calls

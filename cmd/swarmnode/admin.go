@@ -29,6 +29,10 @@ const adminUsage = `Usage:
                                               move a shard's leadership ("meta": the meta group's)
   swarmnode snapshot [flags] SHARD            make every replica of a shard take a snapshot
 
+A node with --auth without TLS takes requests signed with its cluster
+secret (--cluster-secret-file <data-dir>/cluster-secret): how to reach it
+before any token exists.
+
 Flags (also SWARM_ADMIN, SWARM_JSON, ...):
 `
 
@@ -38,6 +42,37 @@ type adminFlags struct {
 	timeout time.Duration
 	wait    bool
 	conn    *connFlags
+	// secretFile is --cluster-secret-file: sign each request with the
+	// cluster secret (a node with --auth without TLS); secret is its
+	// content, read at the first call.
+	secretFile string
+	secret     []byte
+}
+
+// addSecretFlag adds --cluster-secret-file to an admin command's flags.
+func (f *adminFlags) addSecretFlag(fs *flag.FlagSet) {
+	fs.StringVar(&f.secretFile, "cluster-secret-file", "", "sign the requests with this cluster secret (a node with --auth without TLS; a lone node's is <data-dir>/cluster-secret; also SWARM_CLUSTER_SECRET_FILE)")
+}
+
+// authorize adds the request's credential: a cluster-secret signature
+// with --cluster-secret-file, else the bearer token, if any.
+func (f *adminFlags) authorize(req *http.Request) error {
+	if f.secretFile == "" {
+		f.conn.authorize(req)
+		return nil
+	}
+	if *f.conn.ca != "" {
+		return usageError{errors.New("--cluster-secret-file is for a node with --auth without TLS; with TLS use a client certificate (--tls-cert, --tls-key)")}
+	}
+	if f.secret == nil {
+		b, err := cluster.ReadClusterSecret(f.secretFile)
+		if err != nil {
+			return usageError{err}
+		}
+		f.secret = b
+	}
+	req.Header.Set("Authorization", cluster.AdminSecretAuth(f.secret, req.Method, req.URL.Path, req.URL.RawQuery, time.Now()))
+	return nil
 }
 
 func parseAdmin(name string, args []string, stderr io.Writer, nargs [2]int) (*adminFlags, []string, error) {
@@ -50,6 +85,7 @@ func parseAdmin(name string, args []string, stderr io.Writer, nargs [2]int) (*ad
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "how long to wait (remove --wait, join --wait)")
 	fs.BoolVar(&f.wait, "wait", true, "remove: wait until the node is removed; join: until it holds replicas")
 	f.conn = addConnFlags(fs)
+	f.addSecretFlag(fs)
 	// Flags may come before or after the arguments (`join n4 --admin ...`).
 	var pos []string
 	for {
@@ -113,7 +149,9 @@ func (f *adminFlags) callBody(ctx context.Context, method, path string, in, out 
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	f.conn.authorize(req)
+	if err := f.authorize(req); err != nil {
+		return nil, err
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("admin API at %s: %w", f.admin, err)

@@ -28,6 +28,9 @@ act as any user in the Pools service) are granted only by name or admin.
 user (docs/security.md, "Pools: actors"). Clients send
 the token as "authorization: Bearer <token>" (Go client: Config.Token; CLI:
 SWARM_TOKEN; Redis: AUTH <user> <token>). The caller needs the admin role.
+The first token of a node with --auth without TLS (no client certificate):
+sign with the cluster secret, e.g.
+  swarmnode token create --name ops --role admin --cluster-secret-file <data-dir>/cluster-secret
 
 Flags:
 `
@@ -56,6 +59,7 @@ func token(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.admin, "admin", "127.0.0.1:7102", "admin HTTP address of any member (its --http-addr)")
 	fs.BoolVar(&f.json, "json", false, "print the API's JSON")
 	f.conn = addConnFlags(fs)
+	f.addSecretFlag(fs)
 	name := fs.String("name", "", "create: the token's name (who uses it)")
 	var roles roleList
 	fs.Var(&roles, "role", "create: a role, or a comma-separated list; repeatable")
@@ -66,6 +70,9 @@ func token(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if v, ok := lookupEnv("SWARM_ADMIN"); ok && !flagGiven(fs, "admin") {
 		f.admin = v
+	}
+	if v, ok := lookupEnv("SWARM_CLUSTER_SECRET_FILE"); ok && !flagGiven(fs, "cluster-secret-file") {
+		f.secretFile = v
 	}
 	switch verb {
 	case "create":

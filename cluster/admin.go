@@ -13,9 +13,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/internal/retry"
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
+	"github.com/swarmkv/swarmkv/transport"
 )
 
 // adminServer implements the Admin gRPC service (node-to-node calls behind
@@ -191,7 +193,7 @@ func (s *adminServer) Snapshot(ctx context.Context, req *rpc.SnapshotRequest) (*
 // is refused (remove it first); a removed id may join again with a new data
 // dir.
 func (n *Node) JoinNode(ctx context.Context, id string) (*State, error) {
-	if !idPattern.MatchString(id) {
+	if !transport.ValidNodeID(id) {
 		return nil, status.Errorf(codes.InvalidArgument, "node id %q: want 1-64 letters, digits, '.', '_' or '-'", id)
 	}
 	var out *State
@@ -208,7 +210,7 @@ func (n *Node) JoinNode(ctx context.Context, id string) (*State, error) {
 		var err error
 		out, err = n.metaUpdate(ctx, func(s *State) error {
 			g, ok := n.members.get(id)
-			m := s.member(id)
+			m := s.Member(id)
 			if m != nil && s.Status(id) != StatusRemoved && (!ok || g.meta.Inc == m.Incarnation) {
 				return errNoChange // already a member
 			}
@@ -258,7 +260,7 @@ func (n *Node) RemoveNode(ctx context.Context, id string) (*State, error) {
 	err := n.onMetaLeader(ctx, func() error {
 		var err error
 		out, err = n.metaUpdate(ctx, func(s *State) error {
-			m := s.member(id)
+			m := s.Member(id)
 			if m == nil {
 				return status.Errorf(codes.NotFound, "node %s is not a member", id)
 			}
@@ -367,7 +369,7 @@ func (n *Node) Status(ctx context.Context) (*ClusterStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	gs := groupsOf(st)
+	gs := placement.Groups(st)
 	infos := make([]ShardInfo, len(gs))
 	var wg sync.WaitGroup
 	for i, g := range gs {
@@ -407,18 +409,18 @@ func (n *Node) Status(ctx context.Context) (*ClusterStatus, error) {
 	return out, nil
 }
 
-func (n *Node) groupInfo(ctx context.Context, g group) ShardInfo {
+func (n *Node) groupInfo(ctx context.Context, g placement.Group) ShardInfo {
 	obs := n.observe(ctx, g)
-	si := ShardInfo{Shard: g.String(), Voters: g.voters}
-	if !g.meta {
-		si.Shard = fmt.Sprint(g.shard)
+	si := ShardInfo{Shard: g.String(), Voters: g.Voters}
+	if !g.Meta {
+		si.Shard = fmt.Sprint(g.Shard)
 	}
 	var commit uint64
 	roles := map[string]string{}
-	for _, v := range g.voters {
+	for _, v := range g.Voters {
 		roles[v] = "voter"
 	}
-	for _, l := range g.learners {
+	for _, l := range g.Learners {
 		roles[l] = "learner"
 	}
 	if obs.leader != nil {
@@ -447,13 +449,13 @@ func (n *Node) groupInfo(ctx context.Context, g group) ShardInfo {
 }
 
 // groupByName resolves "meta" or a shard number.
-func (n *Node) groupByName(st *State, name string) (group, error) {
-	for _, g := range groupsOf(st) {
-		if g.meta && name == "meta" || !g.meta && name == fmt.Sprint(g.shard) {
+func (n *Node) groupByName(st *State, name string) (placement.Group, error) {
+	for _, g := range placement.Groups(st) {
+		if g.Meta && name == "meta" || !g.Meta && name == fmt.Sprint(g.Shard) {
 			return g, nil
 		}
 	}
-	return group{}, status.Errorf(codes.NotFound, "no shard %q (want 0..%d or meta)", name, st.NumShards-1)
+	return placement.Group{}, status.Errorf(codes.NotFound, "no shard %q (want 0..%d or meta)", name, st.NumShards-1)
 }
 
 // TransferLeader moves the leadership of a shard ("meta" for the meta
@@ -468,8 +470,8 @@ func (n *Node) TransferLeader(ctx context.Context, name, to string) (string, err
 	if err != nil {
 		return "", err
 	}
-	if to != "" && !slices.Contains(g.voters, to) {
-		return "", status.Errorf(codes.FailedPrecondition, "node %s is not a voter of %s (voters: %v)", to, g, g.voters)
+	if to != "" && !slices.Contains(g.Voters, to) {
+		return "", status.Errorf(codes.FailedPrecondition, "node %s is not a voter of %s (voters: %v)", to, g, g.Voters)
 	}
 	obs := n.observe(ctx, g)
 	if obs.leader == nil {
@@ -510,7 +512,7 @@ func (n *Node) Snapshot(ctx context.Context, name string) ([]SnapshotResult, err
 	if err != nil {
 		return nil, err
 	}
-	ids := g.holders()
+	ids := g.Holders()
 	out := make([]SnapshotResult, len(ids))
 	var wg sync.WaitGroup
 	for i, id := range ids {
@@ -520,7 +522,7 @@ func (n *Node) Snapshot(ctx context.Context, name string) ([]SnapshotResult, err
 			out[i].Node = id
 			var err error
 			if id == n.cfg.ID {
-				r := n.groupReplica(g.meta, g.shard)
+				r := n.groupReplica(g.Meta, g.Shard)
 				if r == nil {
 					err = fmt.Errorf("no local replica")
 				} else {
@@ -530,7 +532,7 @@ func (n *Node) Snapshot(ctx context.Context, name string) ([]SnapshotResult, err
 				err = cerr
 			} else {
 				var resp *rpc.SnapshotResponse
-				if resp, err = c.Snapshot(ctx, &rpc.SnapshotRequest{Shard: uint32(g.shard), Meta: g.meta}); err == nil {
+				if resp, err = c.Snapshot(ctx, &rpc.SnapshotRequest{Shard: uint32(g.Shard), Meta: g.Meta}); err == nil {
 					out[i].Index = resp.Index
 				}
 			}

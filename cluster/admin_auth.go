@@ -161,7 +161,7 @@ func (n *Node) forwardToMetaLeader(ctx context.Context, w http.ResponseWriter, r
 	scheme := "http"
 	if n.tls != nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig = n.tls.peerConfig()
+		tr.TLSClientConfig = n.tls.PeerConfig()
 		hc.Transport, scheme = tr, "https"
 	}
 	req, err := http.NewRequestWithContext(ctx, r.Method, scheme+"://"+httpDialAddr(a)+r.URL.RequestURI(), bytes.NewReader(body))

@@ -52,7 +52,7 @@ func (n *Node) proveNodeID(ctx context.Context, id, what, addr string) error {
 		return fmt.Errorf("cannot reach its %s address %s: %w", what, addr, err)
 	}
 	defer raw.Close()
-	cfg := n.tls.peerConfig()
+	cfg := n.tls.PeerConfig()
 	if what == "grpc" {
 		cfg.NextProtos = []string{"h2"} // gRPC servers require ALPN h2
 	}

@@ -36,7 +36,7 @@ func TestTLSAdmissionNeedsCertificate(t *testing.T) {
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "node certificate of this cluster's CA") {
 		t.Fatalf("join of a node with another CA's certificate: %v, want FailedPrecondition", err)
 	}
-	if st, _ := n1.adminMeta(ctx); st.member("n8") != nil {
+	if st, _ := n1.adminMeta(ctx); st.Member("n8") != nil {
 		t.Fatal("n8 recorded as a member")
 	}
 	tc.stop(bad)

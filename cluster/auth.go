@@ -172,7 +172,7 @@ func (n *Node) identifyAdminSecret(r *http.Request, h string) *identity {
 func (n *Node) grpcServerOptions() []grpc.ServerOption {
 	var opts []grpc.ServerOption
 	if n.tls != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(n.tls.serverConfig(false))))
+		opts = append(opts, grpc.Creds(credentials.NewTLS(n.tls.ServerConfig(false))))
 	}
 	return opts
 }

@@ -3,19 +3,19 @@ package cluster
 import (
 	"errors"
 	"fmt"
-	"github.com/swarmkv/swarmkv/internal/faultnet"
 	"log/slog"
 	"net"
-	"regexp"
 	"time"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/internal/faultnet"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/raftlog"
 	"github.com/swarmkv/swarmkv/secrets"
 	"github.com/swarmkv/swarmkv/shard"
+	"github.com/swarmkv/swarmkv/transport"
 )
 
 // ProtocolVersion is announced in gossip; nodes refuse peers whose version
@@ -181,7 +181,7 @@ type Config struct {
 	RaftMaxConns      int
 	RaftMaxConnsPerIP int
 	// RaftHandshakeTimeout bounds an accepted Raft connection's TLS
-	// handshake and header (MuxConfig.HandshakeTimeout). Default 5s;
+	// handshake and header (transport.MuxConfig.HandshakeTimeout). Default 5s;
 	// 100ms..1m.
 	RaftHandshakeTimeout time.Duration
 	// RedisMaxBulk bounds one argument of a RESP command, checked when
@@ -240,7 +240,7 @@ type Config struct {
 
 	// Dial dials peers' Raft ports (tests inject faults here). Default
 	// net.Dialer.
-	Dial DialFunc
+	Dial transport.DialFunc
 	// WrapRaftListener, if set, wraps the Raft listener (tests inject
 	// faults here).
 	WrapRaftListener func(net.Listener) net.Listener
@@ -254,12 +254,13 @@ type Config struct {
 	// "local" (fast, for loopback clusters and tests).
 	GossipProfile string
 
-	// TLS is the node's certificate and the cluster CA (tls.go). With it
-	// every listener speaks TLS 1.3 (client gRPC, admin HTTP, RESP), the
-	// Raft port and node-to-node gRPC require a node certificate of the CA
-	// on both sides, and client authentication is on (auth.go). Without
-	// it, every listen address must be loopback unless Insecure is set.
-	TLS TLSFiles
+	// TLS is the node's certificate and the cluster CA (transport/tls.go).
+	// With it every listener speaks TLS 1.3 (client gRPC, admin HTTP,
+	// RESP), the Raft port and node-to-node gRPC require a node
+	// certificate of the CA on both sides, and client authentication is on
+	// (auth.go). Without it, every listen address must be loopback unless
+	// Insecure is set.
+	TLS transport.TLSFiles
 	// Insecure allows listening on non-loopback addresses without TLS and
 	// gossip encryption (trusted networks and tests only).
 	Insecure bool
@@ -278,9 +279,10 @@ type Config struct {
 	// of at least 32 bytes of random text (e.g. `head -c 32 /dev/urandom |
 	// base64`), the same on every node, readable by its owner only (mode
 	// 0600 or 0400). Node-to-node gRPC calls and Raft connections carry an
-	// HMAC made with it (nodeauth.go, mux_auth.go). Empty: a one-node
-	// cluster (no Join) makes and keeps <DataDir>/cluster-secret; a node
-	// with Join addresses refuses to start. Not used with TLS (node
+	// HMAC made with it (transport/nodecred.go, transport/mux_auth.go).
+	// Empty: a one-node cluster (no Join) makes and keeps
+	// <DataDir>/cluster-secret; a node with Join addresses refuses to
+	// start. Not used with TLS (node
 	// certificates prove who a node is); setting it there is an error.
 	ClusterSecretFile string
 
@@ -319,8 +321,6 @@ const (
 	// one Redis log entry carries.
 	maxRedisEntryLimit = 128 << 20
 )
-
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
@@ -462,7 +462,7 @@ func (c Config) Validate() error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...))
 	}
-	if !idPattern.MatchString(c.ID) {
+	if !transport.ValidNodeID(c.ID) {
 		return bad("id %q: want 1-64 letters, digits, '.', '_' or '-'", c.ID)
 	}
 	if c.DataDir == "" {
@@ -589,7 +589,7 @@ func (c Config) Validate() error {
 	if c.RedisMaxMultiBytes < 4<<10 || c.RedisMaxMultiBytes > maxRedisEntryLimit {
 		return bad("redis max multi bytes %d: want 4096..%d", c.RedisMaxMultiBytes, maxRedisEntryLimit)
 	}
-	if err := c.TLS.validate(); err != nil {
+	if err := c.TLS.Validate(); err != nil {
 		return bad("%v", err)
 	}
 	if err := validGossipKeys(c.GossipKeys); err != nil {
@@ -667,4 +667,17 @@ func (c Config) cacheCapacity() int64 {
 		n += raftlog.DefaultMemTableSize
 	}
 	return n
+}
+
+// isLoopback reports whether a listen address binds loopback only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

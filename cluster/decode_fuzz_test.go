@@ -1,12 +1,12 @@
 package cluster
 
 import (
-	"bytes"
 	"encoding/json"
 	"net"
 	"strings"
 	"testing"
 
+	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/shard"
 )
 
@@ -33,7 +33,7 @@ func FuzzDecodeGossipMeta(f *testing.F) {
 // decodes into a state with a valid shard map, or is rejected.
 func FuzzDecodeState(f *testing.F) {
 	st := &State{FormatVersion: stateFormat, ClusterID: "c", MapVersion: 1, NumShards: 2, ReplicationFactor: 3,
-		Shards: Place([]string{"a", "b", "c"}, 2, 3), MetaVoters: []string{"a", "b", "c"},
+		Shards: placement.Place([]string{"a", "b", "c"}, 2, 3), MetaVoters: []string{"a", "b", "c"},
 		Nodes: []NodeAddrs{{ID: "a", RaftAddr: "x", Status: StatusActive}}}
 	st.Slots = make([]shard.ID, shard.NumSlots)
 	good, _ := json.Marshal(st)
@@ -49,43 +49,6 @@ func FuzzDecodeState(f *testing.F) {
 			t.Fatalf("accepted a state with a bad map: %v", err)
 		}
 		s.Clone() // must not panic
-	})
-}
-
-// FuzzParseCheckRequest: a leadership-check request frame either decodes
-// into an id and 1..maxChecksPerFrame pairs that encode back to the same
-// bytes, or is refused; never a panic.
-func FuzzParseCheckRequest(f *testing.F) {
-	good, _ := appendCheckRequest(nil, "n1", []groupTerm{{1, 2}, {MetaGroup, 9}})
-	f.Add(good[4:])
-	f.Add([]byte{readCheckVersion, 1, 'x'})
-	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		id, pairs, err := parseCheckRequest(b)
-		if err != nil {
-			return
-		}
-		again, err := appendCheckRequest(nil, id, pairs)
-		if err != nil || !bytes.Equal(again[4:], b) {
-			t.Fatalf("accepted %x: re-encodes to %x (%v)", b, again, err)
-		}
-	})
-}
-
-// FuzzParseCheckResponse: a response either answers exactly n pairs or is
-// refused.
-func FuzzParseCheckResponse(f *testing.F) {
-	f.Add([]byte{readCheckVersion, 1, 0}, 2)
-	f.Add([]byte{readCheckVersion}, 0)
-	f.Add([]byte{}, 1)
-	f.Fuzz(func(t *testing.T, b []byte, n int) {
-		if n < 0 || n > maxChecksPerFrame {
-			return
-		}
-		a, err := parseCheckResponse(b, n)
-		if err == nil && len(a) != n {
-			t.Fatalf("%x for %d pairs: %d answers", b, n, len(a))
-		}
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/swarmkv/swarmkv/internal/faultnet"
+	"github.com/swarmkv/swarmkv/internal/lograte"
 )
 
 // httpHandler serves the node's admin API (admin.go; JSON, see
@@ -111,7 +112,7 @@ func (n *Node) checkHost(next http.Handler) http.Handler {
 		// page is not served under it.
 		allowed[normHost(h)] = true
 	}
-	log := rateLimited(n.log, logEvery)
+	log := lograte.New(n.log, lograte.Every)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Host != "" && !hostAllowed(r.Host, allowed) {
 			log.Warn("admin HTTP: refused a request for another host (DNS rebinding?)", "host", r.Host, "remote", r.RemoteAddr, "path", r.URL.Path)

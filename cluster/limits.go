@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/swarmkv/swarmkv/internal/lograte"
 )
 
 // Limits against abuse (docs/security.md, "Limits"): besides the request
@@ -31,7 +33,7 @@ import (
 //	Raft port connections       limitRaftConns (Config.RaftMaxConns,
 //	                            RaftMaxConnsPerIP), the mux's handshake
 //	                            timeout (Config.RaftHandshakeTimeout)
-//	log floods                  rateLimited (lograte.go)
+//	log floods                  internal/lograte
 //	RESP commands, MULTI blocks Config.RedisMax* (redis_conn.go): checked
 //	                            as each header arrives
 
@@ -170,7 +172,7 @@ func (c *writeTimeoutConn) Write(b []byte) (int, error) {
 // those still in their handshake included. Refused connections are logged
 // at most once a second.
 func (n *Node) limitRaftConns(ln net.Listener) net.Listener {
-	log := rateLimited(n.log, logEvery).With("listener", "raft")
+	log := lograte.New(n.log, lograte.Every).With("listener", "raft")
 	l := newIPLimitListener(ln, n.cfg.RaftMaxConnsPerIP, func(ip string) {
 		log.Warn("connection refused: too many connections from one IP", "ip", ip, "raft_max_conns_per_ip", n.cfg.RaftMaxConnsPerIP)
 	})
@@ -182,9 +184,9 @@ func (n *Node) limitRaftConns(ln net.Listener) net.Listener {
 }
 
 // limitConns wraps a listener with the per-IP connection limit; refused
-// connections are logged at most once a second (rateLimited).
+// connections are logged at most once a second (internal/lograte).
 func (n *Node) limitConns(ln net.Listener, what string) net.Listener {
-	log := rateLimited(n.log, logEvery).With("listener", what, "max_conns_per_ip", n.cfg.MaxConnsPerIP)
+	log := lograte.New(n.log, lograte.Every).With("listener", what, "max_conns_per_ip", n.cfg.MaxConnsPerIP)
 	return newIPLimitListener(ln, n.cfg.MaxConnsPerIP, func(ip string) {
 		log.Warn("connection refused: too many connections from one IP", "ip", ip)
 	})

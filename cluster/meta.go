@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/shard"
@@ -24,6 +25,16 @@ import (
 // shard's; the cluster state (State, as JSON) is one value in it, changed
 // only by the meta leader with a guarded batch (compare the old document,
 // write the new), so concurrent changes never overwrite each other.
+
+// Group ids on the Raft port (transport.Mux) besides the shards' (a shard's
+// group id is its shard.ID).
+const (
+	// MetaGroup is the group id reserved for the cluster's meta Raft group.
+	MetaGroup uint32 = 0xFFFFFFFF
+	// ReadCheckGroup is the group of the nodes' batched leadership checks
+	// (transport.LeaderChecker).
+	ReadCheckGroup uint32 = 0xFFFFFFFE
+)
 
 // metaShardID is the meta group's id where a shard.ID is expected (replica,
 // state machine meta table).
@@ -195,8 +206,9 @@ func decodeState(b []byte) (*State, error) {
 	return &st, nil
 }
 
-// errNoChange, returned by a metaUpdate function, leaves the state as is.
-var errNoChange = errors.New("no change")
+// errNoChange, returned by a metaUpdate function, leaves the state as is
+// (placement.SetPlacement returns it too).
+var errNoChange = placement.ErrNoChange
 
 // metaUpdate applies fn to a copy of the committed state and commits the
 // result, guarded by the old document; fn runs again on a fresh copy if

@@ -23,11 +23,15 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"lukechampine.com/blake3"
 
+	"github.com/swarmkv/swarmkv/client"
+	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/internal/lograte"
 	"github.com/swarmkv/swarmkv/internal/retry"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
+	"github.com/swarmkv/swarmkv/transport"
 )
 
 // Node is one swarmkv process: gossip membership, one Raft replica per
@@ -43,7 +47,7 @@ type Node struct {
 	log   *slog.Logger
 	addrs NodeAddrs
 
-	mux     *Mux
+	mux     *transport.Mux
 	ml      *memberlist.Memberlist
 	members members
 	metrics *metrics
@@ -54,8 +58,8 @@ type Node struct {
 	grpcLn   net.Listener
 	httpSrv  *http.Server
 	httpLn   net.Listener
-	redis    *redisFront // the RESP front (redis.go); nil without RedisAddr
-	tls      *nodeTLS    // the node's TLS identity (tls.go); nil without Config.TLS
+	redis    *redisFront        // the RESP front (redis.go); nil without RedisAddr
+	tls      *transport.NodeTLS // the node's TLS identity; nil without Config.TLS
 	// secret is the cluster secret of Config.Auth without TLS
 	// (nodeauth.go); nil otherwise.
 	secret []byte
@@ -64,11 +68,11 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	inc   string // the data dir's incarnation
-	peers peers  // gRPC connections to other nodes (Admin calls)
+	inc   string           // the data dir's incarnation
+	peers *transport.Peers // gRPC connections to other nodes (Admin calls)
 	// checker confirms the local leaders' read rounds with the peer nodes,
-	// all groups at once (readcheck.go).
-	checker *leaderChecker
+	// all groups at once (transport/readcheck.go).
+	checker *transport.LeaderChecker
 	kick    chan struct{}
 
 	// adoptMu serializes bootstrap, admission and the sync loop's changes
@@ -126,18 +130,20 @@ func New(cfg Config) (_ *Node, err error) {
 	if n.inc, err = loadIncarnation(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("cluster: data dir: %w", err)
 	}
+	pcfg := transport.PeersConfig{DialOptions: []grpc.DialOption{client.Keepalive()}}
 	if cfg.TLS.Enabled() {
-		if n.tls, err = loadNodeTLS(cfg.TLS, cfg.ID, n.log); err != nil {
+		if n.tls, err = transport.LoadNodeTLS(cfg.TLS, cfg.ID, n.log); err != nil {
 			return nil, err
 		}
-		n.peers.creds = credentials.NewTLS(n.tls.peerConfig())
+		pcfg.Creds = credentials.NewTLS(n.tls.PeerConfig())
 	}
 	if n.secret, err = loadClusterSecret(cfg); err != nil {
 		return nil, err
 	}
 	if n.secret != nil {
-		n.peers.unary = n.nodeCredUnary
+		pcfg.Unary = transport.NodeCredUnary(n.secret, cfg.ID)
 	}
+	n.peers = transport.NewPeers(pcfg)
 	n.cache = pebble.NewCache(cfg.cacheCapacity())
 	if n.cfg.logStore, err = openLogStore(n.cfg, n.cache); err != nil { // shared by every replica; closed after them
 		return nil, err
@@ -153,13 +159,13 @@ func New(cfg Config) (_ *Node, err error) {
 	raftLn = n.limitRaftConns(raftLn) // limits.go
 	n.addrs.ID = cfg.ID
 	n.addrs.RaftAddr = advertised(cfg.RaftAdvertise, raftLn.Addr())
-	mcfg := MuxConfig{Listener: raftLn, Advertise: n.addrs.RaftAddr, Dial: cfg.Dial,
-		Logger: rateLimited(n.log, logEvery), HandshakeTimeout: cfg.RaftHandshakeTimeout,
+	mcfg := transport.MuxConfig{Listener: raftLn, Advertise: n.addrs.RaftAddr, Dial: cfg.Dial,
+		Logger: lograte.New(n.log, lograte.Every), HandshakeTimeout: cfg.RaftHandshakeTimeout,
 		LocalID: cfg.ID, Secret: n.secret, AllowPeer: n.raftPeerAllowed}
 	if n.tls != nil {
-		mcfg.ServerTLS, mcfg.ClientTLS = n.tls.serverConfig(true), n.tls.peerConfig()
+		mcfg.ServerTLS, mcfg.ClientTLS = n.tls.ServerConfig(true), n.tls.PeerConfig()
 	}
-	n.mux, err = NewMux(mcfg)
+	n.mux, err = transport.NewMux(mcfg)
 	if err != nil {
 		raftLn.Close()
 		return nil, err
@@ -168,7 +174,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n.checker = newLeaderChecker(ckLayer, cfg.ID, n.raftOf, n.log)
+	n.checker = transport.NewLeaderChecker(ckLayer, cfg.ID, n.raftOf, n.log)
 
 	n.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
@@ -245,10 +251,10 @@ func New(cfg Config) (_ *Node, err error) {
 			ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout, ReadTimeout: cfg.HTTPReadTimeout,
 			WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
 			MaxHeaderBytes: cfg.HTTPMaxHeaderBytes,
-			ErrorLog:       log.New(logWriter{logger: rateLimitedBy(n.log, logEvery, httpLogKey).With("component", "http")}, "", 0)}
+			ErrorLog:       log.New(logWriter{logger: lograte.NewKeyed(n.log, lograte.Every, lograte.HTTPKey).With("component", "http")}, "", 0)}
 		serveHTTP := n.httpSrv.Serve
 		if n.tls != nil {
-			n.httpSrv.TLSConfig = n.tls.serverConfig(false)
+			n.httpSrv.TLSConfig = n.tls.ServerConfig(false)
 			serveHTTP = func(ln net.Listener) error { return n.httpSrv.ServeTLS(ln, "", "") }
 		}
 		n.wg.Add(1)
@@ -440,11 +446,11 @@ func (n *Node) planBootstrap() (*State, string) {
 		FormatVersion:     stateFormat,
 		ClusterID:         hex.EncodeToString(h[:8]),
 		ReplicationFactor: n.cfg.ReplicationFactor,
-		MetaVoters:        ids[:metaVoterTarget(len(ids))],
+		MetaVoters:        ids[:placement.MetaVoterTarget(len(ids))],
 		MapVersion:        smap.Version,
 		NumShards:         smap.NumShards,
 		Slots:             smap.Slots[:],
-		Shards:            Place(ids, n.cfg.Shards, n.cfg.ReplicationFactor),
+		Shards:            placement.Place(ids, n.cfg.Shards, n.cfg.ReplicationFactor),
 		Nodes:             nodes,
 	}
 	// Peers that bootstrapped before this node saw them all computed the
@@ -543,7 +549,7 @@ func (n *Node) openShard(st *State, p Placement, bootstrap bool) error {
 
 // raftOf returns the Raft instance of the local replica of a group (a
 // shard, or MetaGroup), nil if the node has none.
-func (n *Node) raftOf(group uint32) termReader {
+func (n *Node) raftOf(group uint32) transport.TermReader {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	r := n.mu.replicas[shard.ID(group)]
@@ -660,9 +666,11 @@ func (n *Node) Close() error {
 			n.mu.meta = nil
 		}
 		n.mu.Unlock()
-		n.peers.close()
+		if n.peers != nil {
+			n.peers.Close()
+		}
 		if n.checker != nil { // reads in flight fall back to VerifyLeader
-			n.checker.close()
+			n.checker.Close()
 		}
 		var wg sync.WaitGroup
 		var emu sync.Mutex

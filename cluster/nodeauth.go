@@ -3,35 +3,31 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/swarmkv/swarmkv/transport"
 )
 
 // Node identities (who may make node-to-node calls).
 //
-// With TLS a node proves its id with its node certificate (tls.go). With
-// Config.Auth and no TLS (loopback only, config.go checkSecure) nodes share
-// a cluster secret (Config.ClusterSecretFile) and prove that they know it:
+// With TLS a node proves its id with its node certificate (transport/tls.go).
+// With Config.Auth and no TLS (loopback only, config.go checkSecure) nodes
+// share a cluster secret (Config.ClusterSecretFile) and prove that they
+// know it:
 //
-//	gRPC       every node-to-node call carries the metadata
-//	           swarmkv-node: <id>
-//	           swarmkv-node-auth: <unix seconds>.<hex HMAC-SHA256(secret,
-//	               "swarmkv grpc\x00" id "\x00" method "\x00" seconds)>
-//	           accepted within nodeCredSkew of the server's clock, for that
-//	           method only
-//	Raft port  a challenge/response on the connection preface (mux_auth.go)
+//	gRPC       every node-to-node call carries a node credential for its
+//	           method (transport/nodecred.go)
+//	Raft port  a challenge/response on the connection preface
+//	           (transport/mux_auth.go)
 //
 // Either way an identity counts only while the cluster state lists that
 // node id as a member (active or leaving; isMemberNode): a removed node's
@@ -50,12 +46,6 @@ const (
 	clusterSecretName = "cluster-secret"
 	// minClusterSecret is the least length of a cluster secret, in bytes.
 	minClusterSecret = 32
-	// nodeCredSkew is how far a gRPC node credential's time may be from the
-	// server's clock (every node is on one host: loopback only).
-	nodeCredSkew = 2 * time.Minute
-
-	mdNode     = "swarmkv-node"
-	mdNodeAuth = "swarmkv-node-auth"
 )
 
 // ErrClusterSecret is wrapped by every cluster secret file error.
@@ -130,51 +120,6 @@ func makeClusterSecret(path string) error {
 	return nil
 }
 
-// nodeMAC is HMAC-SHA256(secret, label 0 part 0 part ...).
-func nodeMAC(secret []byte, label string, parts ...string) []byte {
-	h := hmac.New(sha256.New, secret)
-	h.Write([]byte(label))
-	for _, p := range parts {
-		h.Write([]byte{0})
-		h.Write([]byte(p))
-	}
-	return h.Sum(nil)
-}
-
-// grpcNodeCred returns the metadata value of mdNodeAuth for a call of
-// method by node id at time now.
-func grpcNodeCred(secret []byte, id, method string, now time.Time) string {
-	ts := strconv.FormatInt(now.Unix(), 10)
-	return ts + "." + hex.EncodeToString(nodeMAC(secret, "swarmkv grpc", id, method, ts))
-}
-
-// checkGRPCNodeCred reports whether cred is a valid credential of node id
-// for method at time now.
-func checkGRPCNodeCred(secret []byte, id, method, cred string, now time.Time) bool {
-	return checkTimedMAC(secret, cred, now, "swarmkv grpc", id, method)
-}
-
-// checkTimedMAC reports whether cred is "<unix seconds>.<hex nodeMAC(secret,
-// label, parts..., seconds)>" with seconds within nodeCredSkew of now.
-func checkTimedMAC(secret []byte, cred string, now time.Time, label string, parts ...string) bool {
-	ts, mac, ok := strings.Cut(cred, ".")
-	if !ok || len(ts) > 20 {
-		return false
-	}
-	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil {
-		return false
-	}
-	if d := now.Sub(time.Unix(sec, 0)); d > nodeCredSkew || d < -nodeCredSkew {
-		return false
-	}
-	got, err := hex.DecodeString(mac)
-	if err != nil {
-		return false
-	}
-	return hmac.Equal(got, nodeMAC(secret, label, append(parts, ts)...))
-}
-
 // Operators without TLS (Config.Auth, loopback) have no client
 // certificate, and no token before the first one is made. The operator
 // CLI (--cluster-secret-file) reads the cluster secret and signs each admin
@@ -185,7 +130,7 @@ func checkTimedMAC(secret []byte, cred string, now time.Time, label string, part
 //	    seconds)>
 //
 // (path: the decoded URL path, query: the raw query). authHTTP accepts it
-// within nodeCredSkew of its clock as the operator identity
+// within transport.CredSkew of its clock as the operator identity
 // adminSecretIdentity, with the admin role, only while the node has a
 // cluster secret (Auth without TLS). The body is not covered, as the gRPC
 // node credential does not cover the request: the signature never leaves
@@ -206,8 +151,7 @@ func ReadClusterSecret(path string) ([]byte, error) { return readClusterSecret(p
 // admin HTTP request (method, decoded URL path, raw query) at time now
 // with the cluster secret.
 func AdminSecretAuth(secret []byte, method, path, rawQuery string, now time.Time) string {
-	ts := strconv.FormatInt(now.Unix(), 10)
-	return adminSecretScheme + " " + ts + "." + hex.EncodeToString(nodeMAC(secret, "swarmkv admin http", method, path, rawQuery, ts))
+	return adminSecretScheme + " " + transport.TimedMAC(secret, now, "swarmkv admin http", method, path, rawQuery)
 }
 
 // isAdminSecretAuth reports whether an Authorization header value uses
@@ -219,20 +163,13 @@ func isAdminSecretAuth(h string) bool {
 
 // checkAdminSecretAuth reports whether the Authorization header value h
 // signs the request (method, path, rawQuery) with secret, within
-// nodeCredSkew of now.
+// transport.CredSkew of now.
 func checkAdminSecretAuth(secret []byte, method, path, rawQuery, h string, now time.Time) bool {
 	scheme, cred, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, adminSecretScheme) || len(secret) == 0 {
 		return false
 	}
-	return checkTimedMAC(secret, cred, now, "swarmkv admin http", method, path, rawQuery)
-}
-
-// nodeCredUnary is the client interceptor of node-to-node gRPC calls
-// without TLS: it adds this node's credential for the call's method.
-func (n *Node) nodeCredUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	ctx = metadata.AppendToOutgoingContext(ctx, mdNode, n.cfg.ID, mdNodeAuth, grpcNodeCred(n.secret, n.cfg.ID, method, time.Now()))
-	return invoker(ctx, method, req, reply, cc, opts...)
+	return transport.CheckTimedMAC(secret, cred, now, "swarmkv admin http", method, path, rawQuery)
 }
 
 // identifySecret returns the node identity of a call that carries a valid
@@ -241,14 +178,11 @@ func (n *Node) identifySecret(md metadata.MD, method string) *identity {
 	if n.secret == nil {
 		return nil
 	}
-	ids, creds := md.Get(mdNode), md.Get(mdNodeAuth)
-	if len(ids) != 1 || len(creds) != 1 || !idPattern.MatchString(ids[0]) {
+	id, ok := transport.CheckNodeCred(md, n.secret, method, time.Now())
+	if !ok {
 		return nil
 	}
-	if !checkGRPCNodeCred(n.secret, ids[0], method, creds[0], time.Now()) {
-		return nil
-	}
-	return &identity{name: "node:" + ids[0], node: true, nodeID: ids[0]}
+	return &identity{name: "node:" + id, node: true, nodeID: id}
 }
 
 // isMemberNode reports whether node id may act as a node: the cluster state
@@ -289,7 +223,7 @@ func (n *Node) raftPeerAllowed(id string) error {
 func redactForNonMember(st *State, id string) *State {
 	out := &State{FormatVersion: st.FormatVersion, ClusterID: st.ClusterID, Epoch: st.Epoch,
 		MapVersion: st.MapVersion, NumShards: st.NumShards, Slots: st.Slots}
-	if m := st.member(id); m != nil {
+	if m := st.Member(id); m != nil {
 		out.Nodes = []NodeAddrs{*m}
 	}
 	return out

@@ -126,7 +126,7 @@ func poolsStoredKeyID(t *testing.T, tc *testCluster, c *client.Client, agentID s
 // readable while k1 is in the ring, new tokens are sealed with k2, and an
 // update with a token re-seals a bot whose key was dropped.
 func TestPoolsTokenSecrecy(t *testing.T) {
-	logs := &muxLogBuffer{}
+	logs := &syncBuffer{}
 	tc := newPoolsCluster(t, poolsRing(t, "k1"), func(c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test_node", c.ID)
 		// Snapshots soon and often, the whole log kept: both hold the bots.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
 )
@@ -106,19 +107,10 @@ func (rc *reconciler) leaderMoveDue(every time.Duration) bool {
 	return true
 }
 
-// liveness tells, for every member, whether gossip sees it alive and how
-// long this leader has seen it down.
-type liveness struct {
-	alive    map[string]bool
-	downFor  map[string]time.Duration
-	timeout  time.Duration
-	st       *State
-	selfID   string
-	replicas map[string]int
-}
-
-func (n *Node) liveness(st *State) *liveness {
-	lv := &liveness{alive: map[string]bool{}, downFor: map[string]time.Duration{}, timeout: n.cfg.DeadNodeTimeout, st: st, selfID: n.cfg.ID, replicas: map[string]int{}}
+// liveness returns the round's placement.Liveness of st's members, from
+// gossip and this leader's memory of when it first saw each node down.
+func (n *Node) liveness(st *State) *placement.Liveness {
+	alive, downFor := map[string]bool{}, map[string]time.Duration{}
 	gossip := n.members.all()
 	now := time.Now()
 	n.recon.mu.Lock()
@@ -128,9 +120,9 @@ func (n *Node) liveness(st *State) *liveness {
 	}
 	for _, m := range st.Nodes {
 		g, ok := gossip[m.ID]
-		alive := m.ID == n.cfg.ID || (ok && g.alive && g.meta.Inc == m.Incarnation)
-		lv.alive[m.ID] = alive
-		if alive {
+		up := m.ID == n.cfg.ID || (ok && g.alive && g.meta.Inc == m.Incarnation)
+		alive[m.ID] = up
+		if up {
 			delete(n.recon.downSince, m.ID)
 			continue
 		}
@@ -142,99 +134,9 @@ func (n *Node) liveness(st *State) *liveness {
 			}
 			n.recon.downSince[m.ID] = since
 		}
-		lv.downFor[m.ID] = now.Sub(since)
+		downFor[m.ID] = now.Sub(since)
 	}
-	for _, m := range st.Nodes {
-		lv.replicas[m.ID] = st.ReplicaCount(m.ID)
-	}
-	return lv
-}
-
-// active: a member counted in targets (not leaving or removed).
-func (lv *liveness) active(id string) bool { return lv.st.Status(id) == StatusActive }
-
-// eligible: may keep its replicas (active and not dead for too long).
-func (lv *liveness) eligible(id string) bool {
-	return lv.active(id) && (lv.alive[id] || lv.downFor[id] < lv.timeout)
-}
-
-// placeable: may receive a new replica (active and alive).
-func (lv *liveness) placeable(id string) bool { return lv.active(id) && lv.alive[id] }
-
-func (lv *liveness) activeCount() int {
-	c := 0
-	for _, m := range lv.st.Nodes {
-		if lv.active(m.ID) {
-			c++
-		}
-	}
-	return c
-}
-
-// group is the meta group or one shard, with its placement.
-type group struct {
-	meta     bool
-	shard    shard.ID
-	voters   []string
-	learners []string
-}
-
-func (g group) String() string {
-	if g.meta {
-		return "meta"
-	}
-	return fmt.Sprintf("shard %d", g.shard)
-}
-
-func groupsOf(st *State) []group {
-	gs := []group{{meta: true, voters: st.MetaVoters, learners: st.MetaLearners}}
-	for _, p := range st.Shards {
-		gs = append(gs, group{shard: p.Shard, voters: p.Voters, learners: p.Learners})
-	}
-	return gs
-}
-
-func (g group) holders() []string {
-	out := slices.Clone(g.voters)
-	for _, l := range g.learners {
-		if !slices.Contains(out, l) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-// setPlacement writes a group's placement into st.
-func setPlacement(st *State, g group, voters, learners []string) error {
-	slices.Sort(voters)
-	slices.Sort(learners)
-	if g.meta {
-		if slices.Equal(st.MetaVoters, voters) && slices.Equal(st.MetaLearners, learners) {
-			return errNoChange
-		}
-		st.MetaVoters, st.MetaLearners = voters, learners
-		return nil
-	}
-	p := st.Placement(g.shard)
-	if p == nil {
-		return fmt.Errorf("cluster: shard %d has no placement", g.shard)
-	}
-	if slices.Equal(p.Voters, voters) && slices.Equal(p.Learners, learners) {
-		return errNoChange
-	}
-	p.Voters, p.Learners = voters, learners
-	return nil
-}
-
-// groupOf re-reads g's placement from st.
-func groupOf(st *State, g group) group {
-	if g.meta {
-		return group{meta: true, voters: st.MetaVoters, learners: st.MetaLearners}
-	}
-	if p := st.Placement(g.shard); p != nil {
-		return group{shard: g.shard, voters: p.Voters, learners: p.Learners}
-	}
-	return g
+	return placement.NewLiveness(st, alive, downFor, n.cfg.DeadNodeTimeout)
 }
 
 // observation is what the holders of a group report.
@@ -259,8 +161,8 @@ func (o observation) config() (voters, nonvoters []string) {
 
 // observe asks every holder of g (and every server of the leader's
 // configuration) for its replica's status, in parallel.
-func (n *Node) observe(ctx context.Context, g group, extra ...string) observation {
-	ids := g.holders()
+func (n *Node) observe(ctx context.Context, g placement.Group, extra ...string) observation {
+	ids := g.Holders()
 	for _, e := range extra {
 		if !slices.Contains(ids, e) {
 			ids = append(ids, e)
@@ -322,9 +224,9 @@ func (n *Node) observe(ctx context.Context, g group, extra ...string) observatio
 }
 
 // replicaStatus returns node id's status of its replica of g, or nil.
-func (n *Node) replicaStatus(ctx context.Context, id string, g group) *rpc.ReplicaStatusResponse {
+func (n *Node) replicaStatus(ctx context.Context, id string, g placement.Group) *rpc.ReplicaStatusResponse {
 	if id == n.cfg.ID {
-		if r := n.groupReplica(g.meta, g.shard); r != nil {
+		if r := n.groupReplica(g.Meta, g.Shard); r != nil {
 			return r.status(n.cfg.ID)
 		}
 		return nil
@@ -335,7 +237,7 @@ func (n *Node) replicaStatus(ctx context.Context, id string, g group) *rpc.Repli
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	st, err := c.ReplicaStatus(cctx, &rpc.ReplicaStatusRequest{Shard: uint32(g.shard), Meta: g.meta})
+	st, err := c.ReplicaStatus(cctx, &rpc.ReplicaStatusRequest{Shard: uint32(g.Shard), Meta: g.Meta})
 	if err != nil {
 		return nil
 	}
@@ -365,7 +267,7 @@ func (n *Node) reconcileOnce(ctx context.Context) error {
 		}
 		id := m.ID
 		if _, err := n.metaUpdate(ctx, func(s *State) error {
-			if mm := s.member(id); mm != nil && s.Status(id) == StatusLeaving && s.ReplicaCount(id) == 0 {
+			if mm := s.Member(id); mm != nil && s.Status(id) == StatusLeaving && s.ReplicaCount(id) == 0 {
 				mm.Status = StatusRemoved
 				return nil
 			}
@@ -378,7 +280,7 @@ func (n *Node) reconcileOnce(ctx context.Context) error {
 	steps := 0
 	leaders := map[string]int{}
 	var settled []shardView
-	for _, g := range groupsOf(st) {
+	for _, g := range placement.Groups(st) {
 		obs := n.observe(ctx, g)
 		if obs.leader == nil {
 			continue
@@ -397,9 +299,9 @@ func (n *Node) reconcileOnce(ctx context.Context) error {
 			lv = n.liveness(st)
 			continue
 		}
-		if !g.meta {
+		if !g.Meta {
 			leaders[obs.leader.NodeId]++
-			settled = append(settled, shardView{g: groupOf(st, g), obs: obs})
+			settled = append(settled, shardView{g: placement.GroupOf(st, g), obs: obs})
 		}
 	}
 	if steps > 0 || len(settled) < len(st.Shards) {
@@ -412,12 +314,12 @@ func (n *Node) reconcileOnce(ctx context.Context) error {
 }
 
 type shardView struct {
-	g   group
+	g   placement.Group
 	obs observation
 }
 
 // stepGroup takes at most one step for g; did reports whether it did.
-func (n *Node) stepGroup(ctx context.Context, g group, obs observation, lv *liveness) (bool, error) {
+func (n *Node) stepGroup(ctx context.Context, g placement.Group, obs observation, lv *placement.Liveness) (bool, error) {
 	cfgVoters, cfgNonvoters := obs.config()
 	inCfg := func(id string) bool {
 		return slices.Contains(cfgVoters, id) || slices.Contains(cfgNonvoters, id)
@@ -427,8 +329,8 @@ func (n *Node) stepGroup(ctx context.Context, g group, obs observation, lv *live
 	voters := slices.Clone(cfgVoters)
 	learners := slices.Clone(cfgNonvoters)
 	var pending []string
-	for _, l := range g.learners {
-		if !inCfg(l) && lv.placeable(l) {
+	for _, l := range g.Learners {
+		if !inCfg(l) && lv.Placeable(l) {
 			learners = append(learners, l)
 			pending = append(pending, l)
 		}
@@ -441,7 +343,7 @@ func (n *Node) stepGroup(ctx context.Context, g group, obs observation, lv *live
 	}
 	// 2. Non-voters: promote when caught up, remove when their node is gone.
 	for _, id := range cfgNonvoters {
-		if !lv.eligible(id) {
+		if !lv.Eligible(id) {
 			return true, n.removeFromGroup(ctx, g, obs, id)
 		}
 		st := obs.replicas[id]
@@ -451,23 +353,20 @@ func (n *Node) stepGroup(ctx context.Context, g group, obs observation, lv *live
 		if err := n.changeGroup(ctx, g, obs, rpc.ReplicaChange_REPLICA_CHANGE_ADD_VOTER, id); err != nil {
 			return true, err
 		}
-		_, err := n.updatePlacement(ctx, g, append(slices.Clone(cfgVoters), id), without(cfgNonvoters, id))
+		_, err := n.updatePlacement(ctx, g, append(slices.Clone(cfgVoters), id), placement.Without(cfgNonvoters, id))
 		n.log.Info("replica promoted to voter", "group", g.String(), "target_node", id)
 		return true, err
 	}
 	// 3. Too few good voters: add a learner on the least loaded live node.
-	target := min(lv.st.ReplicationFactor, lv.activeCount())
-	if g.meta {
-		target = metaVoterTarget(lv.activeCount())
-	}
+	target := lv.VoterTarget(g)
 	good := 0
 	for _, v := range cfgVoters {
-		if lv.eligible(v) {
+		if lv.Eligible(v) {
 			good++
 		}
 	}
 	if good < target {
-		if c := n.pickCandidate(g, cfgVoters, lv); c != "" {
+		if c := placement.PickCandidate(g, cfgVoters, lv); c != "" {
 			return true, n.addLearner(ctx, g, obs, c)
 		}
 	}
@@ -475,7 +374,7 @@ func (n *Node) stepGroup(ctx context.Context, g group, obs observation, lv *live
 	// group has enough good voters without it), or one beyond the target.
 	victim := ""
 	for _, v := range cfgVoters {
-		if !lv.eligible(v) && good >= target {
+		if !lv.Eligible(v) && good >= target {
 			victim = v
 			break
 		}
@@ -483,7 +382,7 @@ func (n *Node) stepGroup(ctx context.Context, g group, obs observation, lv *live
 	if victim == "" && len(cfgVoters) > target && target > 0 {
 		cands := slices.Clone(cfgVoters)
 		slices.SortFunc(cands, func(a, b string) int {
-			return cmp.Or(cmp.Compare(lv.replicas[b], lv.replicas[a]), cmp.Compare(b, a))
+			return cmp.Or(cmp.Compare(lv.Replicas[b], lv.Replicas[a]), cmp.Compare(b, a))
 		})
 		victim = cands[0]
 	}
@@ -493,7 +392,7 @@ func (n *Node) stepGroup(ctx context.Context, g group, obs observation, lv *live
 	if victim == obs.leader.NodeId {
 		to := ""
 		for _, v := range cfgVoters {
-			if v != victim && lv.placeable(v) {
+			if v != victim && lv.Placeable(v) {
 				to = v
 				break
 			}
@@ -507,31 +406,11 @@ func (n *Node) stepGroup(ctx context.Context, g group, obs observation, lv *live
 	return true, n.removeFromGroup(ctx, g, obs, victim)
 }
 
-func without(s []string, x string) []string {
-	return slices.DeleteFunc(slices.Clone(s), func(v string) bool { return v == x })
-}
-
-// pickCandidate returns the placeable node with the fewest replicas that
-// does not hold g ("" when none).
-func (n *Node) pickCandidate(g group, cfgVoters []string, lv *liveness) string {
-	best := ""
-	for _, m := range lv.st.Nodes {
-		id := m.ID
-		if !lv.placeable(id) || slices.Contains(cfgVoters, id) || slices.Contains(g.holders(), id) {
-			continue
-		}
-		if best == "" || lv.replicas[id] < lv.replicas[best] || (lv.replicas[id] == lv.replicas[best] && id < best) {
-			best = id
-		}
-	}
-	return best
-}
-
 // updatePlacement records voters and learners as g's placement.
-func (n *Node) updatePlacement(ctx context.Context, g group, voters, learners []string) (bool, error) {
+func (n *Node) updatePlacement(ctx context.Context, g placement.Group, voters, learners []string) (bool, error) {
 	changed := false
 	_, err := n.metaUpdate(ctx, func(s *State) error {
-		err := setPlacement(s, groupOf(s, g), slices.Clone(voters), slices.Clone(learners))
+		err := placement.SetPlacement(s, placement.GroupOf(s, g), slices.Clone(voters), slices.Clone(learners))
 		changed = err == nil
 		return err
 	})
@@ -540,13 +419,13 @@ func (n *Node) updatePlacement(ctx context.Context, g group, voters, learners []
 
 // addLearner records node id as a learner of g, then adds it to g's Raft
 // configuration as a non-voter.
-func (n *Node) addLearner(ctx context.Context, g group, obs observation, id string) error {
+func (n *Node) addLearner(ctx context.Context, g placement.Group, obs observation, id string) error {
 	if _, err := n.metaUpdate(ctx, func(s *State) error {
-		cur := groupOf(s, g)
-		if slices.Contains(cur.holders(), id) {
+		cur := placement.GroupOf(s, g)
+		if slices.Contains(cur.Holders(), id) {
 			return errNoChange
 		}
-		return setPlacement(s, cur, slices.Clone(cur.voters), append(slices.Clone(cur.learners), id))
+		return placement.SetPlacement(s, cur, slices.Clone(cur.Voters), append(slices.Clone(cur.Learners), id))
 	}); err != nil {
 		return err
 	}
@@ -556,27 +435,27 @@ func (n *Node) addLearner(ctx context.Context, g group, obs observation, id stri
 
 // removeFromGroup removes node id from g's Raft configuration, then from
 // its placement.
-func (n *Node) removeFromGroup(ctx context.Context, g group, obs observation, id string) error {
+func (n *Node) removeFromGroup(ctx context.Context, g placement.Group, obs observation, id string) error {
 	if err := n.changeGroup(ctx, g, obs, rpc.ReplicaChange_REPLICA_CHANGE_REMOVE, id); err != nil {
 		return err
 	}
 	n.log.Info("replica removed", "group", g.String(), "target_node", id)
 	_, err := n.metaUpdate(ctx, func(s *State) error {
-		cur := groupOf(s, g)
-		return setPlacement(s, cur, without(cur.voters, id), without(cur.learners, id))
+		cur := placement.GroupOf(s, g)
+		return placement.SetPlacement(s, cur, placement.Without(cur.Voters, id), placement.Without(cur.Learners, id))
 	})
 	return err
 }
 
 // changeGroup asks g's leader to change its configuration.
-func (n *Node) changeGroup(ctx context.Context, g group, obs observation, change rpc.ReplicaChange, id string) error {
+func (n *Node) changeGroup(ctx context.Context, g placement.Group, obs observation, change rpc.ReplicaChange, id string) error {
 	a, ok := n.nodeAddrs(id)
 	if !ok && change != rpc.ReplicaChange_REPLICA_CHANGE_REMOVE {
 		return fmt.Errorf("cluster: no Raft address for node %s", id)
 	}
-	req := &rpc.ChangeReplicaRequest{Shard: uint32(g.shard), Meta: g.meta, Change: change, NodeId: id, RaftAddr: a.RaftAddr}
+	req := &rpc.ChangeReplicaRequest{Shard: uint32(g.Shard), Meta: g.Meta, Change: change, NodeId: id, RaftAddr: a.RaftAddr}
 	if obs.leader.NodeId == n.cfg.ID {
-		r := n.groupReplica(g.meta, g.shard)
+		r := n.groupReplica(g.Meta, g.Shard)
 		if r == nil {
 			return ErrNotLeader
 		}
@@ -592,9 +471,9 @@ func (n *Node) changeGroup(ctx context.Context, g group, obs observation, change
 }
 
 // transferGroup moves g's leadership to node to.
-func (n *Node) transferGroup(ctx context.Context, g group, obs observation, to string) error {
+func (n *Node) transferGroup(ctx context.Context, g placement.Group, obs observation, to string) error {
 	if obs.leader.NodeId == n.cfg.ID {
-		r := n.groupReplica(g.meta, g.shard)
+		r := n.groupReplica(g.Meta, g.Shard)
 		if r == nil {
 			return ErrNotLeader
 		}
@@ -605,30 +484,30 @@ func (n *Node) transferGroup(ctx context.Context, g group, obs observation, to s
 	if err != nil {
 		return err
 	}
-	_, err = c.TransferLeader(ctx, &rpc.TransferLeaderRequest{Shard: uint32(g.shard), Meta: g.meta, ToNode: to})
+	_, err = c.TransferLeader(ctx, &rpc.TransferLeaderRequest{Shard: uint32(g.Shard), Meta: g.Meta, ToNode: to})
 	return err
 }
 
 // balanceReplicas moves one replica from the most to the least loaded live
 // node when their counts differ by two or more.
-func (n *Node) balanceReplicas(ctx context.Context, st *State, lv *liveness) (bool, error) {
+func (n *Node) balanceReplicas(ctx context.Context, st *State, lv *placement.Liveness) (bool, error) {
 	var ids []string
 	for _, m := range st.Nodes {
-		if lv.placeable(m.ID) {
+		if lv.Placeable(m.ID) {
 			ids = append(ids, m.ID)
 		}
 	}
 	if len(ids) < 2 {
 		return false, nil
 	}
-	slices.SortFunc(ids, func(a, b string) int { return cmp.Or(cmp.Compare(lv.replicas[a], lv.replicas[b]), cmp.Compare(a, b)) })
+	slices.SortFunc(ids, func(a, b string) int { return cmp.Or(cmp.Compare(lv.Replicas[a], lv.Replicas[b]), cmp.Compare(a, b)) })
 	lo, hi := ids[0], ids[len(ids)-1]
-	if lv.replicas[hi]-lv.replicas[lo] < 2 {
+	if lv.Replicas[hi]-lv.Replicas[lo] < 2 {
 		return false, nil
 	}
 	for _, p := range st.Shards {
 		if p.Holds(hi) && !p.Holds(lo) {
-			g := group{shard: p.Shard, voters: p.Voters, learners: p.Learners}
+			g := placement.Group{Shard: p.Shard, Voters: p.Voters, Learners: p.Learners}
 			obs := n.observe(ctx, g)
 			if obs.leader == nil {
 				continue
@@ -642,15 +521,15 @@ func (n *Node) balanceReplicas(ctx context.Context, st *State, lv *liveness) (bo
 
 // balanceLeaders moves one leadership from the node leading the most
 // shards to a voter of that shard leading at least two fewer.
-func (n *Node) balanceLeaders(ctx context.Context, settled []shardView, leaders map[string]int, lv *liveness) error {
+func (n *Node) balanceLeaders(ctx context.Context, settled []shardView, leaders map[string]int, lv *placement.Liveness) error {
 	slices.SortFunc(settled, func(a, b shardView) int {
-		return cmp.Or(cmp.Compare(leaders[b.obs.leader.NodeId], leaders[a.obs.leader.NodeId]), cmp.Compare(a.g.shard, b.g.shard))
+		return cmp.Or(cmp.Compare(leaders[b.obs.leader.NodeId], leaders[a.obs.leader.NodeId]), cmp.Compare(a.g.Shard, b.g.Shard))
 	})
 	for _, sv := range settled {
 		from := sv.obs.leader.NodeId
 		best := ""
-		for _, v := range sv.g.voters {
-			if v == from || !lv.placeable(v) {
+		for _, v := range sv.g.Voters {
+			if v == from || !lv.Placeable(v) {
 				continue
 			}
 			if st := sv.obs.replicas[v]; st == nil || st.AppliedIndex+catchUpSlack < sv.obs.leader.CommitIndex {
@@ -664,7 +543,7 @@ func (n *Node) balanceLeaders(ctx context.Context, settled []shardView, leaders 
 			if !n.recon.leaderMoveDue(n.cfg.LeaderBalanceInterval) {
 				return nil
 			}
-			n.log.Info("rebalancing: moving a leadership", "shard", uint32(sv.g.shard), "from", from, "to", best)
+			n.log.Info("rebalancing: moving a leadership", "shard", uint32(sv.g.Shard), "from", from, "to", best)
 			return n.transferGroup(ctx, sv.g, sv.obs, best)
 		}
 	}

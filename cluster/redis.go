@@ -102,7 +102,7 @@ func startRedis(n *Node, addr string) (*redisFront, error) {
 	// (redis_conn.go).
 	ln = writeTimeoutListener{Listener: n.limitConns(ln, "redis"), timeout: n.cfg.RedisWriteTimeout}
 	if n.tls != nil {
-		ln = tls.NewListener(ln, n.tls.serverConfig(false))
+		ln = tls.NewListener(ln, n.tls.ServerConfig(false))
 	}
 	f := &redisFront{n: n, ln: ln, served: make(chan struct{})}
 	f.mu.open = map[net.Conn]struct{}{}
@@ -409,7 +409,7 @@ func (f *redisFront) client(ctx context.Context) (*client.Client, error) {
 	}
 	cfg := client.Config{Endpoints: []string{f.n.addrs.GRPCAddr}, Logger: f.n.log}
 	if f.n.tls != nil {
-		cfg.TLS = f.n.tls.peerConfig() // the node's own identity: full access
+		cfg.TLS = f.n.tls.PeerConfig() // the node's own identity: full access
 	}
 	c, err := client.New(ctx, cfg)
 	if err != nil {

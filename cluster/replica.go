@@ -23,6 +23,7 @@ import (
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/raftlog"
 	"github.com/swarmkv/swarmkv/shard"
+	"github.com/swarmkv/swarmkv/transport"
 )
 
 // Errors a replica returns; the gRPC layer maps them to status codes.
@@ -46,7 +47,7 @@ var (
 // Threads: raft runs its own goroutines; the replica adds a leadership
 // watcher (consumes NotifyCh, runs a barrier on each new leadership), a
 // read loop (batches linearizable reads under one leadership check: the
-// node's leaderChecker, or VerifyLeader) and a
+// node's transport.LeaderChecker, or VerifyLeader) and a
 // proposal loop (coalesces concurrent proposals into one Raft entry). All
 // three are joined by close. Each Raft future is waited on by a goroutine
 // of its own, which close does not join (see apply).
@@ -68,8 +69,8 @@ type replica struct {
 	readPending []chan readResult
 	readSignal  chan struct{}
 	// checker, if set, confirms read rounds for all of the node's groups
-	// at once (readcheck.go); VerifyLeader is the fallback.
-	checker   *leaderChecker
+	// at once (transport/readcheck.go); VerifyLeader is the fallback.
+	checker   *transport.LeaderChecker
 	readStats readStats
 
 	onReady func(*replica) // replicaConfig.onReady
@@ -118,7 +119,7 @@ type replicaConfig struct {
 	// shard to ensure the default pool.
 	onReady func(*replica)
 	// checker: the node's batched leadership check (nil: VerifyLeader).
-	checker *leaderChecker
+	checker *transport.LeaderChecker
 }
 
 func openReplica(rc replicaConfig) (_ *replica, err error) {
@@ -367,8 +368,9 @@ func (r *replica) watchLeadership() {
 
 // readLoop serves linearizable reads in batches: every read waiting when a
 // round starts shares one commit-index capture and one leadership check
-// (the node's leaderChecker, which asks the peers about all of the node's
-// groups in one frame; VerifyLeader when that does not confirm).
+// (the node's transport.LeaderChecker, which asks the peers about all of
+// the node's groups in one frame; VerifyLeader when that does not
+// confirm).
 func (r *replica) readLoop() {
 	defer r.wg.Done()
 	for {
@@ -402,7 +404,7 @@ func (r *replica) readRound() readResult {
 		return readResult{err: ErrLeaderNotReady}
 	}
 	index := r.raft.CommitIndex()
-	if r.checker != nil && r.checker.confirm(uint32(r.id), term, r.raft.GetConfiguration().Configuration()) {
+	if r.checker != nil && r.checker.Confirm(uint32(r.id), term, r.raft.GetConfiguration().Configuration()) {
 		r.readStats.checked.Add(1)
 	} else {
 		r.readStats.verified.Add(1)
@@ -832,4 +834,9 @@ func (r *replica) closeStores() {
 			r.closeErr = err
 		}
 	}
+}
+
+// readStats counts a replica's linearizable read rounds (metrics).
+type readStats struct {
+	checked, verified, reads atomic.Uint64
 }

@@ -137,7 +137,7 @@ func (n *Node) applyMeta(st *State) error {
 	if local != nil && local.ClusterID != st.ClusterID {
 		return n.refuse(fmt.Errorf("%w: this data dir belongs to cluster %s, the cluster it gossips with is %s", errRefused, local.ClusterID, st.ClusterID))
 	}
-	me := st.member(n.cfg.ID)
+	me := st.Member(n.cfg.ID)
 	switch {
 	case me == nil && local == nil:
 		return fmt.Errorf("waiting to be admitted into cluster %s: run `swarmnode join %s` against any member", st.ClusterID, n.cfg.ID)

@@ -23,6 +23,7 @@ import (
 	"github.com/swarmkv/swarmkv/client"
 	"github.com/swarmkv/swarmkv/internal/pki"
 	"github.com/swarmkv/swarmkv/rpc"
+	"github.com/swarmkv/swarmkv/transport"
 )
 
 // testCA is a CA in a temp dir that issues node and client certificates.
@@ -48,7 +49,7 @@ func newTestCA(t testing.TB) *testCA {
 func (c *testCA) caFile() string { return filepath.Join(c.dir, "ca.pem") }
 
 // node issues a node certificate for id and returns the node's TLSFiles.
-func (c *testCA) node(id string) TLSFiles {
+func (c *testCA) node(id string) transport.TLSFiles {
 	c.t.Helper()
 	p, err := c.ca.Issue(pki.Request{Node: id, Hosts: []string{"127.0.0.1", "localhost"}})
 	if err != nil {
@@ -57,7 +58,7 @@ func (c *testCA) node(id string) TLSFiles {
 	if err := pki.WriteFiles(c.dir, id, p); err != nil {
 		c.t.Fatal(err)
 	}
-	return TLSFiles{CAFile: c.caFile(), CertFile: filepath.Join(c.dir, id+".pem"), KeyFile: filepath.Join(c.dir, id+"-key.pem")}
+	return transport.TLSFiles{CAFile: c.caFile(), CertFile: filepath.Join(c.dir, id+".pem"), KeyFile: filepath.Join(c.dir, id+"-key.pem")}
 }
 
 // client returns a client TLS config trusting the CA, with a client
@@ -156,7 +157,7 @@ func TestTLSRefusesNodeOfAnotherCA(t *testing.T) {
 	tc := newTLSCluster(t, 1, ca, nil)
 	n1 := tc.nodes[0]
 	other := newTestCA(t)
-	intruder, err := loadNodeTLS(other.node("n9"), "n9", testLogger(t))
+	intruder, err := transport.LoadNodeTLS(other.node("n9"), "n9", testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,11 +167,11 @@ func TestTLSRefusesNodeOfAnotherCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := tls.Client(raw, intruder.peerConfig())
+	conn := tls.Client(raw, intruder.PeerConfig())
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
 	err = conn.Handshake()
 	if err == nil { // TLS 1.3: the server's refusal of our certificate arrives with the first read
-		conn.Write(appendMuxHeader(nil, MetaGroup))
+		conn.Write([]byte("SW\xff\xff\xff\xff")) // the plain header of MetaGroup
 		_, err = conn.Read(make([]byte, 1))
 	}
 	conn.Close()
@@ -179,7 +180,7 @@ func TestTLSRefusesNodeOfAnotherCA(t *testing.T) {
 	}
 	// Through a Mux configured with the foreign identity, as a node would dial.
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	m, err := NewMux(MuxConfig{Listener: ln, ServerTLS: intruder.serverConfig(true), ClientTLS: intruder.peerConfig()})
+	m, err := transport.NewMux(transport.MuxConfig{Listener: ln, ServerTLS: intruder.ServerConfig(true), ClientTLS: intruder.PeerConfig()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +192,7 @@ func TestTLSRefusesNodeOfAnotherCA(t *testing.T) {
 	}
 
 	// Node-to-node gRPC: the Admin service refuses it.
-	cc, err := grpc.NewClient(n1.Addrs().GRPCAddr, grpc.WithTransportCredentials(credentials.NewTLS(intruder.peerConfig())))
+	cc, err := grpc.NewClient(n1.Addrs().GRPCAddr, grpc.WithTransportCredentials(credentials.NewTLS(intruder.PeerConfig())))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +265,7 @@ func TestTLSCertificateReload(t *testing.T) {
 	os.WriteFile(files.CertFile, []byte("garbage"), 0o644)
 	future = future.Add(2 * time.Second)
 	os.Chtimes(files.CertFile, future, future)
-	time.Sleep(tlsReloadEvery + 100*time.Millisecond) // let a reload attempt happen
+	time.Sleep(transport.TLSReloadEvery + 100*time.Millisecond) // let a reload attempt happen
 	if got, err := serial(); err != nil || got != want {
 		t.Fatalf("after a broken file: %s %v", got, err)
 	}
@@ -284,15 +285,15 @@ func TestSecureByDefault(t *testing.T) {
 		{"public redis", func(c *Config) { c.RedisAddr = "10.1.2.3:6379" }, false},
 		{"public raft insecure", func(c *Config) { c.RaftAddr = "0.0.0.0:7101"; c.Insecure = true }, true},
 		{"tls without gossip key", func(c *Config) {
-			c.TLS = TLSFiles{"ca", "cert", "key"}
+			c.TLS = transport.TLSFiles{CAFile: "ca", CertFile: "cert", KeyFile: "key"}
 			c.GossipAddr = "0.0.0.0:7103"
 		}, false},
 		{"tls with gossip key", func(c *Config) {
-			c.TLS = TLSFiles{"ca", "cert", "key"}
+			c.TLS = transport.TLSFiles{CAFile: "ca", CertFile: "cert", KeyFile: "key"}
 			c.GossipAddr = "0.0.0.0:7103"
 			c.GossipKeys = [][]byte{make([]byte, 32)}
 		}, true},
-		{"half tls", func(c *Config) { c.TLS = TLSFiles{CAFile: "ca"} }, false},
+		{"half tls", func(c *Config) { c.TLS = transport.TLSFiles{CAFile: "ca"} }, false},
 	} {
 		c := base
 		tt.mod(&c)
@@ -404,7 +405,7 @@ func TestTLSCAReload(t *testing.T) {
 
 	// A broken CA file keeps the bundle: bob still gets in.
 	writeCA([]byte("garbage"), future.Add(2*time.Second))
-	time.Sleep(tlsReloadEvery + 100*time.Millisecond) // let a reload attempt happen
+	time.Sleep(transport.TLSReloadEvery + 100*time.Millisecond) // let a reload attempt happen
 	if err := put(); err != nil {
 		t.Fatalf("after a broken CA file: %v", err)
 	}

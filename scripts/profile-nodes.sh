@@ -101,8 +101,8 @@ sum "Raft transport (NetworkTransport, both ends)" '^github.com/hashicorp/raft.\
   '^github.com/hashicorp/raft.\(\*Raft\).pipelineDecode$' '^github.com/hashicorp/raft.\(\*Raft\).heartbeat$'
 sum "  msgpack encoding and decoding" '^github.com/hashicorp/go-msgpack/v2/codec.\(\*Decoder\).Decode$' \
   '^github.com/hashicorp/go-msgpack/v2/codec.\(\*Encoder\).Encode$'
-sum "leadership check of read rounds (both ends)" '^github.com/swarmkv/swarmkv/cluster.\(\*checkPeer\).loop$' \
-  '^github.com/swarmkv/swarmkv/cluster.\(\*leaderChecker\).answer$'
+sum "leadership check of read rounds (both ends)" '^github.com/swarmkv/swarmkv/transport.\(\*checkPeer\).loop$' \
+  '^github.com/swarmkv/swarmkv/transport.\(\*LeaderChecker\).answer$'
 share "Raft loops (leader, follower)" '^github.com/hashicorp/raft.\(\*Raft\).run$'
 sum "gRPC server and the pipeline's workers" '^google.golang.org/grpc.\(\*Server\).handleRawConn.func1$' \
   '^google.golang.org/grpc/internal/transport.\(\*loopyWriter\).run$' '^github.com/swarmkv/swarmkv/cluster.workerPool.worker$'

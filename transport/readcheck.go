@@ -1,4 +1,4 @@
-package cluster
+package transport
 
 import (
 	"bufio"
@@ -18,10 +18,10 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// ReadCheckGroup is the mux group of the nodes' batched leadership checks
-// (leaderChecker), next to the shard groups and MetaGroup.
-const ReadCheckGroup uint32 = 0xFFFFFFFE
-
+// LeaderChecker confirms the read rounds of a node's leader groups with
+// the peer nodes, all groups at once, over one Layer of the Mux (the node
+// reserves a group id for it, cluster.ReadCheckGroup).
+//
 // A linearizable read needs its leader to learn, after the read arrived,
 // that no other leader has been elected: the ReadIndex protocol of the
 // Raft thesis (6.4). hashicorp/raft's VerifyLeader does that with a
@@ -30,7 +30,7 @@ const ReadCheckGroup uint32 = 0xFFFFFFFE
 // read round of each of a node's leader groups cost two AppendEntries
 // round trips through the Raft transport, msgpack-encoded.
 //
-// The leaderChecker asks the same question once for all of a node's
+// The LeaderChecker asks the same question once for all of a node's
 // groups: it sends each peer node one frame listing (group, term) pairs,
 // and the peer answers, for each, whether its replica of the group is at
 // that term or an older one. A voter whose term is not above T has not
@@ -53,15 +53,15 @@ const ReadCheckGroup uint32 = 0xFFFFFFFE
 //
 // id is the node the sender expects to answer (the voter's ID in the
 // group's configuration); a node with another ID answers no to every pair.
-type leaderChecker struct {
+type LeaderChecker struct {
 	layer   *Layer
 	localID string
 	// lookup returns the local replica's Raft instance of a group, nil if
 	// the node has none.
-	lookup func(group uint32) termReader
+	lookup func(group uint32) TermReader
 	log    *slog.Logger
 
-	ctx    context.Context // ends on close
+	ctx    context.Context // ends on Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -87,8 +87,8 @@ const (
 	checkPeerPenalty = time.Second
 )
 
-// termReader is what an answer reads of a replica (a *raft.Raft).
-type termReader interface {
+// TermReader is what an answer reads of a replica (a *raft.Raft).
+type TermReader interface {
 	State() raft.RaftState
 	CurrentTerm() uint64
 }
@@ -99,26 +99,30 @@ type groupTerm struct {
 	term  uint64
 }
 
-func newLeaderChecker(layer *Layer, localID string, lookup func(uint32) termReader, log *slog.Logger) *leaderChecker {
-	c := &leaderChecker{layer: layer, localID: localID, lookup: lookup, log: log, peers: map[string]*checkPeer{}}
+// NewLeaderChecker starts a checker that dials the peers and answers them
+// on layer. localID is this node's id; lookup returns the local replica's
+// Raft instance of a group (nil if none): the answers read its state and
+// term. The checker owns layer from here on.
+func NewLeaderChecker(layer *Layer, localID string, lookup func(uint32) TermReader, log *slog.Logger) *LeaderChecker {
+	c := &LeaderChecker{layer: layer, localID: localID, lookup: lookup, log: log, peers: map[string]*checkPeer{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.wg.Add(1)
 	go c.serve()
 	return c
 }
 
-// close stops the checker: pending checks are not confirmed, the layer and
+// Close stops the checker: pending checks are not confirmed, the layer and
 // its connections are closed, and every goroutine is joined.
-func (c *leaderChecker) close() {
+func (c *LeaderChecker) Close() {
 	c.cancel()
 	c.layer.Close()
 	c.wg.Wait()
 }
 
-// confirm reports whether a majority of cfg's voters, counting this node
+// Confirm reports whether a majority of cfg's voters, counting this node
 // if it is one, confirmed after the call that none of them is past term
 // in group. false means not confirmed (not necessarily deposed).
-func (c *leaderChecker) confirm(group uint32, term uint64, cfg raft.Configuration) bool {
+func (c *LeaderChecker) Confirm(group uint32, term uint64, cfg raft.Configuration) bool {
 	voters, self := 0, false
 	var others []raft.Server
 	for _, s := range cfg.Servers {
@@ -201,7 +205,7 @@ type checkReq struct {
 // checkPeer sends one peer node the checks queued for it, all of them in
 // one frame per exchange, one exchange at a time, over one connection.
 type checkPeer struct {
-	c        *leaderChecker
+	c        *LeaderChecker
 	id, addr string
 	wake     chan struct{} // cap 1: the queue is not empty
 	// failedAt is when an exchange last failed (unix ns; 0: never).
@@ -213,7 +217,7 @@ type checkPeer struct {
 // order returns the peers of servers: those whose last exchange did not
 // fail within checkPeerPenalty first, each part in ring order of IDs
 // starting after this node's.
-func (c *leaderChecker) order(servers []raft.Server) []*checkPeer {
+func (c *LeaderChecker) order(servers []raft.Server) []*checkPeer {
 	slices.SortFunc(servers, func(a, b raft.Server) int {
 		return cmp.Compare(a.ID, b.ID)
 	})
@@ -235,7 +239,7 @@ func (c *leaderChecker) order(servers []raft.Server) []*checkPeer {
 	return append(healthy, failing...)
 }
 
-func (c *leaderChecker) peer(id, addr string) *checkPeer {
+func (c *LeaderChecker) peer(id, addr string) *checkPeer {
 	key := id + "\x00" + addr
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -349,7 +353,7 @@ func (p *checkPeer) exchange(conn net.Conn, rd *bufio.Reader, batch []checkReq) 
 }
 
 // serve answers the checks of other nodes.
-func (c *leaderChecker) serve() {
+func (c *LeaderChecker) serve() {
 	defer c.wg.Done()
 	for {
 		conn, err := c.layer.Accept()
@@ -369,7 +373,7 @@ func (c *leaderChecker) serve() {
 
 // answer serves one connection's requests until it ends or sends a bad
 // frame.
-func (c *leaderChecker) answer(conn net.Conn) error {
+func (c *LeaderChecker) answer(conn net.Conn) error {
 	rd := bufio.NewReader(conn)
 	var out []byte
 	for {
@@ -394,7 +398,7 @@ func (c *leaderChecker) answer(conn net.Conn) error {
 
 // answerOne: 1 when this node is id and its replica of the group is at
 // term gt.term or before.
-func (c *leaderChecker) answerOne(id string, gt groupTerm) byte {
+func (c *LeaderChecker) answerOne(id string, gt groupTerm) byte {
 	if id != c.localID {
 		return 0
 	}
@@ -405,7 +409,7 @@ func (c *leaderChecker) answerOne(id string, gt groupTerm) byte {
 	return 1
 }
 
-var errCheckFrame = errors.New("cluster: malformed read check frame")
+var errCheckFrame = errors.New("transport: malformed read check frame")
 
 // readCheckFrame reads one length-prefixed frame.
 func readCheckFrame(rd *bufio.Reader) ([]byte, error) {
@@ -479,9 +483,4 @@ func parseCheckResponse(body []byte, n int) ([]bool, error) {
 		}
 	}
 	return out, nil
-}
-
-// readStats counts a replica's linearizable read rounds (metrics).
-type readStats struct {
-	checked, verified, reads atomic.Uint64
 }

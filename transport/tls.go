@@ -1,4 +1,4 @@
-package cluster
+package transport
 
 import (
 	"crypto/tls"
@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"sync"
 	"time"
@@ -22,7 +21,7 @@ type TLSFiles struct {
 	// Re-read when its modification time changes, like the certificate.
 	CAFile string
 	// CertFile and KeyFile are this node's certificate (with the SAN URI
-	// swarmkv://node/<id> of Config.ID) and key. They are re-read when
+	// swarmkv://node/<id> of the node id) and key. They are re-read when
 	// their modification time changes, so a renewed certificate is used
 	// by new connections without a restart.
 	CertFile string
@@ -32,17 +31,18 @@ type TLSFiles struct {
 // Enabled reports whether any file is set.
 func (t TLSFiles) Enabled() bool { return t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" }
 
-func (t TLSFiles) validate() error {
+// Validate reports whether the files are all set or none.
+func (t TLSFiles) Validate() error {
 	if t.Enabled() && (t.CAFile == "" || t.CertFile == "" || t.KeyFile == "") {
 		return errors.New("tls: want all of CA, certificate and key files")
 	}
 	return nil
 }
 
-// tlsReloadEvery is how often a handshake may stat the certificate files.
-const tlsReloadEvery = time.Second
+// TLSReloadEvery is how often a handshake may stat the certificate files.
+const TLSReloadEvery = time.Second
 
-// nodeTLS is a node's TLS identity: the cluster CA and its own certificate,
+// NodeTLS is a node's TLS identity: the cluster CA and its own certificate,
 // reloaded when the files change. It makes the tls.Configs of every
 // listener and of node-to-node dialing.
 //
@@ -52,7 +52,7 @@ const tlsReloadEvery = time.Second
 //	node-to-node gRPC the dialing node its node certificate; the server a node certificate
 //	client gRPC, HTTP, RESP  the server its node certificate; the client a certificate
 //	                 of the CA if it has one (else a token, see auth.go)
-type nodeTLS struct {
+type NodeTLS struct {
 	files TLSFiles
 	id    string
 	log   *slog.Logger
@@ -66,10 +66,10 @@ type nodeTLS struct {
 	}
 }
 
-// loadNodeTLS reads the CA and the node certificate and checks that the
+// LoadNodeTLS reads the CA and the node certificate and checks that the
 // certificate chains to the CA and is bound to node id.
-func loadNodeTLS(files TLSFiles, id string, log *slog.Logger) (*nodeTLS, error) {
-	t := &nodeTLS{files: files, id: id, log: log}
+func LoadNodeTLS(files TLSFiles, id string, log *slog.Logger) (*NodeTLS, error) {
+	t := &NodeTLS{files: files, id: id, log: log}
 	pool, caMod, err := t.readCA()
 	if err != nil {
 		return nil, err
@@ -83,43 +83,43 @@ func loadNodeTLS(files TLSFiles, id string, log *slog.Logger) (*nodeTLS, error) 
 }
 
 // readCA loads the CA file.
-func (t *nodeTLS) readCA() (*x509.CertPool, time.Time, error) {
+func (t *NodeTLS) readCA() (*x509.CertPool, time.Time, error) {
 	st, err := os.Stat(t.files.CAFile)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("cluster: tls CA: %w", err)
+		return nil, time.Time{}, fmt.Errorf("transport: tls CA: %w", err)
 	}
 	caPEM, err := os.ReadFile(t.files.CAFile)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("cluster: tls CA: %w", err)
+		return nil, time.Time{}, fmt.Errorf("transport: tls CA: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, time.Time{}, fmt.Errorf("cluster: tls CA %s: no PEM certificate", t.files.CAFile)
+		return nil, time.Time{}, fmt.Errorf("transport: tls CA %s: no PEM certificate", t.files.CAFile)
 	}
 	return pool, st.ModTime(), nil
 }
 
 // read loads the certificate files and checks them against pool.
-func (t *nodeTLS) read(pool *x509.CertPool) (*tls.Certificate, time.Time, time.Time, error) {
+func (t *NodeTLS) read(pool *x509.CertPool) (*tls.Certificate, time.Time, time.Time, error) {
 	cs, err := os.Stat(t.files.CertFile)
 	if err != nil {
-		return nil, time.Time{}, time.Time{}, fmt.Errorf("cluster: tls certificate: %w", err)
+		return nil, time.Time{}, time.Time{}, fmt.Errorf("transport: tls certificate: %w", err)
 	}
 	ks, err := os.Stat(t.files.KeyFile)
 	if err != nil {
-		return nil, time.Time{}, time.Time{}, fmt.Errorf("cluster: tls key: %w", err)
+		return nil, time.Time{}, time.Time{}, fmt.Errorf("transport: tls key: %w", err)
 	}
 	cert, err := tls.LoadX509KeyPair(t.files.CertFile, t.files.KeyFile)
 	if err != nil {
-		return nil, time.Time{}, time.Time{}, fmt.Errorf("cluster: tls certificate %s: %w", t.files.CertFile, err)
+		return nil, time.Time{}, time.Time{}, fmt.Errorf("transport: tls certificate %s: %w", t.files.CertFile, err)
 	}
 	leaf := cert.Leaf
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: intermediates(cert.Certificate[1:]),
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-		return nil, time.Time{}, time.Time{}, fmt.Errorf("cluster: tls certificate %s is not a server certificate of the CA %s: %w", t.files.CertFile, t.files.CAFile, err)
+		return nil, time.Time{}, time.Time{}, fmt.Errorf("transport: tls certificate %s is not a server certificate of the CA %s: %w", t.files.CertFile, t.files.CAFile, err)
 	}
 	if got := pki.NodeID(leaf); got != t.id {
-		return nil, time.Time{}, time.Time{}, fmt.Errorf("cluster: tls certificate %s is bound to node %q, this node is %q (make one with: swarmnode certs node --id %s)", t.files.CertFile, got, t.id, t.id)
+		return nil, time.Time{}, time.Time{}, fmt.Errorf("transport: tls certificate %s is bound to node %q, this node is %q (make one with: swarmnode certs node --id %s)", t.files.CertFile, got, t.id, t.id)
 	}
 	return &cert, cs.ModTime(), ks.ModTime(), nil
 }
@@ -135,26 +135,26 @@ func intermediates(ders [][]byte) *x509.CertPool {
 }
 
 // certificate returns the node's certificate (see current).
-func (t *nodeTLS) certificate() (*tls.Certificate, error) {
+func (t *NodeTLS) certificate() (*tls.Certificate, error) {
 	cert, _ := t.current()
 	return cert, nil
 }
 
 // caPool returns the cluster CA's certificates (see current).
-func (t *nodeTLS) caPool() *x509.CertPool {
+func (t *NodeTLS) caPool() *x509.CertPool {
 	_, pool := t.current()
 	return pool
 }
 
 // current returns the node's certificate and the CA pool, reloading the
 // files when a modification time changed (checked at most every
-// tlsReloadEvery). The certificate must chain to the (new) CA. A reload
+// TLSReloadEvery). The certificate must chain to the (new) CA. A reload
 // that fails keeps the previous certificate and CA, logs why, and is
 // tried again.
-func (t *nodeTLS) current() (*tls.Certificate, *x509.CertPool) {
+func (t *NodeTLS) current() (*tls.Certificate, *x509.CertPool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if time.Since(t.mu.checked) < tlsReloadEvery {
+	if time.Since(t.mu.checked) < TLSReloadEvery {
 		return t.mu.cert, t.mu.pool
 	}
 	t.mu.checked = time.Now()
@@ -189,12 +189,12 @@ func (t *nodeTLS) current() (*tls.Certificate, *x509.CertPool) {
 	return t.mu.cert, t.mu.pool
 }
 
-// serverConfig is the configuration of a listener. With nodesOnly the
+// ServerConfig is the configuration of a listener. With nodesOnly the
 // peer must present a node certificate of the CA (Raft port); otherwise a
 // client certificate is verified if given (client gRPC, HTTP, RESP).
 // Each handshake gets a configuration with the current CA pool
 // (GetConfigForClient), so a reloaded CA applies to new connections.
-func (t *nodeTLS) serverConfig(nodesOnly bool) *tls.Config {
+func (t *NodeTLS) ServerConfig(nodesOnly bool) *tls.Config {
 	build := func() *tls.Config {
 		c := &tls.Config{
 			MinVersion:     tls.VersionTLS13,
@@ -215,27 +215,27 @@ func (t *nodeTLS) serverConfig(nodesOnly bool) *tls.Config {
 	return c
 }
 
-// peerConfig is the configuration for dialing another node (Raft port and
+// PeerConfig is the configuration for dialing another node (Raft port and
 // node-to-node gRPC): this node's certificate as client certificate, and
 // the peer must present a node certificate of the CA. A node's identity is
 // the swarmkv://node/ URI, not its address: the chain is verified against
 // the CA without a host name check (peers are dialed at advertised
 // addresses a certificate need not list).
-func (t *nodeTLS) peerConfig() *tls.Config {
+func (t *NodeTLS) PeerConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion:           tls.VersionTLS13,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return t.certificate() },
 		InsecureSkipVerify:   true, // replaced by VerifyConnection: chain to the CA, node URI
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
-				return errors.New("cluster: tls: peer presented no certificate")
+				return errors.New("transport: tls: peer presented no certificate")
 			}
 			opts := x509.VerifyOptions{Roots: t.caPool(), Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 			for _, c := range cs.PeerCertificates[1:] {
 				opts.Intermediates.AddCert(c)
 			}
 			if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
-				return fmt.Errorf("cluster: tls: peer certificate: %w", err)
+				return fmt.Errorf("transport: tls: peer certificate: %w", err)
 			}
 			return requireNodeCert(cs)
 		},
@@ -245,20 +245,7 @@ func (t *nodeTLS) peerConfig() *tls.Config {
 // requireNodeCert refuses a connection whose peer is not a node.
 func requireNodeCert(cs tls.ConnectionState) error {
 	if len(cs.PeerCertificates) == 0 || pki.NodeID(cs.PeerCertificates[0]) == "" {
-		return errors.New("cluster: tls: peer certificate is not a node certificate")
+		return errors.New("transport: tls: peer certificate is not a node certificate")
 	}
 	return nil
-}
-
-// isLoopback reports whether a listen address binds loopback only.
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

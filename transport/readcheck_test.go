@@ -1,4 +1,4 @@
-package cluster
+package transport
 
 import (
 	"bufio"
@@ -11,12 +11,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-
-	"github.com/swarmkv/swarmkv/shard"
 )
 
 func TestCheckFrames(t *testing.T) {
-	pairs := []groupTerm{{0, 1}, {7, 1 << 40}, {MetaGroup, 3}}
+	pairs := []groupTerm{{0, 1}, {7, 1 << 40}, {metaGroup, 3}}
 	frame, err := appendCheckRequest(nil, "n2", pairs)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +86,7 @@ func (r fakeReplica) CurrentTerm() uint64 {
 	return r.f.terms[r.group]
 }
 
-func (f *fakeTerms) lookup(group uint32) termReader {
+func (f *fakeTerms) lookup(group uint32) TermReader {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.terms[group]; !ok {
@@ -108,7 +106,7 @@ func (f *fakeTerms) set(group uint32, term uint64) {
 type checkNode struct {
 	id      string
 	mux     *Mux
-	checker *leaderChecker
+	checker *LeaderChecker
 	terms   *fakeTerms
 }
 
@@ -117,8 +115,8 @@ func newCheckNodes(t *testing.T, ids ...string) []*checkNode {
 	for _, id := range ids {
 		m := newTestMux(t, MuxConfig{})
 		f := &fakeTerms{terms: map[uint32]uint64{}}
-		c := newLeaderChecker(newTestLayer(t, m, ReadCheckGroup), id, f.lookup, testLogger(t))
-		t.Cleanup(c.close)
+		c := NewLeaderChecker(newTestLayer(t, m, readCheckGroup), id, f.lookup, testLogger(t))
+		t.Cleanup(c.Close)
 		nodes = append(nodes, &checkNode{id: id, mux: m, checker: c, terms: f})
 	}
 	return nodes
@@ -172,7 +170,7 @@ func TestLeaderCheckerConfirm(t *testing.T) {
 	} {
 		n2.terms.set(g, c.n2)
 		n3.terms.set(g, c.n3)
-		if got := c.asker.checker.confirm(c.group, c.term, c.cfg); got != c.want {
+		if got := c.asker.checker.Confirm(c.group, c.term, c.cfg); got != c.want {
 			t.Errorf("%s: confirmed %v, want %v", c.name, got, c.want)
 		}
 	}
@@ -195,7 +193,7 @@ func TestLeaderCheckerConfirm(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if got := n1.checker.confirm(grp, term, cfg); got != want {
+			if got := n1.checker.Confirm(grp, term, cfg); got != want {
 				errs <- fmt.Errorf("group %d term %d: confirmed %v, want %v", grp, term, got, want)
 			}
 		}()
@@ -208,9 +206,9 @@ func TestLeaderCheckerConfirm(t *testing.T) {
 
 	// A peer that is down: rounds are not confirmed until the checker
 	// asks the other peer first (checkPeerPenalty).
-	n2.checker.close()
+	n2.checker.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for !n1.checker.confirm(g, 7, cfg) {
+	for !n1.checker.Confirm(g, 7, cfg) {
 		if time.Now().After(deadline) {
 			t.Fatal("n2 down: never confirmed by n3")
 		}
@@ -220,50 +218,39 @@ func TestLeaderCheckerConfirm(t *testing.T) {
 	}
 }
 
-// TestLeaderCheckRealGroups: on a running cluster, the leader of a shard
-// has its real term confirmed by the peers' real replicas, and an older
-// term (a deposed leader's) refused.
-func TestLeaderCheckRealGroups(t *testing.T) {
-	tc := newTestCluster(t, 3, 2, nil)
-	const sh = shard.ID(1)
-	i, r := tc.leaderReplica(sh)
-	cfg := r.raft.GetConfiguration().Configuration()
-	term := r.raft.CurrentTerm()
-	if !tc.nodes[i].checker.confirm(uint32(sh), term, cfg) {
-		t.Fatalf("leader of term %d not confirmed", term)
-	}
-	if tc.nodes[i].checker.confirm(uint32(sh), term-1, cfg) {
-		t.Fatalf("term %d confirmed while the group is at %d", term-1, term)
-	}
-	// Reads go through the check, not VerifyLeader.
-	before := r.readStats.checked.Load()
-	if err := r.readBarrier(ctxT(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	if r.readStats.checked.Load() == before {
-		t.Fatal("read round not confirmed by the batched check")
-	}
+// FuzzParseCheckRequest: a leadership-check request frame either decodes
+// into an id and 1..maxChecksPerFrame pairs that encode back to the same
+// bytes, or is refused; never a panic.
+func FuzzParseCheckRequest(f *testing.F) {
+	good, _ := appendCheckRequest(nil, "n1", []groupTerm{{1, 2}, {metaGroup, 9}})
+	f.Add(good[4:])
+	f.Add([]byte{readCheckVersion, 1, 'x'})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		id, pairs, err := parseCheckRequest(b)
+		if err != nil {
+			return
+		}
+		again, err := appendCheckRequest(nil, id, pairs)
+		if err != nil || !bytes.Equal(again[4:], b) {
+			t.Fatalf("accepted %x: re-encodes to %x (%v)", b, again, err)
+		}
+	})
 }
 
-// TestIsolatedLeaderReads: a leader cut off from its peers serves no
-// linearizable read, through the check or otherwise.
-func TestIsolatedLeaderReads(t *testing.T) {
-	tc := newTestCluster(t, 3, 1, func(c *Config) {
-		// Long enough that the isolated leader still believes it leads
-		// while it is asked.
-		c.LeaderLeaseTimeout = 2 * time.Second
-		c.HeartbeatTimeout = 2 * time.Second
-		c.ElectionTimeout = 2 * time.Second
+// FuzzParseCheckResponse: a response either answers exactly n pairs or is
+// refused.
+func FuzzParseCheckResponse(f *testing.F) {
+	f.Add([]byte{readCheckVersion, 1, 0}, 2)
+	f.Add([]byte{readCheckVersion}, 0)
+	f.Add([]byte{}, 1)
+	f.Fuzz(func(t *testing.T, b []byte, n int) {
+		if n < 0 || n > maxChecksPerFrame {
+			return
+		}
+		a, err := parseCheckResponse(b, n)
+		if err == nil && len(a) != n {
+			t.Fatalf("%x for %d pairs: %d answers", b, n, len(a))
+		}
 	})
-	const sh = shard.ID(0)
-	i, r := tc.leaderReplica(sh)
-	tc.net.Isolate(tc.cfgs[i].ID)
-	defer tc.net.Heal()
-	start := time.Now()
-	err := r.readBarrier(ctxT(t, 10*time.Second))
-	if err == nil {
-		t.Fatalf("isolated leader served a linearizable read (state %v)", r.raft.State())
-	}
-	t.Logf("isolated leader's read: %v after %v; rounds confirmed %d, verified %d",
-		err, time.Since(start).Round(time.Millisecond), r.readStats.checked.Load(), r.readStats.verified.Load())
 }

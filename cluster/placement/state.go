@@ -1,11 +1,20 @@
-package cluster
+// Package placement owns the cluster state as data (State: members, shard
+// map, placement of every replica, the meta group's voters, tokens) and the
+// pure decisions made from it: the initial placement (Place), the meta
+// group's size (MetaVoterTarget), and the reconciler's choices (plan.go).
+// Nothing here does I/O, holds a lock or talks to a node: package cluster
+// reads the state, calls these functions and acts on what they return, so
+// they are tested without a cluster. It imports shard (and the standard
+// library) only.
+//
+// Usage:
+//
+//	st := &placement.State{ReplicationFactor: 3, Shards: placement.Place(ids, 8, 3)}
+//	n := st.ReplicaCount("n1")
+package placement
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -55,7 +64,7 @@ func (p Placement) Holds(id string) bool {
 
 // State is the cluster state: members, shard map, placement and the meta
 // group's voters. Its authoritative copy is committed in the meta Raft
-// group (package doc); every node keeps the last copy it saw in
+// group (package cluster); every node keeps the last copy it saw in
 // <data-dir>/cluster.json, written at bootstrap or admission and whenever
 // the meta copy changes, and read back on restart so that a node never
 // bootstraps twice and reopens its replicas before it reaches the meta
@@ -84,8 +93,8 @@ type State struct {
 	// after that a replica with empty Raft state is never bootstrapped
 	// again (it waits for its leader to send it the log).
 	Bootstrapped bool `json:"bootstrapped"`
-	// Tokens are the clients' bearer tokens (auth.go, admin_auth.go): only
-	// the SHA-256 of each secret is stored.
+	// Tokens are the clients' bearer tokens (cluster/auth.go,
+	// cluster/admin_auth.go): only the SHA-256 of each secret is stored.
 	Tokens []Token `json:"tokens,omitempty"`
 }
 
@@ -95,17 +104,17 @@ type Token struct {
 	Name  string   `json:"name"`
 	Roles []string `json:"roles"`
 	// Actor is the user id the token acts for in the Pools service ("":
-	// not bound). A bound token may only act as Actor (auth.go, bindActor).
+	// not bound). A bound token may only act as Actor (cluster/auth.go,
+	// bindActor).
 	Actor   string     `json:"actor,omitempty"`
 	Hash    string     `json:"hash,omitempty"` // hex SHA-256 of the secret (never empty in the state; blanked in /v1/state)
 	Created time.Time  `json:"created"`
 	Revoked *time.Time `json:"revoked,omitempty"`
 }
 
-const (
-	stateFile   = "cluster.json"
-	stateFormat = 2
-)
+// StateFormat is the FormatVersion of the State documents this release
+// writes and reads.
+const StateFormat = 2
 
 // Clone returns a deep copy of s.
 func (s *State) Clone() *State {
@@ -139,8 +148,8 @@ func (s *State) Placement(id shard.ID) *Placement {
 	return nil
 }
 
-// member returns a pointer to node id's entry, or nil.
-func (s *State) member(id string) *NodeAddrs {
+// Member returns a pointer to node id's entry, or nil.
+func (s *State) Member(id string) *NodeAddrs {
 	for i := range s.Nodes {
 		if s.Nodes[i].ID == id {
 			return &s.Nodes[i]
@@ -151,7 +160,7 @@ func (s *State) member(id string) *NodeAddrs {
 
 // Status returns node id's membership status ("" when not a member).
 func (s *State) Status(id string) string {
-	if m := s.member(id); m != nil {
+	if m := s.Member(id); m != nil {
 		if m.Status == "" {
 			return StatusActive
 		}
@@ -172,10 +181,10 @@ func (s *State) ReplicaCount(id string) int {
 	return c
 }
 
-// metaVoterTarget is the meta group's size for n eligible nodes: up to 5,
+// MetaVoterTarget is the meta group's size for n eligible nodes: up to 5,
 // odd when it can be (an even group tolerates no more failures than the
 // odd one below it).
-func metaVoterTarget(n int) int {
+func MetaVoterTarget(n int) int {
 	t := min(n, 5)
 	if t > 1 && t%2 == 0 {
 		t--
@@ -186,7 +195,7 @@ func metaVoterTarget(n int) int {
 // Map returns the shard map recorded in s.
 func (s *State) Map() (*shard.Map, error) {
 	if len(s.Slots) != shard.NumSlots {
-		return nil, fmt.Errorf("%w: %d slots in %s", shard.ErrInvalidMap, len(s.Slots), stateFile)
+		return nil, fmt.Errorf("%w: %d slots in cluster.json", shard.ErrInvalidMap, len(s.Slots))
 	}
 	m := &shard.Map{Version: s.MapVersion, NumShards: s.NumShards}
 	copy(m.Slots[:], s.Slots)
@@ -234,35 +243,4 @@ func Place(nodeIDs []string, numShards, rf int) []Placement {
 		out[s] = Placement{Shard: shard.ID(s), Voters: v}
 	}
 	return out
-}
-
-// loadState reads dir/cluster.json; it returns (nil, nil) when absent.
-func loadState(dir string) (*State, error) {
-	b, err := os.ReadFile(filepath.Join(dir, stateFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var s State
-	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("cluster: %s: %w", stateFile, err)
-	}
-	if s.FormatVersion != stateFormat {
-		return nil, fmt.Errorf("cluster: %s: unsupported format version %d (this swarmnode reads %d; the data dir was made by another release)", stateFile, s.FormatVersion, stateFormat)
-	}
-	if _, err := s.Map(); err != nil {
-		return nil, fmt.Errorf("cluster: %s: %w", stateFile, err)
-	}
-	return &s, nil
-}
-
-// saveState writes s to dir/cluster.json atomically and durably.
-func saveState(dir string, s *State) error {
-	b, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return err
-	}
-	return writeFileDurable(dir, stateFile, append(b, '\n'))
 }

@@ -1,4 +1,14 @@
-package cluster
+// Package lograte wraps a slog.Logger so that each message passes at most
+// once per period, counting the records it drops: a flood of refused
+// connections or failed handshakes costs a line a second, not a line each.
+// It owns only that; it imports the standard library alone, so the node
+// (cluster), the transport and the fronts can all use it.
+//
+// Usage:
+//
+//	log := lograte.New(base, lograte.Every).With("listener", "raft")
+//	log.Warn("refused connection", "remote", addr) // at most once a second
+package lograte
 
 import (
 	"context"
@@ -8,34 +18,34 @@ import (
 	"time"
 )
 
-// logEvery is how often a rate-limited logger passes a record of one
-// message (rateLimited).
-const logEvery = time.Second
+// Every is the period the node's rate-limited loggers use: one record of
+// a message per second.
+const Every = time.Second
 
 // rateLimitKeys bounds the messages a rate-limited logger remembers; past
 // it, messages not seen for a period are forgotten.
 const rateLimitKeys = 1024
 
-// rateLimited returns a logger that passes at most one record of each
+// New returns a logger that passes at most one record of each
 // message (and level) per period, so a flood of refused connections or
 // failed handshakes costs a line a second, not a line each. The next
 // record of a message that passes carries "suppressed": the number of
 // records of it dropped since the last one. Loggers derived from it
 // (With, WithGroup) share its budget.
-func rateLimited(l *slog.Logger, period time.Duration) *slog.Logger {
-	return rateLimitedBy(l, period, nil)
+func New(l *slog.Logger, period time.Duration) *slog.Logger {
+	return NewKeyed(l, period, nil)
 }
 
-// rateLimitedBy is rateLimited with the messages grouped by key(message)
-// instead (nil: the message itself), for messages that quote a peer.
-func rateLimitedBy(l *slog.Logger, period time.Duration, key func(string) string) *slog.Logger {
+// NewKeyed is New with the messages grouped by key(message) instead (nil:
+// the message itself), for messages that quote a peer (HTTPKey).
+func NewKeyed(l *slog.Logger, period time.Duration, key func(string) string) *slog.Logger {
 	return slog.New(&rateLimitHandler{Handler: l.Handler(), st: &rateState{period: period, key: key, keys: map[rateKey]*rateEntry{}}})
 }
 
-// httpLogKey groups net/http's error log lines by kind: "http: TLS
+// HTTPKey groups net/http's error log lines by kind: "http: TLS
 // handshake error from 192.0.2.1:4711: EOF" by "http: TLS handshake
 // error".
-func httpLogKey(msg string) string {
+func HTTPKey(msg string) string {
 	if i := strings.Index(msg, " from "); i >= 0 {
 		msg = msg[:i]
 	}

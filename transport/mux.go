@@ -1,4 +1,4 @@
-package cluster
+package transport
 
 import (
 	"context"
@@ -16,9 +16,6 @@ import (
 )
 
 const (
-	// MetaGroup is the group id reserved for the cluster's meta Raft group.
-	MetaGroup uint32 = 0xFFFFFFFF
-
 	// muxHeaderLen is the length of the connection header (see Mux).
 	muxHeaderLen = 6
 	// muxAcceptBacklog is how many handshaken connections a Layer queues
@@ -34,19 +31,19 @@ var muxMagic = [2]byte{'S', 'W'}
 // Errors returned by Mux and Layer.
 var (
 	// ErrMuxConfig wraps every MuxConfig validation error.
-	ErrMuxConfig = errors.New("cluster: invalid mux config")
+	ErrMuxConfig = errors.New("transport: invalid mux config")
 	// ErrGroupRegistered is returned by Mux.Layer when the group already has
 	// an open Layer.
-	ErrGroupRegistered = errors.New("cluster: raft group already registered on mux")
+	ErrGroupRegistered = errors.New("transport: raft group already registered on mux")
 	// ErrMuxClosed is returned by Mux.Layer after Mux.Close. It wraps
 	// net.ErrClosed.
-	ErrMuxClosed = fmt.Errorf("cluster: mux closed: %w", net.ErrClosed)
+	ErrMuxClosed = fmt.Errorf("transport: mux closed: %w", net.ErrClosed)
 	// ErrLayerClosed is returned by Layer.Accept and Layer.Dial once the
 	// Layer or its Mux is closed. It wraps net.ErrClosed, which is what
 	// raft's NetworkTransport expects from a closed stream layer.
-	ErrLayerClosed = fmt.Errorf("cluster: raft stream layer closed: %w", net.ErrClosed)
+	ErrLayerClosed = fmt.Errorf("transport: raft stream layer closed: %w", net.ErrClosed)
 
-	errMuxBadMagic = errors.New("cluster: mux header: bad magic")
+	errMuxBadMagic = errors.New("transport: mux header: bad magic")
 )
 
 // DialFunc dials a node's Raft address; tests inject faults through it
@@ -77,10 +74,10 @@ type MuxConfig struct {
 	// (tls.go: both sides present node certificates of the cluster CA).
 	ServerTLS *tls.Config
 	ClientTLS *tls.Config
-	// Secret, if set, is the cluster secret (Config.Auth without TLS):
-	// every connection starts with the authenticated preface of
-	// mux_auth.go instead of the plain header, and connections without it
-	// are closed. Not with ServerTLS/ClientTLS.
+	// Secret, if set, is the cluster secret (the node's Config.Auth
+	// without TLS): every connection starts with the authenticated preface
+	// of mux_auth.go instead of the plain header, and connections without
+	// it are closed. Not with ServerTLS/ClientTLS.
 	Secret []byte
 	// LocalID is this node's id, named in the preface. Required with
 	// Secret.
@@ -88,7 +85,7 @@ type MuxConfig struct {
 	// AllowPeer, if set, is asked about the node id of every accepted
 	// connection (the TLS node certificate's, or the preface's) once its
 	// handshake succeeded; an error closes the connection before any Raft
-	// traffic (nodeauth.go: members only).
+	// traffic (the node allows members only).
 	AllowPeer func(nodeID string) error
 }
 
@@ -122,7 +119,7 @@ func (c MuxConfig) Validate() error {
 	if len(c.Secret) > 0 && c.ServerTLS != nil {
 		return fmt.Errorf("%w: Secret is for connections without TLS", ErrMuxConfig)
 	}
-	if len(c.Secret) > 0 && !idPattern.MatchString(c.LocalID) {
+	if len(c.Secret) > 0 && !ValidNodeID(c.LocalID) {
 		return fmt.Errorf("%w: Secret needs a valid LocalID, got %q", ErrMuxConfig, c.LocalID)
 	}
 	if c.HandshakeTimeout < 0 {
@@ -142,7 +139,7 @@ func (c MuxConfig) Validate() error {
 }
 
 // Mux shares a node's one Raft TCP port among its Raft groups: one per shard
-// replica plus the meta group. Every connection starts with a header naming
+// replica plus the meta group (and the leadership checks, readcheck.go). Every connection starts with a header naming
 // the Raft group it belongs to, and the Mux hands it to that group's Layer,
 // the raft.StreamLayer of the group's raft.NetworkTransport.
 //
@@ -155,7 +152,7 @@ func (c MuxConfig) Validate() error {
 //	| 0x53 | 0x57 |                               | bytes ...
 //	+------+------+------+------+------+------+---------------------------
 //
-// With MuxConfig.Secret (Config.Auth without TLS) the header is the
+// With MuxConfig.Secret (a cluster secret, without TLS) the header is the
 // authenticated preface of mux_auth.go instead, and a plain header is
 // refused. With TLS or a secret, MuxConfig.AllowPeer vets the peer's node id.
 //
@@ -169,10 +166,11 @@ func (c MuxConfig) Validate() error {
 // connection to its Layer (blocking until the Layer accepts it or closes).
 // Mux.Close joins all of them.
 //
-// Usage, with one group per shard and the meta group on MetaGroup:
+// Usage, with one group per shard (the node puts its meta group on
+// cluster.MetaGroup):
 //
 //	ln, _ := net.Listen("tcp", cfg.RaftAddr)
-//	mux, err := cluster.NewMux(cluster.MuxConfig{Listener: ln, Logger: log})
+//	mux, err := transport.NewMux(transport.MuxConfig{Listener: ln, Logger: log})
 //	layer, err := mux.Layer(uint32(shardID))
 //	trans := raft.NewNetworkTransport(layer, 3, 10*time.Second, logOut)
 //	r, err := raft.NewRaft(conf, fsm, logs, stable, snaps, trans)
@@ -390,7 +388,7 @@ func (m *Mux) readHeader(c net.Conn) (uint32, error) {
 	}
 	var hdr [muxHeaderLen]byte
 	if _, err := io.ReadFull(c, hdr[:]); err != nil {
-		return 0, fmt.Errorf("cluster: mux header: %w", err)
+		return 0, fmt.Errorf("transport: mux header: %w", err)
 	}
 	var group uint32
 	var peerID string
@@ -416,7 +414,7 @@ func (m *Mux) readHeader(c net.Conn) (uint32, error) {
 // without a node certificate of the cluster CA).
 type tlsHandshakeError struct{ err error }
 
-func (e *tlsHandshakeError) Error() string { return "cluster: mux tls handshake: " + e.err.Error() }
+func (e *tlsHandshakeError) Error() string { return "transport: mux tls handshake: " + e.err.Error() }
 func (e *tlsHandshakeError) Unwrap() error { return e.err }
 
 // unregister removes l from the group table if it is still registered.
@@ -525,7 +523,7 @@ func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 		if l.ctx.Err() != nil {
 			return nil, ErrLayerClosed
 		}
-		return nil, fmt.Errorf("cluster: mux dial group %d at %s: %w", l.group, address, err)
+		return nil, fmt.Errorf("transport: mux dial group %d at %s: %w", l.group, address, err)
 	}
 	if l.m.clientTLS != nil {
 		raw = tls.Client(raw, l.m.clientTLS)
@@ -541,7 +539,7 @@ func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 			if l.ctx.Err() != nil {
 				return nil, ErrLayerClosed
 			}
-			return nil, fmt.Errorf("cluster: mux dial group %d at %s: tls: %w", l.group, address, err)
+			return nil, fmt.Errorf("transport: mux dial group %d at %s: tls: %w", l.group, address, err)
 		}
 	}
 	write := l.writeHeader
@@ -553,7 +551,7 @@ func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 		if l.ctx.Err() != nil {
 			return nil, ErrLayerClosed
 		}
-		return nil, fmt.Errorf("cluster: mux dial group %d at %s: header: %w", l.group, address, err)
+		return nil, fmt.Errorf("transport: mux dial group %d at %s: header: %w", l.group, address, err)
 	}
 	return c, nil
 }

@@ -1,4 +1,4 @@
-package cluster
+package transport
 
 import (
 	"bytes"
@@ -124,7 +124,7 @@ func goroutinesIn(funcs ...string) int {
 }
 
 // muxFuncs name the code a leaked Mux goroutine would be in.
-var muxFuncs = []string{"cluster.(*Mux).", "cluster.(*Layer)."}
+var muxFuncs = []string{"transport.(*Mux).", "transport.(*Layer)."}
 
 // muxLogBuffer collects log output from concurrent goroutines.
 type muxLogBuffer struct {
@@ -146,7 +146,7 @@ func (b *muxLogBuffer) String() string {
 
 func TestMuxRoundTrip(t *testing.T) {
 	a, b := newTestMux(t, MuxConfig{}), newTestMux(t, MuxConfig{})
-	groups := []uint32{1, 7, MetaGroup}
+	groups := []uint32{1, 7, metaGroup}
 	la, lb := map[uint32]*Layer{}, map[uint32]*Layer{}
 	for _, g := range groups {
 		la[g], lb[g] = newTestLayer(t, a, g), newTestLayer(t, b, g)
@@ -297,7 +297,7 @@ func TestMuxCloseJoinsEverything(t *testing.T) {
 		conns[fmt.Sprintf("queued %d", i)] = c
 	}
 	muxEventually(t, "group 2's queue fills and a handshake blocks", func() bool {
-		return len(l2.acceptCh) == muxAcceptBacklog && goroutinesIn("cluster.(*Layer).deliver") == 1
+		return len(l2.acceptCh) == muxAcceptBacklog && goroutinesIn("transport.(*Layer).deliver") == 1
 	})
 
 	errc := make(chan error, 1)
@@ -571,7 +571,7 @@ func TestMuxRaftGroups(t *testing.T) {
 		muxes = append(muxes, newTestMux(t, MuxConfig{}))
 	}
 	groups := map[uint32][]*muxRaftNode{}
-	for _, g := range []uint32{1, MetaGroup} {
+	for _, g := range []uint32{1, metaGroup} {
 		var layers []*Layer
 		for _, m := range muxes {
 			layers = append(layers, newTestLayer(t, m, g))

@@ -1,4 +1,4 @@
-package cluster
+package transport
 
 import (
 	"context"
@@ -16,9 +16,9 @@ import (
 )
 
 // Authenticated connection preface of the Raft port (MuxConfig.Secret: a
-// cluster secret, Config.Auth without TLS). Both sides prove they know the
-// secret with a challenge/response over fresh nonces, so a recorded
-// preface is worth nothing on another connection:
+// cluster secret, the node's Config.Auth without TLS). Both sides prove
+// they know the secret with a challenge/response over fresh nonces, so a
+// recorded preface is worth nothing on another connection:
 //
 //	dialer -> acceptor  'S' 'A' | group uint32 BE | idLen uint8 | id | nonceD [16]
 //	acceptor -> dialer  nonceA [16] | macA [32]
@@ -33,7 +33,7 @@ import (
 // macA checks out. A connection without the preface ('S' 'W' header, or
 // anything else) is closed before any Raft byte is read. The secret itself
 // never crosses the wire; the traffic after the preface is not encrypted
-// (loopback only: config.go refuses Auth without TLS elsewhere).
+// (loopback only: the node's config refuses Auth without TLS elsewhere).
 
 // muxAuthMagic starts an authenticated preface.
 var muxAuthMagic = [2]byte{'S', 'A'}
@@ -41,15 +41,15 @@ var muxAuthMagic = [2]byte{'S', 'A'}
 const muxNonceLen = 16
 
 var (
-	errMuxNoAuth  = errors.New("cluster: mux: connection without the cluster-secret preface")
-	errMuxBadAuth = errors.New("cluster: mux: cluster-secret proof does not match")
+	errMuxNoAuth  = errors.New("transport: mux: connection without the cluster-secret preface")
+	errMuxBadAuth = errors.New("transport: mux: cluster-secret proof does not match")
 )
 
 // peerRefusedError is a connection refused for who its peer is: a failed
 // cluster-secret proof, or a node id MuxConfig.AllowPeer refuses.
 type peerRefusedError struct{ err error }
 
-func (e *peerRefusedError) Error() string { return "cluster: mux: peer refused: " + e.err.Error() }
+func (e *peerRefusedError) Error() string { return "transport: mux: peer refused: " + e.err.Error() }
 func (e *peerRefusedError) Unwrap() error { return e.err }
 
 func muxAuthMAC(secret []byte, label string, group uint32, id string, nonceD, nonceA []byte) []byte {
@@ -67,14 +67,14 @@ func (m *Mux) acceptAuth(c net.Conn, hdr [muxHeaderLen]byte) (uint32, string, er
 	group := binary.BigEndian.Uint32(hdr[2:])
 	var l [1]byte
 	if _, err := io.ReadFull(c, l[:]); err != nil {
-		return 0, "", fmt.Errorf("cluster: mux preface: %w", err)
+		return 0, "", fmt.Errorf("transport: mux preface: %w", err)
 	}
 	rest := make([]byte, int(l[0])+muxNonceLen)
 	if _, err := io.ReadFull(c, rest); err != nil {
-		return 0, "", fmt.Errorf("cluster: mux preface: %w", err)
+		return 0, "", fmt.Errorf("transport: mux preface: %w", err)
 	}
 	id, nonceD := string(rest[:l[0]]), rest[l[0]:]
-	if !idPattern.MatchString(id) {
+	if !ValidNodeID(id) {
 		return 0, "", &peerRefusedError{fmt.Errorf("bad node id in the preface")}
 	}
 	nonceA := make([]byte, muxNonceLen)
@@ -83,11 +83,11 @@ func (m *Mux) acceptAuth(c net.Conn, hdr [muxHeaderLen]byte) (uint32, string, er
 	}
 	out := append(nonceA, muxAuthMAC(m.secret, "swarmkv raft accept", group, id, nonceD, nonceA)...)
 	if _, err := c.Write(out); err != nil {
-		return 0, "", fmt.Errorf("cluster: mux preface: %w", err)
+		return 0, "", fmt.Errorf("transport: mux preface: %w", err)
 	}
 	macD := make([]byte, 32)
 	if _, err := io.ReadFull(c, macD); err != nil {
-		return 0, "", fmt.Errorf("cluster: mux preface: %w", err)
+		return 0, "", fmt.Errorf("transport: mux preface: %w", err)
 	}
 	if !hmac.Equal(macD, muxAuthMAC(m.secret, "swarmkv raft dial", group, id, nonceD, nonceA)) {
 		return 0, "", &peerRefusedError{fmt.Errorf("node %q: %w", id, errMuxBadAuth)}

@@ -1,0 +1,27 @@
+// Package transport owns how swarmkv nodes reach each other: the Raft
+// connection mux that shares one TCP port among a node's Raft groups
+// (Mux, Layer: a raft.StreamLayer per group), the authenticated preface
+// of that port with a cluster secret, the node TLS identity and the
+// tls.Configs of node-to-node connections (NodeTLS), the node credential
+// of node-to-node gRPC calls without TLS, the pool of gRPC connections to
+// peer nodes (Peers), and the batched leadership check of linearizable
+// reads (LeaderChecker).
+//
+// It knows nothing of the cluster state: what it must ask of the node is
+// passed in as function fields (MuxConfig.AllowPeer: may this node id
+// connect; NewLeaderChecker's lookup: the local Raft instance of a group).
+// It imports the standard library, hashicorp/raft, gRPC and internal/
+// packages only; package cluster imports it, never the other way.
+//
+// Usage, as a node wires it:
+//
+//	id, _ := transport.LoadNodeTLS(files, "n1", log)
+//	mux, _ := transport.NewMux(transport.MuxConfig{Listener: ln,
+//		ServerTLS: id.ServerConfig(true), ClientTLS: id.PeerConfig(),
+//		AllowPeer: isMember})
+//	layer, _ := mux.Layer(shardGroup) // one per Raft group
+//	trans := raft.NewNetworkTransport(layer, 3, 10*time.Second, logOut)
+//	ck, _ := mux.Layer(readCheckGroup)
+//	checker := transport.NewLeaderChecker(ck, "n1", raftOf, log)
+//	ok := checker.Confirm(group, term, configuration) // else VerifyLeader
+package transport

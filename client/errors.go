@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strings"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/swarmkv/swarmkv/rpc"
 )
@@ -99,59 +99,67 @@ const (
 	classAmbiguous                 // may have executed; retry only idempotent calls
 )
 
-// classify turns a gRPC error into a client error and its retry class.
+// retryClass is the loop's class of each retry rule of the kinds' table
+// (rpc/status.go).
+var retryClass = map[rpc.Retry]errClass{
+	rpc.RetryNever:        classFatal,
+	rpc.RetryLeader:       classNotLeader,
+	rpc.RetrySafe:         classRetry,
+	rpc.RetryIfIdempotent: classAmbiguous,
+}
+
+// kindErrors is the client error of each kind that answers with a sentinel
+// (wrapped with the status message); kindError builds the typed ones, and
+// the other kinds return the status error as is.
+var kindErrors = map[rpc.Kind]error{
+	rpc.KindInvalidArgument:  ErrInvalidArgument,
+	rpc.KindNotFound:         ErrNotFound,
+	rpc.KindAlreadyExists:    ErrAlreadyExists,
+	rpc.KindPermissionDenied: ErrPermissionDenied,
+	rpc.KindUnavailable:      ErrUnavailable,
+	rpc.KindUnreachable:      ErrUnavailable,
+	rpc.KindOutcomeUnknown:   ErrOutcomeUnknown,
+}
+
+// kindError is the client error of kind k for the status error err (with
+// status st and the detail that decided the kind).
+func kindError(err error, st *status.Status, k rpc.Kind, detail proto.Message) error {
+	switch d := detail.(type) {
+	case *rpc.NotLeader:
+		return &NotLeaderError{Shard: d.GetShard(), LeaderID: d.GetLeaderId(), LeaderAddr: d.GetLeaderAddr()}
+	case *rpc.InsufficientCredits:
+		return &InsufficientCreditsError{Balance: d.GetBalance(), Required: d.GetRequired()}
+	case *rpc.DuplicateEvent:
+		return &DuplicateEventError{EventID: d.GetEventId()}
+	case *rpc.PoolNotEmpty:
+		return &PoolNotEmptyError{PoolID: d.GetPoolId(), Bots: int(d.GetBots())}
+	}
+	switch k {
+	case rpc.KindDeadlineExceeded:
+		return fmt.Errorf("%w: %w: %s", ErrOutcomeUnknown, context.DeadlineExceeded, st.Message())
+	case rpc.KindCanceled:
+		return fmt.Errorf("%w: %s", context.Canceled, st.Message())
+	}
+	if s := kindErrors[k]; s != nil {
+		return fmt.Errorf("%w: %s", s, st.Message())
+	}
+	return err
+}
+
+// classify turns a gRPC error into a client error and its retry class,
+// through the kinds' table (rpc.KindOf).
 func classify(err error) (error, errClass, *rpc.NotLeader) {
 	st, ok := status.FromError(err)
 	if !ok {
 		return err, classFatal, nil
 	}
-	switch st.Code() {
-	case codes.InvalidArgument:
-		return fmt.Errorf("%w: %s", ErrInvalidArgument, st.Message()), classFatal, nil
-	case codes.NotFound:
-		return fmt.Errorf("%w: %s", ErrNotFound, st.Message()), classFatal, nil
-	case codes.FailedPrecondition:
-		for _, d := range st.Details() {
-			if nl, ok := d.(*rpc.NotLeader); ok {
-				return &NotLeaderError{Shard: nl.GetShard(), LeaderID: nl.GetLeaderId(), LeaderAddr: nl.GetLeaderAddr()}, classNotLeader, nl
-			}
-			if ic, ok := d.(*rpc.InsufficientCredits); ok {
-				return &InsufficientCreditsError{Balance: ic.GetBalance(), Required: ic.GetRequired()}, classFatal, nil
-			}
-			if pn, ok := d.(*rpc.PoolNotEmpty); ok {
-				return &PoolNotEmptyError{PoolID: pn.GetPoolId(), Bots: int(pn.GetBots())}, classFatal, nil
-			}
-		}
-		return err, classFatal, nil
-	case codes.AlreadyExists:
-		for _, d := range st.Details() {
-			if de, ok := d.(*rpc.DuplicateEvent); ok {
-				return &DuplicateEventError{EventID: de.GetEventId()}, classFatal, nil
-			}
-		}
-		return fmt.Errorf("%w: %s", ErrAlreadyExists, st.Message()), classFatal, nil
-	case codes.PermissionDenied:
-		return fmt.Errorf("%w: %s", ErrPermissionDenied, st.Message()), classFatal, nil
-	case codes.Unavailable:
-		for _, d := range st.Details() {
-			if _, ok := d.(*rpc.RetryInfo); ok {
-				// The server says it did not execute the request.
-				return fmt.Errorf("%w: %s", ErrUnavailable, st.Message()), classRetry, nil
-			}
-		}
-		if strings.Contains(st.Message(), "Error while dialing") {
-			// No connection to the node: the request never left, so it
-			// is safe to send elsewhere (as to a node that is not leader).
-			return fmt.Errorf("%w: %s", ErrUnavailable, st.Message()), classNotLeader, nil
-		}
-		// A transport failure: the request may have been sent.
-		return fmt.Errorf("%w: %s", ErrUnavailable, st.Message()), classAmbiguous, nil
-	case codes.Aborted:
-		return fmt.Errorf("%w: %s", ErrOutcomeUnknown, st.Message()), classAmbiguous, nil
-	case codes.DeadlineExceeded:
-		return fmt.Errorf("%w: %w: %s", ErrOutcomeUnknown, context.DeadlineExceeded, st.Message()), classAmbiguous, nil
-	case codes.Canceled:
-		return fmt.Errorf("%w: %s", context.Canceled, st.Message()), classFatal, nil
+	k, detail := rpc.KindOf(st)
+	class := retryClass[k.Retry()]
+	if k == rpc.KindUnreachable && strings.Contains(st.Message(), "Error while dialing") {
+		// No connection to the node: the request never left, so it is
+		// safe to send elsewhere (as to a node that is not leader).
+		class = classNotLeader
 	}
-	return err, classFatal, nil
+	hint, _ := detail.(*rpc.NotLeader)
+	return kindError(err, st, k, detail), class, hint
 }

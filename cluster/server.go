@@ -5,15 +5,9 @@ import (
 	"context"
 	"errors"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/protoadapt"
-
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
-	"github.com/swarmkv/swarmkv/records"
 	"github.com/swarmkv/swarmkv/rpc"
-	"github.com/swarmkv/swarmkv/secrets"
 	"github.com/swarmkv/swarmkv/shard"
 )
 
@@ -25,49 +19,24 @@ type server struct {
 }
 
 // statusErr maps an error of this package (or of a replica of shard id) to
-// a gRPC status with typed details.
+// a gRPC status with typed details, through the one table (errors.go).
 func (s *server) statusErr(id shard.ID, err error) error {
-	if st, ok := domainStatus(err); ok {
-		return st
-	}
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, ErrInvalidArgument), errors.Is(err, fsm.ErrInvalidCommand):
-		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, ErrNotLeader):
-		return s.notLeader(id)
-	case errors.Is(err, ErrLeaderNotReady), errors.Is(err, errNotBootstrapped), errors.Is(err, ErrClosed):
-		return withDetail(codes.Unavailable, err.Error(), &rpc.RetryInfo{Shard: uint32(id), RetryAfterMs: 50})
-	case errors.Is(err, ErrOutcomeUnknown):
-		return status.Error(codes.Aborted, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	}
-	return status.Error(codes.Internal, err.Error())
+	return StatusError(err, id, func() (string, string) { return s.node.leaderHint(id) })
 }
 
 // notLeader answers with the leader hint this node has for shard id.
-func (s *server) notLeader(id shard.ID) error {
-	d := &rpc.NotLeader{Shard: uint32(id)}
-	if r := s.node.localReplica(id); r != nil {
-		d.LeaderId = r.leader()
-		if a, ok := s.node.nodeAddrs(d.LeaderId); ok {
-			d.LeaderAddr = a.GRPCAddr
+func (s *server) notLeader(id shard.ID) error { return s.statusErr(id, ErrNotLeader) }
+
+// leaderHint is the leader id and gRPC address this node knows for shard
+// id ("" when unknown).
+func (n *Node) leaderHint(id shard.ID) (leaderID, leaderAddr string) {
+	if r := n.localReplica(id); r != nil {
+		leaderID = r.leader()
+		if a, ok := n.nodeAddrs(leaderID); ok {
+			leaderAddr = a.GRPCAddr
 		}
 	}
-	return withDetail(codes.FailedPrecondition, "not the leader of shard", d)
-}
-
-// withDetail builds a status error carrying a typed detail.
-func withDetail(c codes.Code, msg string, d protoadapt.MessageV2) error {
-	st, err := status.New(c, msg).WithDetails(protoadapt.MessageV1Of(d))
-	if err != nil {
-		return status.Error(c, msg)
-	}
-	return st.Err()
+	return leaderID, leaderAddr
 }
 
 func (n *Node) localReplica(id shard.ID) *replica {
@@ -229,39 +198,4 @@ func (s *server) ClusterMap(ctx context.Context, _ *rpc.ClusterMapRequest) (*rpc
 		}
 	}
 	return resp, nil
-}
-
-// domainStatus maps the typed stores' errors (state machine rules, record
-// validation, token keys) to gRPC statuses with typed details; ok is false
-// for other errors.
-func domainStatus(err error) (error, bool) {
-	var ic *fsm.InsufficientCreditsError
-	var de *fsm.DuplicateEventError
-	var pne *fsm.PoolNotEmptyError
-	switch {
-	case errors.Is(err, fsm.ErrNotFound):
-		return status.Error(codes.NotFound, "not found"), true
-	case errors.As(err, &ic):
-		return withDetail(codes.FailedPrecondition, err.Error(), &rpc.InsufficientCredits{Balance: ic.Balance, Required: ic.Required}), true
-	case errors.As(err, &de):
-		return withDetail(codes.AlreadyExists, err.Error(), &rpc.DuplicateEvent{EventId: de.EventID}), true
-	case errors.As(err, &pne):
-		return withDetail(codes.FailedPrecondition, err.Error(), &rpc.PoolNotEmpty{PoolId: pne.PoolID, Bots: uint32(pne.Bots)}), true
-	case errors.Is(err, fsm.ErrPermissionDenied):
-		return status.Error(codes.PermissionDenied, err.Error()), true
-	case errors.Is(err, fsm.ErrAlreadyExists):
-		return status.Error(codes.AlreadyExists, err.Error()), true
-	case errors.Is(err, records.ErrInvalid), errors.Is(err, rpc.ErrBadID), errors.Is(err, keys.ErrMalformed),
-		errors.Is(err, keys.ErrInvalidEventID), errors.Is(err, keys.ErrInvalidID):
-		return status.Error(codes.InvalidArgument, err.Error()), true
-	case errors.Is(err, errNoTokenKeys), errors.Is(err, secrets.ErrNoRing):
-		return status.Error(codes.FailedPrecondition, errNoTokenKeys.Error()), true
-	case errors.Is(err, secrets.ErrUnknownKey):
-		// The token was sealed under a key this node's ring lacks: a
-		// configuration problem (every node needs the same ring).
-		return status.Error(codes.FailedPrecondition, err.Error()), true
-	case errors.Is(err, secrets.ErrDecrypt):
-		return status.Error(codes.Internal, err.Error()), true
-	}
-	return nil, false
 }

@@ -13,6 +13,10 @@
 //     items of one long-lived stream; package client uses it by default.
 //
 // Errors travel as gRPC status codes; errors.proto defines the typed details
-// (NotLeader, RetryInfo) attached to them. Package client turns them back
-// into Go errors.
+// (NotLeader, RetryInfo, ...) attached to them. status.go is the one table
+// of error kinds: code, detail, admin HTTP status and retry rule. A node maps
+// its Go errors to a kind (cluster.ErrorKind), package client reads a
+// status back to a kind (KindOf) and from it to its Go errors.
+//
+// May import the standard library, gRPC and protobuf only.
 package rpc

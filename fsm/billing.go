@@ -39,12 +39,8 @@ func addInt64(a, b int64) (int64, bool) {
 // getAccount reads an account; absent is a rejection with ErrNotFound.
 func (ch *change) getAccount(id keys.AccountID) (*records.Account, error) {
 	var a records.Account
-	exists, err := getRecord(ch, keys.Account(id), &a)
-	if err != nil {
+	if err := getFound(ch, keys.Account(id), &a); err != nil {
 		return nil, err
-	}
-	if !exists {
-		return nil, reject(ErrNotFound)
 	}
 	return &a, nil
 }

@@ -659,19 +659,10 @@ func (f *FSM) Scan(start, end []byte, limit int) ([]KV, error) {
 		return nil, err
 	}
 	defer f.mu.RUnlock()
-	if f.restoring.Load() {
-		return nil, ErrRestoring
+	it, err := f.iter(start, end)
+	if errors.Is(err, ErrRestoring) || it == nil {
+		return nil, err
 	}
-	lower := start
-	if bytes.Compare(lower, dataStart) < 0 {
-		lower = dataStart
-	}
-	if len(end) == 0 {
-		end = nil
-	} else if bytes.Compare(end, lower) <= 0 {
-		return nil, nil
-	}
-	it, err := f.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: end})
 	if err != nil {
 		return nil, fmt.Errorf("fsm: scan: %w", err)
 	}

@@ -63,12 +63,8 @@ func (ch *change) poolOp(c *Command) (removed int, err error) {
 // getPool reads a pool; absent is a rejection with ErrNotFound.
 func (ch *change) getPool(id string) (*records.Pool, error) {
 	var p records.Pool
-	found, err := getRecord(ch, keys.Pool(id), &p)
-	if err != nil {
+	if err := getFound(ch, keys.Pool(id), &p); err != nil {
 		return nil, err
-	}
-	if !found {
-		return nil, reject(ErrNotFound)
 	}
 	return &p, nil
 }
@@ -76,12 +72,8 @@ func (ch *change) getPool(id string) (*records.Pool, error) {
 // getBot reads a bot; absent is a rejection with ErrNotFound.
 func (ch *change) getBot(agentID string) (*records.Bot, error) {
 	var b records.Bot
-	found, err := getRecord(ch, keys.Bot(agentID), &b)
-	if err != nil {
+	if err := getFound(ch, keys.Bot(agentID), &b); err != nil {
 		return nil, err
-	}
-	if !found {
-		return nil, reject(ErrNotFound)
 	}
 	return &b, nil
 }

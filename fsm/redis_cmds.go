@@ -44,13 +44,13 @@ func redisTable() []*redisSpec {
 		{name: "hgetall", arity: 2, first: 1, last: 1, step: 1, run: hashList(true, true)},
 		{name: "hkeys", arity: 2, first: 1, last: 1, step: 1, run: hashList(true, false)},
 		{name: "hvals", arity: 2, first: 1, last: 1, step: 1, run: hashList(false, true)},
-		{name: "hdel", arity: -3, flags: w, first: 1, last: 1, step: 1, run: cmdHDel},
+		{name: "hdel", arity: -3, flags: w, first: 1, last: 1, step: 1, run: cmdRemove(keys.RedisHash, keys.RedisHashField)},
 		{name: "hexists", arity: 3, first: 1, last: 1, step: 1, run: cmdHExists},
 		{name: "hlen", arity: 2, first: 1, last: 1, step: 1, run: cmdLen(keys.RedisHash)},
 		{name: "hincrby", arity: 4, flags: w, first: 1, last: 1, step: 1, fieldFirst: 2, run: cmdHIncrBy},
 		// sets
 		{name: "sadd", arity: -3, flags: w, first: 1, last: 1, step: 1, fieldFirst: 2, fieldStp: 1, run: cmdSAdd},
-		{name: "srem", arity: -3, flags: w, first: 1, last: 1, step: 1, run: cmdSRem},
+		{name: "srem", arity: -3, flags: w, first: 1, last: 1, step: 1, run: cmdRemove(keys.RedisSet, keys.RedisSetMember)},
 		{name: "smembers", arity: 2, first: 1, last: 1, step: 1, run: cmdSMembers},
 		{name: "sismember", arity: 3, first: 1, last: 1, step: 1, run: cmdSIsMember},
 		{name: "scard", arity: 2, first: 1, last: 1, step: 1, run: cmdLen(keys.RedisSet)},
@@ -577,27 +577,32 @@ func hashList(fields, values bool) func(*rexec, [][]byte) (resp.Value, error) {
 	}
 }
 
-func cmdHDel(x *rexec, a [][]byte) (resp.Value, error) {
-	m, found, err := x.typed(a[1], keys.RedisHash)
-	if err != nil || !found {
-		return resp.Int(0), err
-	}
-	n := int64(0)
-	for _, f := range a[2:] {
-		fk := keys.RedisHashField(a[1], f)
-		_, had, err := x.get(fk)
-		if err != nil {
-			return resp.Value{}, err
+// cmdRemove is HDEL and SREM: it removes the named elements (fields or
+// members, keyed by elem) of a key of type t, deletes the key when none is
+// left, and answers how many it removed.
+func cmdRemove(t keys.RedisType, elem func(key, e []byte) []byte) func(*rexec, [][]byte) (resp.Value, error) {
+	return func(x *rexec, a [][]byte) (resp.Value, error) {
+		m, found, err := x.typed(a[1], t)
+		if err != nil || !found {
+			return resp.Int(0), err
 		}
-		if had {
-			n++
-			m.Count--
-			if err := x.w.Delete(fk, nil); err != nil {
+		n := int64(0)
+		for _, e := range a[2:] {
+			ek := elem(a[1], e)
+			_, had, err := x.get(ek)
+			if err != nil {
 				return resp.Value{}, err
 			}
+			if had {
+				n++
+				m.Count--
+				if err := x.w.Delete(ek, nil); err != nil {
+					return resp.Value{}, err
+				}
+			}
 		}
+		return resp.Int(n), x.shrunk(a[1], &m, n > 0)
 	}
-	return resp.Int(n), x.shrunk(a[1], &m, n > 0)
 }
 
 // shrunk stores key's record after removals, deleting the key when it has
@@ -700,29 +705,6 @@ func cmdSAdd(x *rexec, a [][]byte) (resp.Value, error) {
 		return resp.Int(0), nil
 	}
 	return resp.Int(n), x.put(a[1], &m)
-}
-
-func cmdSRem(x *rexec, a [][]byte) (resp.Value, error) {
-	m, found, err := x.typed(a[1], keys.RedisSet)
-	if err != nil || !found {
-		return resp.Int(0), err
-	}
-	n := int64(0)
-	for _, mem := range a[2:] {
-		mk := keys.RedisSetMember(a[1], mem)
-		_, had, err := x.get(mk)
-		if err != nil {
-			return resp.Value{}, err
-		}
-		if had {
-			n++
-			m.Count--
-			if err := x.w.Delete(mk, nil); err != nil {
-				return resp.Value{}, err
-			}
-		}
-	}
-	return resp.Int(n), x.shrunk(a[1], &m, n > 0)
 }
 
 func cmdSMembers(x *rexec, a [][]byte) (resp.Value, error) {

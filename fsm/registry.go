@@ -151,6 +151,19 @@ func getRecord[R interface {
 	return true, nil
 }
 
+// getFound is getRecord for a record that must exist: absent is a
+// rejection with ErrNotFound.
+func getFound[R interface {
+	records.Record
+	Validate() error
+}](ch *change, key []byte, r R) error {
+	found, err := getRecord(ch, key, r)
+	if err == nil && !found {
+		err = reject(ErrNotFound)
+	}
+	return err
+}
+
 // decodeStored decodes and validates a stored record.
 func decodeStored[R interface {
 	records.Record
@@ -205,12 +218,8 @@ func (ch *change) putAgent(a *records.AgentRecord) error {
 func (ch *change) deleteAgent(u keys.UserID, a keys.AgentID) error {
 	key := keys.Agent(u, a)
 	var old records.AgentRecord
-	exists, err := getRecord(ch, key, &old)
-	if err != nil {
+	if err := getFound(ch, key, &old); err != nil {
 		return err
-	}
-	if !exists {
-		return reject(ErrNotFound)
 	}
 	ownerKey := keys.AgentOwner(a)
 	owner, found, err := ch.get(ownerKey)
@@ -228,12 +237,8 @@ func (ch *change) deleteAgent(u keys.UserID, a keys.AgentID) error {
 func (ch *change) updateAgentStatus(u keys.UserID, a keys.AgentID, st records.AgentState, now int64) error {
 	key := keys.Agent(u, a)
 	var rec records.AgentRecord
-	exists, err := getRecord(ch, key, &rec)
-	if err != nil {
+	if err := getFound(ch, key, &rec); err != nil {
 		return err
-	}
-	if !exists {
-		return reject(ErrNotFound)
 	}
 	if rec.Status != st {
 		ch.del(keys.AgentByStatus(byte(rec.Status), u, a))

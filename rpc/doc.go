@@ -18,5 +18,5 @@
 // its Go errors to a kind (cluster.ErrorKind), package client reads a
 // status back to a kind (KindOf) and from it to its Go errors.
 //
-// May import the standard library, gRPC and protobuf only.
+// May import records, keys, resp, the standard library, gRPC and protobuf.
 package rpc

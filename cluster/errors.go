@@ -70,7 +70,7 @@ func errorKind(err error) (rpc.Kind, string, proto.Message) {
 	var pne *fsm.PoolNotEmptyError
 	switch {
 	case errors.Is(err, fsm.ErrNotFound):
-		// Before the typed errors, as it always was.
+		// Not found wins over the typed errors: errKinds' first row.
 	case errors.As(err, &ic):
 		return rpc.KindInsufficientCredits, err.Error(), &rpc.InsufficientCredits{Balance: ic.Balance, Required: ic.Required}
 	case errors.As(err, &de):

@@ -109,8 +109,9 @@ func NewTransactionID(now time.Time) keys.TransactionID {
 	}
 }
 
-// PutAccount creates or replaces an account. Retried when the outcome is
-// unknown.
+// PutAccount creates or replaces an account. Not retried when the outcome
+// is unknown (ErrOutcomeUnknown: replaying a replace could undo another
+// client's later write); the caller decides.
 func (b *Billing) PutAccount(ctx context.Context, a *records.Account) error {
 	if err := checkRecord(a, "account"); err != nil {
 		return err

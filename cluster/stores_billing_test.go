@@ -37,8 +37,17 @@ type billingFixture struct {
 func (f *billingFixture) account(t *testing.T, s shard.ID, balance int64) keys.AccountID {
 	t.Helper()
 	a := &records.Account{UserID: f.g.accountOn(f.m, s), BalanceCents: balance, LifetimeCreditsCents: balance, CreatedAt: storesT0, UpdatedAt: storesT0}
-	if err := f.b.PutAccount(f.ctx, a); err != nil {
-		t.Fatalf("PutAccount: %v", err)
+	// PutAccount is not retried by the client on an unknown outcome (a
+	// leadership lost under load on a busy machine); this account has no
+	// other writer, so sending the same record again is safe here.
+	for attempt := 1; ; attempt++ {
+		err := f.b.PutAccount(f.ctx, a)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, client.ErrOutcomeUnknown) || attempt == 5 {
+			t.Fatalf("PutAccount: %v", err)
+		}
 	}
 	return a.UserID
 }

@@ -46,8 +46,8 @@ type Config struct {
 	// Default "127.0.0.1:7102".
 	HTTPAddr string
 	// RedisAddr is the RESP (Redis protocol) front's address: the asset
-	// catalogue of seed 002 for Redis clients (cluster/redis.go). Empty
-	// disables it; no default.
+	// catalogue of seed 002 for Redis clients (package redisfront,
+	// started by package server). Empty disables it; no default.
 	RedisAddr string
 	// GossipAddr is memberlist's bind address (TCP and UDP). Default
 	// "127.0.0.1:7103".

@@ -21,7 +21,7 @@ import (
 //	                            deadline gets Config.RequestTimeout, so
 //	                            every read barrier, proposal and forward
 //	                            it makes ends; RESP commands get the same
-//	                            timeout (redis.go)
+//	                            timeout (redisfront)
 //	idle and slow RESP clients  Config.RedisIdleTimeout (read) and
 //	                            Config.RedisWriteTimeout (each write)
 //	admin HTTP connections      http.Server timeouts and header bytes
@@ -33,7 +33,7 @@ import (
 //	                            RaftMaxConnsPerIP), the mux's handshake
 //	                            timeout (Config.RaftHandshakeTimeout)
 //	log floods                  internal/lograte
-//	RESP commands, MULTI blocks Config.RedisMax* (redis_conn.go): checked
+//	RESP commands, MULTI blocks Config.RedisMax* (redisfront/conn.go): checked
 //	                            as each header arrives
 
 // deadlineUnary gives a call without a deadline the node's request

@@ -29,7 +29,7 @@ type testCluster struct {
 	nodes []*Node // nil while a node is down
 	// redis holds each node's RESP front (Config.RedisAddr), started and
 	// closed with its node as package server composes them.
-	redis []testFront
+	redis map[int]testFront // by node index
 }
 
 // testFront is a running RESP front: its bound address and its Close.
@@ -64,7 +64,7 @@ func testLogger(t testing.TB) *slog.Logger {
 // each node's config before start.
 func newTestCluster(t testing.TB, n, shards int, tweak func(*Config)) *testCluster {
 	t.Helper()
-	tc := &testCluster{t: t, net: faultnet.New(1), nodes: make([]*Node, n), redis: make([]testFront, n)}
+	tc := &testCluster{t: t, net: faultnet.New(1), nodes: make([]*Node, n), redis: map[int]testFront{}}
 	base := t.TempDir()
 	for i := range n {
 		name := fmt.Sprintf("n%d", i+1)
@@ -130,7 +130,7 @@ func (tc *testCluster) stop(i int) {
 	}
 	if f := tc.redis[i]; f.close != nil { // the fronts first, as server.Close
 		f.close()
-		tc.redis[i] = testFront{}
+		delete(tc.redis, i)
 	}
 	if err := tc.nodes[i].Close(); err != nil {
 		tc.t.Logf("close %s: %v", tc.cfgs[i].ID, err)

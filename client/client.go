@@ -47,7 +47,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/internal/retry"
@@ -60,20 +59,17 @@ import (
 // KeepaliveTimeout how long it waits for the answer before it drops the
 // connection (a node gone without a FIN). Nodes refuse pings more often
 // than their --grpc-keepalive-min-time, which is at most half of
-// KeepaliveTime. Nodes dial each other with the same settings.
+// KeepaliveTime. Nodes dial each other with the same settings
+// (rpc.Keepalive).
 const (
-	KeepaliveTime    = 30 * time.Second
-	KeepaliveTimeout = 10 * time.Second
+	KeepaliveTime    = rpc.KeepaliveTime
+	KeepaliveTimeout = rpc.KeepaliveTimeout
 )
 
 // Keepalive is the dial option with KeepaliveTime and KeepaliveTimeout;
 // every Client connection has it (Config.DialOptions come after it and
 // may replace it).
-func Keepalive() grpc.DialOption {
-	return grpc.WithKeepaliveParams(keepalive.ClientParameters{
-		Time: KeepaliveTime, Timeout: KeepaliveTimeout, PermitWithoutStream: true,
-	})
-}
+func Keepalive() grpc.DialOption { return rpc.Keepalive() }
 
 // Config configures a Client.
 type Config struct {

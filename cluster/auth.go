@@ -121,8 +121,9 @@ var grpcPerms = map[string]auth.Perm{
 // metaStateMethod is the one Admin call a non-member node may make.
 const metaStateMethod = rpc.Admin_MetaState_FullMethodName
 
-// identity is an authenticated caller.
-type identity struct {
+// Identity is an authenticated caller (opaque to the fronts: Name for
+// messages, Node.Allows for decisions).
+type Identity struct {
 	name   string   // for logs: "node:n1", "cert:alice", "token:<id>(<name>)"
 	node   bool     // a node certificate or cluster-secret credential
 	nodeID string   // the node's id when node is set
@@ -130,9 +131,13 @@ type identity struct {
 	actor  string   // the user id a bound credential acts for ("": unbound)
 }
 
-// allows reports whether id may use p, and if not why: a node identity
+// Name names the caller for logs and error replies ("node:n1",
+// "cert:alice", "token:<id>(<name>)"; never a secret).
+func (id *Identity) Name() string { return id.name }
+
+// Allows reports whether id may use p, and if not why: a node identity
 // needs to be a member of the cluster (isMemberNode), anyone else a role.
-func (n *Node) allows(id *identity, p auth.Perm) (bool, string) {
+func (n *Node) Allows(id *Identity, p auth.Perm) (bool, string) {
 	switch {
 	case id == nil:
 		return false, msgNoCredentials
@@ -160,11 +165,11 @@ const (
 // identifyAdminSecret returns the operator identity of an admin HTTP
 // request signed with the cluster secret (h: its Authorization value), or
 // nil. Only a node with a cluster secret (Auth without TLS) accepts one.
-func (n *Node) identifyAdminSecret(r *http.Request, h string) *identity {
+func (n *Node) identifyAdminSecret(r *http.Request, h string) *Identity {
 	if n.secret == nil || !checkAdminSecretAuth(n.secret, r.Method, r.URL.Path, r.URL.RawQuery, h, time.Now()) {
 		return nil
 	}
-	return &identity{name: adminSecretIdentity, roles: []string{auth.RoleAdmin}}
+	return &Identity{name: adminSecretIdentity, roles: []string{auth.RoleAdmin}}
 }
 
 // grpcServerOptions are the gRPC server's transport options: TLS with the
@@ -177,18 +182,18 @@ func (n *Node) grpcServerOptions() []grpc.ServerOption {
 	return opts
 }
 
-// authOn reports whether clients must authenticate: with TLS, or with
+// AuthOn reports whether clients must authenticate: with TLS, or with
 // Config.Auth.
-func (n *Node) authOn() bool { return n.tls != nil || n.cfg.Auth }
+func (n *Node) AuthOn() bool { return n.tls != nil || n.cfg.Auth }
 
-// identifyCert returns the identity of a verified certificate, or nil.
-func identifyCert(cs *tls.ConnectionState) *identity {
+// IdentifyCert returns the identity of a verified certificate, or nil.
+func IdentifyCert(cs *tls.ConnectionState) *Identity {
 	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.PeerCertificates) == 0 {
 		return nil
 	}
 	c := cs.PeerCertificates[0]
 	if id := pki.NodeID(c); id != "" {
-		return &identity{name: "node:" + id, node: true, nodeID: id}
+		return &Identity{name: "node:" + id, node: true, nodeID: id}
 	}
 	var roles []string
 	for _, ou := range c.Subject.OrganizationalUnit {
@@ -196,12 +201,12 @@ func identifyCert(cs *tls.ConnectionState) *identity {
 			roles = append(roles, r)
 		}
 	}
-	return &identity{name: "cert:" + pki.ClientName(c), roles: roles}
+	return &Identity{name: "cert:" + pki.ClientName(c), roles: roles}
 }
 
-// identifyToken checks a bearer token against the cluster state. The
+// IdentifyToken checks a bearer token against the cluster state. The
 // message of the error never holds the token.
-func (n *Node) identifyToken(tok string) (*identity, bool) {
+func (n *Node) IdentifyToken(tok string) (*Identity, bool) {
 	id, secret, err := auth.ParseToken(tok)
 	if err != nil {
 		return nil, false
@@ -213,16 +218,16 @@ func (n *Node) identifyToken(tok string) (*identity, bool) {
 	}
 	for _, t := range n.mu.state.Tokens {
 		if t.ID == id && t.Revoked == nil && auth.CheckSecret(secret, t.Hash) {
-			return &identity{name: "token:" + t.ID + "(" + t.Name + ")", roles: t.Roles, actor: t.Actor}, true
+			return &Identity{name: "token:" + t.ID + "(" + t.Name + ")", roles: t.Roles, actor: t.Actor}, true
 		}
 	}
 	return nil, false
 }
 
-// tokenLive reports whether the token with this id is still in the
+// TokenLive reports whether the token with this id is still in the
 // cluster state and not revoked: the per-command check of a RESP
 // connection that authenticated with it (an id lookup, no hashing).
-func (n *Node) tokenLive(id string) bool {
+func (n *Node) TokenLive(id string) bool {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	if n.mu.state == nil {
@@ -238,10 +243,10 @@ func (n *Node) tokenLive(id string) bool {
 
 // identifyGRPC returns the caller of a gRPC call of method (nil and a
 // message without credentials or with bad ones).
-func (n *Node) identifyGRPC(ctx context.Context, method string) (*identity, string) {
+func (n *Node) identifyGRPC(ctx context.Context, method string) (*Identity, string) {
 	if p, ok := peer.FromContext(ctx); ok {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
-			if id := identifyCert(&ti.State); id != nil {
+			if id := IdentifyCert(&ti.State); id != nil {
 				return id, ""
 			}
 		}
@@ -258,7 +263,7 @@ func (n *Node) identifyGRPC(ctx context.Context, method string) (*identity, stri
 	if err != nil {
 		return nil, msgBadToken
 	}
-	id, ok := n.identifyToken(tok)
+	id, ok := n.IdentifyToken(tok)
 	if !ok {
 		return nil, msgBadToken
 	}
@@ -281,7 +286,7 @@ func peerNodeID(ctx context.Context) string {
 
 // authUnary guards every unary gRPC call (see grpcPerms).
 func (n *Node) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if !n.authOn() {
+	if !n.AuthOn() {
 		return handler(ctx, req)
 	}
 	perm, ok := grpcPerms[info.FullMethod]
@@ -290,20 +295,20 @@ func (n *Node) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInf
 	}
 	id, msg := n.identifyGRPC(ctx, info.FullMethod)
 	if !ok {
-		n.audit("grpc", id, info.FullMethod, false, "method not in the permission table")
+		n.Audit("grpc", id, info.FullMethod, false, "method not in the permission table")
 		return nil, status.Error(codes.PermissionDenied, "swarmkv: method not allowed")
 	}
 	if id == nil {
-		n.audit("grpc", id, info.FullMethod, false, msg)
+		n.Audit("grpc", id, info.FullMethod, false, msg)
 		return nil, status.Error(codes.PermissionDenied, msg)
 	}
-	if allowed, why := n.allows(id, perm); !allowed {
+	if allowed, why := n.Allows(id, perm); !allowed {
 		if id.node && info.FullMethod == metaStateMethod {
 			// A node that is not (or no longer) a member learns its own
 			// membership record only (adminServer.MetaState).
 			return handler(withCaller(ctx, id), req)
 		}
-		n.audit("grpc", id, info.FullMethod, false, why)
+		n.Audit("grpc", id, info.FullMethod, false, why)
 		if id.node {
 			return nil, status.Error(codes.PermissionDenied, why)
 		}
@@ -314,7 +319,7 @@ func (n *Node) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInf
 	}
 	if strings.HasPrefix(info.FullMethod, poolsMethodPrefix) {
 		if err := bindActor(id, req); err != nil {
-			n.audit("grpc", id, info.FullMethod, false, "actor not bound to the credential")
+			n.Audit("grpc", id, info.FullMethod, false, "actor not bound to the credential")
 			return nil, err
 		}
 	}
@@ -354,7 +359,7 @@ func actorField(req any) (protoreflect.Message, protoreflect.FieldDescriptor) {
 //
 // A request without an actor field is left alone. Without auth (no
 // identities) every request runs as given.
-func bindActor(id *identity, req any) error {
+func bindActor(id *Identity, req any) error {
 	m, fd := actorField(req)
 	if fd == nil {
 		return nil
@@ -390,9 +395,9 @@ func redisPerm(r *rpc.RedisExecRequest) auth.Perm {
 	return auth.Perm{Keyspace: auth.Assets, Write: true}
 }
 
-// audit logs an authorization decision: who (never a secret), what, when
+// Audit logs an authorization decision: who (never a secret), what, when
 // (the record's time), allowed.
-func (n *Node) audit(via string, id *identity, what string, allowed bool, why string) {
+func (n *Node) Audit(via string, id *Identity, what string, allowed bool, why string) {
 	who := "anonymous"
 	if id != nil {
 		who = id.name
@@ -415,12 +420,12 @@ func (n *Node) authHTTP(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if !n.authOn() {
+		if !n.AuthOn() {
 			next.ServeHTTP(w, r)
 			return
 		}
 		what := r.Method + " " + r.URL.Path
-		id := identifyCert(r.TLS)
+		id := IdentifyCert(r.TLS)
 		msg := ""
 		if id == nil {
 			h := r.Header.Get("Authorization")
@@ -438,19 +443,19 @@ func (n *Node) authHTTP(next http.Handler) http.Handler {
 				}
 			} else if tok, err := auth.ParseBearer(h); err != nil {
 				msg = msgBadToken
-			} else if id, _ = n.identifyToken(tok); id == nil {
+			} else if id, _ = n.IdentifyToken(tok); id == nil {
 				msg = msgBadToken
 			}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if id == nil {
-			n.audit("http", nil, what, false, msg)
+			n.Audit("http", nil, what, false, msg)
 			w.WriteHeader(http.StatusUnauthorized)
 			writeJSONError(w, msg)
 			return
 		}
-		if allowed, why := n.allows(id, auth.Perm{Keyspace: auth.Admin}); !allowed {
-			n.audit("http", id, what, false, why)
+		if allowed, why := n.Allows(id, auth.Perm{Keyspace: auth.Admin}); !allowed {
+			n.Audit("http", id, what, false, why)
 			w.WriteHeader(http.StatusForbidden)
 			if id.node {
 				writeJSONError(w, why)
@@ -460,7 +465,7 @@ func (n *Node) authHTTP(next http.Handler) http.Handler {
 			return
 		}
 		if r.Method != http.MethodGet && !id.node {
-			n.audit("http", id, what, true, "")
+			n.Audit("http", id, what, true, "")
 		}
 		next.ServeHTTP(w, r)
 	})

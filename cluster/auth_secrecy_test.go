@@ -60,7 +60,7 @@ func TestAuthTokenSecrecy(t *testing.T) {
 	waitFor(t, 10*time.Second, "tokens on every node", func() error {
 		for _, n := range tc.nodes {
 			for _, ti := range []TokenInfo{kvw, assets, revoked} {
-				if _, ok := n.identifyToken(ti.Token); !ok {
+				if _, ok := n.IdentifyToken(ti.Token); !ok {
 					return errors.New(n.ID() + " does not know a token yet")
 				}
 			}
@@ -88,7 +88,7 @@ func TestAuthTokenSecrecy(t *testing.T) {
 	}
 	// RESP AUTH on every node, keys on every shard (some forwarded).
 	rdb := func(node int, tok string) *redis.Client {
-		r := redis.NewClient(&redis.Options{Addr: tc.nodes[node].RedisAddr(), TLSConfig: plain, MaxRetries: -1, Username: "u", Password: tok})
+		r := redis.NewClient(&redis.Options{Addr: tc.redisAddr(node), TLSConfig: plain, MaxRetries: -1, Username: "u", Password: tok})
 		t.Cleanup(func() { r.Close() })
 		return r
 	}
@@ -118,7 +118,7 @@ func TestAuthTokenSecrecy(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "revoked everywhere", func() error {
 		for _, n := range tc.nodes {
-			if _, ok := n.identifyToken(revoked.Token); ok {
+			if _, ok := n.IdentifyToken(revoked.Token); ok {
 				return errors.New(n.ID() + " still accepts the token")
 			}
 		}

@@ -109,7 +109,7 @@ func TestAuthTokensRolesAndRefusals(t *testing.T) {
 	// Every node learns the tokens through the sync loop.
 	waitFor(t, 10*time.Second, "tokens on every node", func() error {
 		for _, n := range tc.nodes {
-			if _, ok := n.identifyToken(writer.Token); !ok {
+			if _, ok := n.IdentifyToken(writer.Token); !ok {
 				return errors.New(n.ID() + " does not know the token yet")
 			}
 		}
@@ -179,7 +179,7 @@ func TestAuthTokensRolesAndRefusals(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "revoked everywhere", func() error {
 		for _, n := range tc.nodes {
-			if _, ok := n.identifyToken(writer.Token); ok {
+			if _, ok := n.IdentifyToken(writer.Token); ok {
 				return errors.New(n.ID() + " still accepts the token")
 			}
 		}
@@ -222,13 +222,13 @@ func TestAuthTokensRolesAndRefusals(t *testing.T) {
 	}
 
 	// RESP: NOAUTH, WRONGPASS, NOPERM, then allowed.
-	rdb := redis.NewClient(&redis.Options{Addr: tc.nodes[0].RedisAddr(), TLSConfig: plain.cfg, MaxRetries: -1})
+	rdb := redis.NewClient(&redis.Options{Addr: tc.redisAddr(0), TLSConfig: plain.cfg, MaxRetries: -1})
 	defer rdb.Close()
 	if err := rdb.Set(ctx, "asset:1", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOAUTH") {
 		t.Fatalf("RESP before AUTH: %v", err)
 	}
 	rdbAs := func(tok string) *redis.Client {
-		return redis.NewClient(&redis.Options{Addr: tc.nodes[1].RedisAddr(), TLSConfig: plain.cfg, MaxRetries: -1, Username: "u", Password: tok})
+		return redis.NewClient(&redis.Options{Addr: tc.redisAddr(1), TLSConfig: plain.cfg, MaxRetries: -1, Username: "u", Password: tok})
 	}
 	bad := rdbAs(strings.Repeat("x", 20))
 	defer bad.Close()
@@ -242,7 +242,7 @@ func TestAuthTokensRolesAndRefusals(t *testing.T) {
 	}
 	full := create(0, "assets", "assets:write")
 	waitFor(t, 10*time.Second, "assets token known", func() error {
-		if _, ok := tc.nodes[1].identifyToken(full.Token); !ok {
+		if _, ok := tc.nodes[1].IdentifyToken(full.Token); !ok {
 			return errors.New("not yet")
 		}
 		return nil
@@ -310,7 +310,7 @@ func TestRedisRevokedTokenOnOpenConn(t *testing.T) {
 			t.Fatalf("create token: %d %s %v", code, body, err)
 		}
 		waitFor(t, 10*time.Second, "token known", func() error {
-			if _, ok := n.identifyToken(ti.Token); !ok {
+			if _, ok := n.IdentifyToken(ti.Token); !ok {
 				return errors.New("not yet")
 			}
 			return nil
@@ -320,7 +320,7 @@ func TestRedisRevokedTokenOnOpenConn(t *testing.T) {
 	tok, other := create("rw"), create("rw2")
 
 	// One connection (PoolSize 1), authenticated once.
-	rdb := redis.NewClient(&redis.Options{Addr: n.RedisAddr(), TLSConfig: plain, MaxRetries: -1, PoolSize: 1,
+	rdb := redis.NewClient(&redis.Options{Addr: tc.redisAddr(0), TLSConfig: plain, MaxRetries: -1, PoolSize: 1,
 		Username: "u", Password: tok.Token})
 	defer rdb.Close()
 	id := must(rdb.ClientID(ctx).Result())
@@ -338,7 +338,7 @@ func TestRedisRevokedTokenOnOpenConn(t *testing.T) {
 		t.Fatalf("revoke: %d %s %v", code, body, err)
 	}
 	waitFor(t, 10*time.Second, "revocation applied", func() error {
-		if _, ok := n.identifyToken(tok.Token); ok {
+		if _, ok := n.IdentifyToken(tok.Token); ok {
 			return errors.New("not yet")
 		}
 		return nil

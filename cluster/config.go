@@ -46,8 +46,8 @@ type Config struct {
 	// Default "127.0.0.1:7102".
 	HTTPAddr string
 	// RedisAddr is the RESP (Redis protocol) front's address: the asset
-	// catalogue of seed 002 for Redis clients (cluster/redis.go). Empty
-	// disables it; no default.
+	// catalogue of seed 002 for Redis clients (package redisfront,
+	// started by package server). Empty disables it; no default.
 	RedisAddr string
 	// GossipAddr is memberlist's bind address (TCP and UDP). Default
 	// "127.0.0.1:7103".
@@ -171,7 +171,7 @@ type Config struct {
 	// keepalive pings; a client that pings more often is sent GOAWAY
 	// too_many_pings. Pings are allowed without calls in flight. Default
 	// 5s; 1s..15s: at most half the Go client's and the nodes' own ping
-	// interval (client.KeepaliveTime, 30s), so they are never refused.
+	// interval (rpc.KeepaliveTime, 30s), so they are never refused.
 	GRPCKeepaliveMinTime time.Duration
 	// RaftMaxConns caps the open connections of the Raft port, and
 	// RaftMaxConnsPerIP those from one IP; connections in their handshake
@@ -314,7 +314,7 @@ const (
 	// maxStreamsLimit and maxConnsPerIPLimit bound the connection limits.
 	maxStreamsLimit    = 1 << 20
 	maxConnsPerIPLimit = 1 << 20
-	// maxKeepaliveMinTime is half of client.KeepaliveTime (the Go client's
+	// maxKeepaliveMinTime is half of rpc.KeepaliveTime (the Go client's
 	// and the nodes' ping interval; TestKeepaliveWithinPolicy).
 	maxKeepaliveMinTime = 15 * time.Second
 	// maxRedisEntryLimit bounds a RESP command and a MULTI block, so what

@@ -3,7 +3,15 @@
 // shard replica (all sharing one TCP port through Mux), the gRPC API (KV and
 // Cluster services) and the HTTP health endpoints.
 //
-// Usage (cmd/swarmnode is the real composition root):
+// It is the core: the fronts above it (redisfront; package server composes
+// them with a node) use its narrow API (front.go, auth.go's identity
+// checks) and it never imports them, the gRPC services' packages or the
+// Go client (TestImportsOneWay). It may import cluster/placement,
+// transport, internal/..., fsm, raftlog, shard, keys, records, rpc, auth,
+// secrets and resp.
+//
+// Usage (package server composes a node with its fronts; cmd/swarmnode is
+// the real composition root):
 //
 //	node, err := cluster.New(cluster.Config{
 //		ID:              "n1",

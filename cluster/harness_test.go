@@ -27,7 +27,22 @@ type testCluster struct {
 	net   *faultnet.Network
 	cfgs  []Config
 	nodes []*Node // nil while a node is down
+	// redis holds each node's RESP front (Config.RedisAddr), started and
+	// closed with its node as package server composes them.
+	redis map[int]testFront // by node index
 }
+
+// testFront is a running RESP front: its bound address and its Close.
+type testFront struct {
+	addr  string
+	close func()
+}
+
+// StartRedisFront starts node n's RESP front on addr for the harness,
+// returning the bound address and the front's Close. The core cannot
+// import package redisfront (imports run one way, TestImportsOneWay), so
+// fronts_test.go, in package cluster_test, sets it to redisfront.Start.
+var StartRedisFront func(n *Node, addr string) (bound string, close func(), err error)
 
 func freePort(t testing.TB) string {
 	t.Helper()
@@ -49,7 +64,7 @@ func testLogger(t testing.TB) *slog.Logger {
 // each node's config before start.
 func newTestCluster(t testing.TB, n, shards int, tweak func(*Config)) *testCluster {
 	t.Helper()
-	tc := &testCluster{t: t, net: faultnet.New(1), nodes: make([]*Node, n)}
+	tc := &testCluster{t: t, net: faultnet.New(1), nodes: make([]*Node, n), redis: map[int]testFront{}}
 	base := t.TempDir()
 	for i := range n {
 		name := fmt.Sprintf("n%d", i+1)
@@ -93,14 +108,29 @@ func (tc *testCluster) start(i int) {
 	if err != nil {
 		tc.t.Fatalf("start %s: %v", tc.cfgs[i].ID, err)
 	}
+	if a := tc.cfgs[i].RedisAddr; a != "" {
+		bound, closeFront, err := StartRedisFront(n, a)
+		if err != nil {
+			n.Close()
+			tc.t.Fatalf("start %s: %v", tc.cfgs[i].ID, err)
+		}
+		tc.redis[i] = testFront{addr: bound, close: closeFront}
+	}
 	tc.nodes[i] = n
 }
+
+// redisAddr returns the address of node i's RESP front.
+func (tc *testCluster) redisAddr(i int) string { return tc.redis[i].addr }
 
 // stop closes node i (its data dir stays).
 func (tc *testCluster) stop(i int) {
 	tc.t.Helper()
 	if tc.nodes[i] == nil {
 		return
+	}
+	if f := tc.redis[i]; f.close != nil { // the fronts first, as server.Close
+		f.close()
+		delete(tc.redis, i)
 	}
 	if err := tc.nodes[i].Close(); err != nil {
 		tc.t.Logf("close %s: %v", tc.cfgs[i].ID, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc"
 
@@ -22,7 +21,7 @@ import (
 //	                            deadline gets Config.RequestTimeout, so
 //	                            every read barrier, proposal and forward
 //	                            it makes ends; RESP commands get the same
-//	                            timeout (redis.go)
+//	                            timeout (redisfront)
 //	idle and slow RESP clients  Config.RedisIdleTimeout (read) and
 //	                            Config.RedisWriteTimeout (each write)
 //	admin HTTP connections      http.Server timeouts and header bytes
@@ -34,7 +33,7 @@ import (
 //	                            RaftMaxConnsPerIP), the mux's handshake
 //	                            timeout (Config.RaftHandshakeTimeout)
 //	log floods                  internal/lograte
-//	RESP commands, MULTI blocks Config.RedisMax* (redis_conn.go): checked
+//	RESP commands, MULTI blocks Config.RedisMax* (redisfront/conn.go): checked
 //	                            as each header arrives
 
 // deadlineUnary gives a call without a deadline the node's request
@@ -139,34 +138,6 @@ func (c *ipLimitConn) Close() error {
 	return err
 }
 
-// writeTimeoutListener sets a write deadline before each write of its
-// connections, so a client that stops reading cannot hold a connection's
-// goroutine forever.
-type writeTimeoutListener struct {
-	net.Listener
-	timeout time.Duration
-}
-
-func (l writeTimeoutListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return &writeTimeoutConn{Conn: c, timeout: l.timeout}, nil
-}
-
-type writeTimeoutConn struct {
-	net.Conn
-	timeout time.Duration
-}
-
-func (c *writeTimeoutConn) Write(b []byte) (int, error) {
-	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
-		return 0, err
-	}
-	return c.Conn.Write(b)
-}
-
 // limitRaftConns wraps the Raft listener with its caps: open connections
 // in all (Config.RaftMaxConns) and from one IP (Config.RaftMaxConnsPerIP),
 // those still in their handshake included. Refused connections are logged
@@ -183,9 +154,9 @@ func (n *Node) limitRaftConns(ln net.Listener) net.Listener {
 	return l
 }
 
-// limitConns wraps a listener with the per-IP connection limit; refused
+// LimitConns wraps a listener with the per-IP connection limit; refused
 // connections are logged at most once a second (internal/lograte).
-func (n *Node) limitConns(ln net.Listener, what string) net.Listener {
+func (n *Node) LimitConns(ln net.Listener, what string) net.Listener {
 	log := lograte.New(n.log, lograte.Every).With("listener", what, "max_conns_per_ip", n.cfg.MaxConnsPerIP)
 	return newIPLimitListener(ln, n.cfg.MaxConnsPerIP, func(ip string) {
 		log.Warn("connection refused: too many connections from one IP", "ip", ip)

@@ -95,7 +95,7 @@ func TestRedisConnLimitPerIP(t *testing.T) {
 	})
 	defer tc.closeAll()
 	tc.waitReady()
-	addr := tc.nodes[0].RedisAddr()
+	addr := tc.redisAddr(0)
 	ping := func(c net.Conn) error {
 		c.SetDeadline(time.Now().Add(5 * time.Second))
 		if _, err := c.Write([]byte("PING\r\n")); err != nil {
@@ -259,7 +259,7 @@ func TestRedisIdleTimeout(t *testing.T) {
 		c.RedisIdleTimeout = time.Second
 	})
 	defer tc.closeAll()
-	c, err := net.Dial("tcp", tc.nodes[0].RedisAddr())
+	c, err := net.Dial("tcp", tc.redisAddr(0))
 	if err != nil {
 		t.Fatal(err)
 	}

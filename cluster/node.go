@@ -23,7 +23,6 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"lukechampine.com/blake3"
 
-	"github.com/swarmkv/swarmkv/client"
 	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/internal/lograte"
@@ -58,7 +57,6 @@ type Node struct {
 	grpcLn   net.Listener
 	httpSrv  *http.Server
 	httpLn   net.Listener
-	redis    *redisFront        // the RESP front (redis.go); nil without RedisAddr
 	tls      *transport.NodeTLS // the node's TLS identity; nil without Config.TLS
 	// secret is the cluster secret of Config.Auth without TLS
 	// (nodeauth.go); nil otherwise.
@@ -130,7 +128,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if n.inc, err = loadIncarnation(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("cluster: data dir: %w", err)
 	}
-	pcfg := transport.PeersConfig{DialOptions: []grpc.DialOption{client.Keepalive()}}
+	pcfg := transport.PeersConfig{DialOptions: []grpc.DialOption{rpc.Keepalive()}}
 	if cfg.TLS.Enabled() {
 		if n.tls, err = transport.LoadNodeTLS(cfg.TLS, cfg.ID, n.log); err != nil {
 			return nil, err
@@ -181,14 +179,14 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("cluster: grpc listen %s: %w", cfg.GRPCAddr, err)
 	}
 	n.addrs.GRPCAddr = advertised(cfg.GRPCAdvertise, n.grpcLn.Addr())
-	n.grpcLn = n.limitConns(n.grpcLn, "grpc") // limits.go
+	n.grpcLn = n.LimitConns(n.grpcLn, "grpc") // limits.go
 	if cfg.HTTPAddr != "" {
 		n.httpLn, err = net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
 			return nil, fmt.Errorf("cluster: http listen %s: %w", cfg.HTTPAddr, err)
 		}
 		n.addrs.HTTPAddr = n.httpLn.Addr().String()
-		n.httpLn = n.limitConns(n.httpLn, "http") // limits.go
+		n.httpLn = n.LimitConns(n.httpLn, "http") // limits.go
 	}
 
 	if st != nil {
@@ -276,14 +274,9 @@ func New(cfg Config) (_ *Node, err error) {
 	n.wg.Add(2)
 	go n.syncLoop()
 	go n.reconcileLoop()
-	if cfg.RedisAddr != "" {
-		if n.redis, err = startRedis(n, cfg.RedisAddr); err != nil {
-			return nil, err
-		}
-	}
 	n.log.Info("node started", "raft", n.addrs.RaftAddr, "grpc", n.addrs.GRPCAddr,
 		"http", n.addrs.HTTPAddr, "gossip", n.addrs.GossipAddr, "data_dir", cfg.DataDir,
-		"bootstrapped", st != nil && st.Bootstrapped, "tls", n.tls != nil, "gossip_encrypted", len(cfg.GossipKeys) > 0, "auth", n.authOn())
+		"bootstrapped", st != nil && st.Bootstrapped, "tls", n.tls != nil, "gossip_encrypted", len(cfg.GossipKeys) > 0, "auth", n.AuthOn())
 	return n, nil
 }
 
@@ -628,9 +621,6 @@ func (n *Node) nodeAddrs(id string) (NodeAddrs, bool) {
 // Idempotent; returns after every goroutine the node started has exited.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
-		if n.redis != nil {
-			n.redis.close()
-		}
 		if n.grpcSrv != nil {
 			n.pipeline.stop() // pipeline streams end once their calls are answered
 			stopped := make(chan struct{})

@@ -174,7 +174,7 @@ func checkAdminSecretAuth(secret []byte, method, path, rawQuery, h string, now t
 
 // identifySecret returns the node identity of a call that carries a valid
 // cluster-secret credential for method, or nil.
-func (n *Node) identifySecret(md metadata.MD, method string) *identity {
+func (n *Node) identifySecret(md metadata.MD, method string) *Identity {
 	if n.secret == nil {
 		return nil
 	}
@@ -182,7 +182,7 @@ func (n *Node) identifySecret(md metadata.MD, method string) *identity {
 	if !ok {
 		return nil
 	}
-	return &identity{name: "node:" + id, node: true, nodeID: id}
+	return &Identity{name: "node:" + id, node: true, nodeID: id}
 }
 
 // isMemberNode reports whether node id may act as a node: the cluster state
@@ -232,12 +232,12 @@ func redactForNonMember(st *State, id string) *State {
 // callerKey carries the caller's identity in a call's context (authUnary).
 type callerKey struct{}
 
-func withCaller(ctx context.Context, id *identity) context.Context {
+func withCaller(ctx context.Context, id *Identity) context.Context {
 	return context.WithValue(ctx, callerKey{}, id)
 }
 
 // callerOf returns the identity authUnary found for the call, or nil.
-func callerOf(ctx context.Context) *identity {
-	id, _ := ctx.Value(callerKey{}).(*identity)
+func callerOf(ctx context.Context) *Identity {
+	id, _ := ctx.Value(callerKey{}).(*Identity)
 	return id
 }

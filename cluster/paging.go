@@ -118,7 +118,7 @@ func (s *server) page(r *replica, prefix, cursor []byte, limit uint32) (*pager, 
 	return pg, kvs, more, nil
 }
 
-// replyLimits are the bounds of a Redis read that lists keys (KEYS, SCAN).
-func (c Config) replyLimits() fsm.ReplyLimits {
+// ReplyLimits are the bounds of a Redis read that lists keys (KEYS, SCAN).
+func (c Config) ReplyLimits() fsm.ReplyLimits {
 	return fsm.ReplyLimits{MaxKeys: c.MaxKeysReply, MaxBytes: c.MaxPageBytes}
 }

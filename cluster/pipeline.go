@@ -338,9 +338,9 @@ func (p *pipelineServer) call(ctx context.Context, call *rpc.PipelineCall) (any,
 // credentials when authentication is on. Every pipelined call is
 // authorized on its own as well, by authUnary.
 func (n *Node) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if n.authOn() {
+	if n.AuthOn() {
 		if id, msg := n.identifyGRPC(ss.Context(), info.FullMethod); id == nil {
-			n.audit("grpc", nil, info.FullMethod, false, msg)
+			n.Audit("grpc", nil, info.FullMethod, false, msg)
 			return status.Error(codes.PermissionDenied, msg)
 		}
 	}

@@ -96,7 +96,7 @@ func TestPoolsActorBinding(t *testing.T) {
 		t.Fatalf("token list does not show the owner token's actor: %s", body)
 	}
 	waitFor(t, 10*time.Second, "tokens known", func() error {
-		if _, ok := tc.nodes[0].identifyToken(frontend.Token); !ok {
+		if _, ok := tc.nodes[0].IdentifyToken(frontend.Token); !ok {
 			return errors.New("not yet")
 		}
 		return nil

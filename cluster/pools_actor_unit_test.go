@@ -18,13 +18,13 @@ import (
 // TestBindActor is bindActor's table: bound, unbound, impersonating and
 // node callers on requests with and without an actor.
 func TestBindActor(t *testing.T) {
-	bound := &identity{name: "token:b", roles: []string{"pools:write"}, actor: "u1"}
-	unbound := &identity{name: "token:u", roles: []string{"pools:write", "*:write"}}
-	imp := &identity{name: "token:i", roles: []string{"pools:write", auth.RolePoolsImpersonate}}
-	admin := &identity{name: "cert:a", roles: []string{"admin", "pools:write"}}
-	node := &identity{name: "node:n1", node: true}
+	bound := &Identity{name: "token:b", roles: []string{"pools:write"}, actor: "u1"}
+	unbound := &Identity{name: "token:u", roles: []string{"pools:write", "*:write"}}
+	imp := &Identity{name: "token:i", roles: []string{"pools:write", auth.RolePoolsImpersonate}}
+	admin := &Identity{name: "cert:a", roles: []string{"admin", "pools:write"}}
+	node := &Identity{name: "node:n1", node: true}
 	for _, tt := range []struct {
-		id        *identity
+		id        *Identity
 		claimed   string
 		ok        bool
 		wantActor string
@@ -81,16 +81,16 @@ func FuzzBindActor(f *testing.F) {
 	f.Add("", "u2", uint8(2))
 	f.Add("", "\x00", uint8(3))
 	f.Fuzz(func(t *testing.T, bound, claimed string, kind uint8) {
-		var id *identity
+		var id *Identity
 		switch kind % 4 {
 		case 0:
-			id = &identity{name: "token:b", roles: []string{"pools:write"}, actor: bound}
+			id = &Identity{name: "token:b", roles: []string{"pools:write"}, actor: bound}
 		case 1:
-			id = &identity{name: "token:u", roles: []string{"pools:write", "*:write", "pools:secrets"}}
+			id = &Identity{name: "token:u", roles: []string{"pools:write", "*:write", "pools:secrets"}}
 		case 2:
-			id = &identity{name: "token:i", roles: []string{auth.RolePoolsImpersonate}}
+			id = &Identity{name: "token:i", roles: []string{auth.RolePoolsImpersonate}}
 		default:
-			id = &identity{name: "node:n1", node: true}
+			id = &Identity{name: "node:n1", node: true}
 		}
 		req := &rpc.ListBotsRequest{Actor: claimed, PoolId: "p"}
 		err := bindActor(id, req)

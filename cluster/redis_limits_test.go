@@ -24,7 +24,7 @@ import (
 // (closed false when it is still open after 5 s).
 func rawRedis(t *testing.T, tc *testCluster, in string) (reply string, closed bool) {
 	t.Helper()
-	nc, err := net.Dial("tcp", tc.nodes[0].RedisAddr())
+	nc, err := net.Dial("tcp", tc.redisAddr(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestRedisHugeBulkBeforeAuth(t *testing.T) {
 		return m.HeapAlloc
 	}
 	before := heap()
-	nc, err := net.Dial("tcp", tc.nodes[0].RedisAddr())
+	nc, err := net.Dial("tcp", tc.redisAddr(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestRedisHugeBulkBeforeAuth(t *testing.T) {
 func TestRedisMultiBounds(t *testing.T) {
 	tc := newTestCluster(t, 1, 1, func(c *Config) { c.RedisAddr = "127.0.0.1:0"; c.RedisMaxMultiCommands = 3 })
 	ctx := ctxT(t, 30*time.Second)
-	rdb := redis.NewClient(&redis.Options{Addr: tc.nodes[0].RedisAddr(), PoolSize: 1, MaxRetries: -1})
+	rdb := redis.NewClient(&redis.Options{Addr: tc.redisAddr(0), PoolSize: 1, MaxRetries: -1})
 	defer rdb.Close()
 	do := func(args ...any) error { return rdb.Do(ctx, args...).Err() }
 
@@ -184,12 +184,12 @@ func TestRedisEntryBounds(t *testing.T) {
 	set := func(v string) fsm.RedisArgv { return fsm.RedisArgv{[]byte("SET"), []byte("k"), []byte(v)} }
 	big := strings.Repeat("v", cfg.Limits.MaxValueSize)
 	for _, tt := range []struct {
-		req  redisReq
+		req  RedisRequest
 		want string
 	}{
-		{redisReq{multi: true, cmds: []fsm.RedisArgv{set("a"), set("b"), set("c"), set("d")}}, "ERR swarmkv: transaction too long (more than 3 commands)"},
-		{redisReq{multi: true, cmds: []fsm.RedisArgv{set(big), set(big), set(big)}}, fmt.Sprintf("ERR swarmkv: transaction too big (more than %d bytes)", cfg.RedisMaxMultiBytes)},
-		{redisReq{cmds: []fsm.RedisArgv{{[]byte("MSET"), []byte("a"), []byte(big), []byte("b"), []byte(big), []byte("c"), []byte(big)}}},
+		{RedisRequest{Multi: true, Cmds: []fsm.RedisArgv{set("a"), set("b"), set("c"), set("d")}}, "ERR swarmkv: transaction too long (more than 3 commands)"},
+		{RedisRequest{Multi: true, Cmds: []fsm.RedisArgv{set(big), set(big), set(big)}}, fmt.Sprintf("ERR swarmkv: transaction too big (more than %d bytes)", cfg.RedisMaxMultiBytes)},
+		{RedisRequest{Cmds: []fsm.RedisArgv{{[]byte("MSET"), []byte("a"), []byte(big), []byte("b"), []byte(big), []byte("c"), []byte(big)}}},
 			fmt.Sprintf("ERR swarmkv: command too big (more than %d bytes)", cfg.RedisMaxCommandBytes)},
 	} {
 		v := n.checkRedisReq(&tt.req)

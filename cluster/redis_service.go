@@ -27,36 +27,27 @@ type redisServer struct {
 
 var _ rpc.RedisServer = (*redisServer)(nil)
 
-// redisReq is one request: one command, or a MULTI/EXEC block with its
-// watches.
-type redisReq struct {
-	shard   shard.ID
-	cmds    []fsm.RedisArgv
-	multi   bool
-	watches []fsm.RedisWatch
-}
-
 func (s *redisServer) Exec(ctx context.Context, p *rpc.RedisExecRequest) (*rpc.RedisExecResponse, error) {
-	req := redisReq{shard: shard.ID(p.GetShard()), multi: p.GetMulti()}
+	req := RedisRequest{Shard: shard.ID(p.GetShard()), Multi: p.GetMulti()}
 	for _, a := range p.GetCmds() {
-		req.cmds = append(req.cmds, a.GetArgs())
+		req.Cmds = append(req.Cmds, a.GetArgs())
 	}
 	for _, w := range p.GetWatches() {
-		req.watches = append(req.watches, fsm.RedisWatch{Key: w.GetKey(), Version: w.GetVersion()})
+		req.Watches = append(req.Watches, fsm.RedisWatch{Key: w.GetKey(), Version: w.GetVersion()})
 	}
 	if v := s.node.checkRedisReq(&req); v != nil {
 		return &rpc.RedisExecResponse{Reply: rpc.ReplyToProto(*v)}, nil
 	}
-	r := s.node.localReplica(req.shard)
+	r := s.node.localReplica(req.Shard)
 	if r == nil {
-		return nil, s.notLeader(req.shard)
+		return nil, s.notLeader(req.Shard)
 	}
 	v, index, err := s.node.redisLocal(ctx, r, &req)
 	if errors.Is(err, fsm.ErrInvalidCommand) {
 		v, err = resp.Error("ERR "+err.Error()), nil
 	}
 	if err != nil {
-		return nil, s.statusErr(req.shard, err)
+		return nil, s.statusErr(req.Shard, err)
 	}
 	return &rpc.RedisExecResponse{Reply: rpc.ReplyToProto(v), Index: index}, nil
 }
@@ -64,39 +55,39 @@ func (s *redisServer) Exec(ctx context.Context, p *rpc.RedisExecRequest) (*rpc.R
 // checkRedisReq validates a request as the state machine will (so a bad
 // one costs no Raft round) and checks that its keys route to its shard
 // under this node's map. It returns the error reply, or nil.
-func (n *Node) checkRedisReq(req *redisReq) *resp.Value {
+func (n *Node) checkRedisReq(req *RedisRequest) *resp.Value {
 	errv := func(s string) *resp.Value { v := resp.Error(s); return &v }
 	switch {
-	case !req.multi && (len(req.cmds) != 1 || len(req.watches) > 0):
+	case !req.Multi && (len(req.Cmds) != 1 || len(req.Watches) > 0):
 		return errv("ERR swarmkv: a request without multi carries exactly one command and no watches")
-	case len(req.cmds) > n.cfg.RedisMaxMultiCommands:
+	case len(req.Cmds) > n.cfg.RedisMaxMultiCommands:
 		return errv(fmt.Sprintf("ERR swarmkv: transaction too long (more than %d commands)", n.cfg.RedisMaxMultiCommands))
-	case len(req.watches) > fsm.MaxRedisWatches:
+	case len(req.Watches) > fsm.MaxRedisWatches:
 		return errv("ERR swarmkv: too many watched keys")
 	}
 	// What one entry carries: the RESP front's bounds, for calls that
 	// did not come through it (the Go client).
 	size := 0
-	for _, argv := range req.cmds {
+	for _, argv := range req.Cmds {
 		size += resp.CommandSize(argv)
 	}
 	switch {
-	case req.multi && size > n.cfg.RedisMaxMultiBytes:
+	case req.Multi && size > n.cfg.RedisMaxMultiBytes:
 		return errv(fmt.Sprintf("ERR swarmkv: transaction too big (more than %d bytes)", n.cfg.RedisMaxMultiBytes))
-	case !req.multi && size > n.cfg.RedisMaxCommandBytes:
+	case !req.Multi && size > n.cfg.RedisMaxCommandBytes:
 		return errv(fmt.Sprintf("ERR swarmkv: command too big (more than %d bytes)", n.cfg.RedisMaxCommandBytes))
 	}
 	var ks [][]byte
-	for _, argv := range req.cmds {
+	for _, argv := range req.Cmds {
 		if v := fsm.CheckRedis(argv, n.cfg.Limits.MaxValueSize); v != nil {
 			return v
 		}
-		if c := fsm.LookupRedis(argv[0]); req.multi && (c.ShardLocal || c.Internal) {
+		if c := fsm.LookupRedis(argv[0]); req.Multi && (c.ShardLocal || c.Internal) {
 			return errv("ERR swarmkv: " + c.Name + " is not allowed in MULTI")
 		}
 		ks = append(ks, fsm.RedisKeys(argv)...)
 	}
-	for _, w := range req.watches {
+	for _, w := range req.Watches {
 		if len(w.Key) > keys.MaxRedisKeyLen {
 			return errv("ERR swarmkv: watched key too long")
 		}
@@ -108,11 +99,11 @@ func (n *Node) checkRedisReq(req *redisReq) *resp.Value {
 	if smap == nil {
 		return errv("CLUSTERDOWN swarmkv: cluster not bootstrapped yet")
 	}
-	if int(req.shard) >= smap.NumShards {
+	if int(req.Shard) >= smap.NumShards {
 		return errv("ERR swarmkv: no such shard")
 	}
 	for _, k := range ks {
-		if smap.ShardOf(keys.RedisRoutingKey(k)) != req.shard {
+		if smap.ShardOf(keys.RedisRoutingKey(k)) != req.Shard {
 			return errv(resp.ErrCrossSlot)
 		}
 	}
@@ -123,13 +114,13 @@ func (n *Node) checkRedisReq(req *redisReq) *resp.Value {
 // shard: a block or a write is proposed (one log entry), a single read is
 // answered from the state machine after the read barrier. index is the
 // entry's log index (0 for reads).
-func (n *Node) redisLocal(ctx context.Context, r *replica, req *redisReq) (resp.Value, uint64, error) {
-	if req.multi || fsm.LookupRedis(req.cmds[0][0]).Write {
+func (n *Node) redisLocal(ctx context.Context, r *replica, req *RedisRequest) (resp.Value, uint64, error) {
+	if req.Multi || fsm.LookupRedis(req.Cmds[0][0]).Write {
 		op := fsm.OpRedis
-		if req.multi {
+		if req.Multi {
 			op = fsm.OpRedisMulti
 		}
-		res, err := r.propose(ctx, &fsm.Command{Op: op, Redis: &fsm.RedisTx{Cmds: req.cmds, Watch: req.watches}})
+		res, err := r.propose(ctx, &fsm.Command{Op: op, Redis: &fsm.RedisTx{Cmds: req.Cmds, Watch: req.Watches}})
 		if err != nil {
 			return resp.Value{}, 0, err
 		}
@@ -138,7 +129,7 @@ func (n *Node) redisLocal(ctx context.Context, r *replica, req *redisReq) (resp.
 	if err := r.readBarrier(ctx); err != nil {
 		return resp.Value{}, 0, err
 	}
-	v, err := r.fsm.RedisRead(req.cmds[0])
+	v, err := r.fsm.RedisRead(req.Cmds[0])
 	return v, 0, err
 }
 

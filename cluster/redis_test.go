@@ -15,6 +15,13 @@ import (
 	"github.com/swarmkv/swarmkv/keys"
 )
 
+// The RESP front's replies the tests expect (package redisfront's
+// redisVersion and redisNoAuth).
+const (
+	redisVersion = "7.2.4"
+	redisNoAuth  = "NOAUTH Authentication required."
+)
+
 // redisCluster starts n nodes with shards shards, each with a RESP front.
 func redisCluster(t *testing.T, n, shards int) *testCluster {
 	return newTestCluster(t, n, shards, func(c *Config) { c.RedisAddr = "127.0.0.1:0" })
@@ -22,7 +29,7 @@ func redisCluster(t *testing.T, n, shards int) *testCluster {
 
 // redisClient connects go-redis to node i's RESP front.
 func redisClient(t *testing.T, tc *testCluster, i, proto int) *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: tc.nodes[i].RedisAddr(), Protocol: proto, MaxRetries: -1})
+	rdb := redis.NewClient(&redis.Options{Addr: tc.redisAddr(i), Protocol: proto, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
 	return rdb
 }

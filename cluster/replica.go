@@ -151,7 +151,7 @@ func openReplica(rc replicaConfig) (_ *replica, err error) {
 		Cache:        rc.cache,
 		MemTableSize: rc.node.MemTableSize,
 		Limits:       applyLimits,
-		Reply:        rc.node.replyLimits(),
+		Reply:        rc.node.ReplyLimits(),
 		Logger:       rc.node.Logger,
 	})
 	if err != nil {

@@ -15,12 +15,12 @@ func TestTLSRedisFront(t *testing.T) {
 	tc := newTLSCluster(t, 1, ca, func(c *Config) { c.RedisAddr = freePort(t) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rdb := redis.NewClient(&redis.Options{Addr: tc.nodes[0].RedisAddr(), TLSConfig: ca.client("assets-app", "assets:write"), MaxRetries: -1})
+	rdb := redis.NewClient(&redis.Options{Addr: tc.redisAddr(0), TLSConfig: ca.client("assets-app", "assets:write"), MaxRetries: -1})
 	defer rdb.Close()
 	if err := rdb.Set(ctx, "asset:1", "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	plain := redis.NewClient(&redis.Options{Addr: tc.nodes[0].RedisAddr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+	plain := redis.NewClient(&redis.Options{Addr: tc.redisAddr(0), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
 	defer plain.Close()
 	if err := plain.Ping(ctx).Err(); err == nil {
 		t.Fatal("plaintext RESP client served by a TLS node")

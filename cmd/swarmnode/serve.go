@@ -14,6 +14,7 @@ import (
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/internal/faultnet"
 	"github.com/swarmkv/swarmkv/secrets"
+	"github.com/swarmkv/swarmkv/server"
 )
 
 // tokenKeysEnv holds the agent pools' bot-token key ring inline, the same
@@ -176,16 +177,16 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error
 	// Every file and dir the node creates (Pebble's, raft's snapshots) is
 	// owner-only, whatever mode the library asks for.
 	restrictUmask()
-	node, err := cluster.New(*cfg)
+	srv, err := server.New(*cfg)
 	if err != nil {
 		return err
 	}
-	a := node.Addrs()
+	a := srv.Node().Addrs()
 	fmt.Fprintf(stdout, "swarmnode %s: node %s serving\n  grpc   %s\n  http   %s\n  raft   %s\n  gossip %s\n  redis  %s\n  data   %s\n",
-		version, cfg.ID, a.GRPCAddr, a.HTTPAddr, a.RaftAddr, a.GossipAddr, node.RedisAddr(), cfg.DataDir)
+		version, cfg.ID, a.GRPCAddr, a.HTTPAddr, a.RaftAddr, a.GossipAddr, srv.RedisAddr(), cfg.DataDir)
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "swarmnode: shutting down")
-	return node.Close()
+	return srv.Close()
 }
 
 // tokenKeys loads the bot-token key ring from file or, without one, from

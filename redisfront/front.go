@@ -1,4 +1,4 @@
-package cluster
+package redisfront
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"runtime"
@@ -15,6 +16,7 @@ import (
 	"sync/atomic"
 
 	"github.com/swarmkv/swarmkv/client"
+	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/resp"
@@ -24,25 +26,30 @@ import (
 
 // The RESP front (seed 002): every node with Config.RedisAddr serves the
 // Redis protocol (RESP2, and RESP3 after HELLO 3; commands read by
-// resp.Reader within bounds: redis_conn.go). A command's keys route by
+// resp.Reader within bounds: conn.go). A command's keys route by
 // keys.RedisRoutingKey; all keys of one command, and of one MULTI/EXEC
 // block with its WATCHed keys, must be in one shard, else the reply is
 // Redis Cluster's CROSSSLOT error.
 // The front runs the command on the shard leader: on this node when it
-// leads the shard, otherwise through the leader's internal Redis gRPC
-// service (redis_service.go), following NotLeader hints with the routing
-// client. KEYS and SCAN fan out over every shard.
+// leads the shard (cluster.Node.RedisLocal), otherwise through the
+// leader's internal Redis gRPC service (cluster/redis_service.go),
+// following NotLeader hints with the routing client. KEYS and SCAN fan
+// out over every shard.
 //
 // Threads: the accept loop (serve) and one goroutine per connection, which
-// runs the connection's commands in order, one at a time (redis_conn.go),
-// all joined by close, which closes the listener and every connection.
+// runs the connection's commands in order, one at a time (conn.go), all
+// joined by Close, which closes the listener and every connection.
 
 // redisVersion is the Redis version the front reports (HELLO, INFO): the
 // command semantics and error texts follow Redis 7.2.
 const redisVersion = "7.2.4"
 
-type redisFront struct {
-	n      *Node
+// Front is a node's RESP front: a listener and its connections.
+type Front struct {
+	n      *cluster.Node
+	cfg    cluster.Config // the node's, read once at Start
+	log    *slog.Logger
+	peer   *tls.Config // the node's own identity for forwarded calls; nil without TLS
 	ln     net.Listener
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -53,7 +60,7 @@ type redisFront struct {
 
 	mu struct {
 		sync.Mutex
-		open   map[net.Conn]struct{} // open connections, closed by close
+		open   map[net.Conn]struct{} // open connections, closed by Close
 		closed bool
 	}
 
@@ -78,7 +85,7 @@ type redisConn struct {
 
 	watches []fsm.RedisWatch
 
-	auth redisAuth // auth_redis.go
+	auth redisAuth // auth.go
 }
 
 func (c *redisConn) resetTx() {
@@ -91,20 +98,21 @@ func (c *redisConn) unwatch() {
 	c.txSet = false
 }
 
-// startRedis binds addr and serves RESP until close.
-func startRedis(n *Node, addr string) (*redisFront, error) {
+// Start binds addr and serves RESP for node n until Close.
+func Start(n *cluster.Node, addr string) (*Front, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: redis listen %s: %w", addr, err)
+		return nil, fmt.Errorf("redisfront: listen %s: %w", addr, err)
 	}
-	// Limits (limits.go): connections per IP, a deadline on each write
-	// (under TLS), an idle timeout on reads and bounds on each command
-	// (redis_conn.go).
-	ln = writeTimeoutListener{Listener: n.limitConns(ln, "redis"), timeout: n.cfg.RedisWriteTimeout}
-	if n.tls != nil {
-		ln = tls.NewListener(ln, n.tls.ServerConfig(false))
+	f := &Front{n: n, cfg: n.Config(), log: n.Logger(), peer: n.PeerTLS(), served: make(chan struct{})}
+	// Limits (cluster/limits.go): connections per IP, a deadline on each
+	// write (under TLS), an idle timeout on reads and bounds on each
+	// command (conn.go).
+	ln = writeTimeoutListener{Listener: n.LimitConns(ln, "redis"), timeout: f.cfg.RedisWriteTimeout}
+	if tc := n.ServerTLS(); tc != nil {
+		ln = tls.NewListener(ln, tc)
 	}
-	f := &redisFront{n: n, ln: ln, served: make(chan struct{})}
+	f.ln = ln
 	f.mu.open = map[net.Conn]struct{}{}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	go f.serve()
@@ -112,11 +120,11 @@ func startRedis(n *Node, addr string) (*redisFront, error) {
 }
 
 // Addr is the bound address.
-func (f *redisFront) Addr() string { return f.ln.Addr().String() }
+func (f *Front) Addr() string { return f.ln.Addr().String() }
 
-// close stops accepting, cancels running commands, closes every
-// connection and waits for their goroutines.
-func (f *redisFront) close() {
+// Close stops accepting, cancels running commands, closes every
+// connection and waits for their goroutines. Call it once.
+func (f *Front) Close() {
 	f.cancel()
 	_ = f.ln.Close()
 	<-f.served
@@ -134,22 +142,13 @@ func (f *redisFront) close() {
 	f.cl.Unlock()
 }
 
-// RedisAddr returns the address the RESP front is bound to ("" when
-// Config.RedisAddr is empty).
-func (n *Node) RedisAddr() string {
-	if n.redis == nil {
-		return ""
-	}
-	return n.redis.Addr()
-}
-
 // handle runs one command (argv not empty) and returns its reply; quit
 // asks to close the connection after it.
-func (f *redisFront) handle(st *redisConn, argv [][]byte) (v resp.Value, quit bool) {
+func (f *Front) handle(st *redisConn, argv [][]byte) (v resp.Value, quit bool) {
 	if v, answered := f.authGate(st, argv); answered {
 		return v, false
 	}
-	ctx, cancel := context.WithTimeout(f.forwardCreds(f.ctx, st), f.n.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(f.forwardCreds(f.ctx, st), f.cfg.RequestTimeout)
 	defer cancel()
 	return f.dispatch(ctx, st, argv)
 }
@@ -158,7 +157,7 @@ func errReply(s string) resp.Value { return resp.Error(s) }
 
 // dispatch runs one command of a connection and returns its reply; quit
 // asks to close the connection after the reply.
-func (f *redisFront) dispatch(ctx context.Context, st *redisConn, argv [][]byte) (v resp.Value, quit bool) {
+func (f *Front) dispatch(ctx context.Context, st *redisConn, argv [][]byte) (v resp.Value, quit bool) {
 	name := strings.ToLower(string(argv[0]))
 	arity := func(n int) bool { // Redis's arity convention
 		return (n > 0 && len(argv) == n) || (n < 0 && len(argv) >= -n)
@@ -228,13 +227,13 @@ func (f *redisFront) dispatch(ctx context.Context, st *redisConn, argv [][]byte)
 }
 
 // command runs or queues a state machine command.
-func (f *redisFront) command(ctx context.Context, st *redisConn, argv [][]byte) resp.Value {
+func (f *Front) command(ctx context.Context, st *redisConn, argv [][]byte) resp.Value {
 	c := fsm.LookupRedis(argv[0])
 	if c == nil || c.Internal {
 		st.dirty = st.dirty || st.multi
 		return resp.UnknownCommand(argv)
 	}
-	if v := fsm.CheckRedis(argv, f.n.cfg.Limits.MaxValueSize); v != nil {
+	if v := fsm.CheckRedis(argv, f.cfg.Limits.MaxValueSize); v != nil {
 		st.dirty = st.dirty || st.multi
 		return *v
 	}
@@ -256,20 +255,20 @@ func (f *redisFront) command(ctx context.Context, st *redisConn, argv [][]byte) 
 	if !has { // PING and ECHO are answered by the connection commands
 		return errReply("ERR swarmkv: command without keys")
 	}
-	return f.run(ctx, &redisReq{shard: id, cmds: []fsm.RedisArgv{argv}})
+	return f.run(ctx, &cluster.RedisRequest{Shard: id, Cmds: []fsm.RedisArgv{argv}})
 }
 
 // queue adds argv to st's MULTI block within the block's bounds
 // (Config.RedisMaxMultiCommands, RedisMaxMultiBytes). Over one the block
 // is dropped at once (its memory freed) and EXEC aborts; so does a block
 // that already failed, which keeps nothing more.
-func (f *redisFront) queue(st *redisConn, argv [][]byte) resp.Value {
+func (f *Front) queue(st *redisConn, argv [][]byte) resp.Value {
 	if st.dirty {
 		return resp.Queued // EXEC aborts: nothing to keep
 	}
 	size := resp.CommandSize(argv)
 	var msg string
-	switch cfg := &f.n.cfg; {
+	switch cfg := &f.cfg; {
 	case len(st.queued) >= cfg.RedisMaxMultiCommands:
 		msg = fmt.Sprintf("ERR swarmkv: transaction too long (more than %d commands)", cfg.RedisMaxMultiCommands)
 	case st.qbytes+size > cfg.RedisMaxMultiBytes:
@@ -290,10 +289,8 @@ func (f *redisFront) queue(st *redisConn, argv [][]byte) resp.Value {
 
 // shardOfKeys returns the one shard of ks (has false when ks is empty),
 // or the CROSSSLOT error reply.
-func (f *redisFront) shardOfKeys(ks [][]byte) (id shard.ID, has bool, errv *resp.Value) {
-	f.n.mu.RLock()
-	smap := f.n.mu.smap
-	f.n.mu.RUnlock()
+func (f *Front) shardOfKeys(ks [][]byte) (id shard.ID, has bool, errv *resp.Value) {
+	smap := f.n.ShardMap()
 	if len(ks) == 0 {
 		return 0, false, nil
 	}
@@ -314,7 +311,7 @@ func (f *redisFront) shardOfKeys(ks [][]byte) (id shard.ID, has bool, errv *resp
 
 // watch records the current version of each key; EXEC sends them as
 // guards.
-func (f *redisFront) watch(ctx context.Context, st *redisConn, ks [][]byte) resp.Value {
+func (f *Front) watch(ctx context.Context, st *redisConn, ks [][]byte) resp.Value {
 	for _, k := range ks {
 		if len(k) > keys.MaxRedisKeyLen {
 			return errReply(fmt.Sprintf("ERR key of %d bytes over swarmkv's limit of %d", len(k), keys.MaxRedisKeyLen))
@@ -331,7 +328,7 @@ func (f *redisFront) watch(ctx context.Context, st *redisConn, ks [][]byte) resp
 		return errReply("ERR swarmkv: too many watched keys")
 	}
 	argv := append(fsm.RedisArgv{[]byte("swarmkv.versions")}, ks...)
-	v := f.run(ctx, &redisReq{shard: id, cmds: []fsm.RedisArgv{argv}})
+	v := f.run(ctx, &cluster.RedisRequest{Shard: id, Cmds: []fsm.RedisArgv{argv}})
 	if v.IsError() {
 		return v
 	}
@@ -346,7 +343,7 @@ func (f *redisFront) watch(ctx context.Context, st *redisConn, ks [][]byte) resp
 }
 
 // exec runs the queued block: one Raft command on the block's shard.
-func (f *redisFront) exec(ctx context.Context, st *redisConn) resp.Value {
+func (f *Front) exec(ctx context.Context, st *redisConn) resp.Value {
 	defer st.resetTx()
 	if st.dirty {
 		return errReply(resp.ErrExecAbort)
@@ -361,39 +358,38 @@ func (f *redisFront) exec(ctx context.Context, st *redisConn) resp.Value {
 		}
 		return resp.Array(out...)
 	}
-	return f.run(ctx, &redisReq{shard: st.txShard, cmds: st.queued, multi: true, watches: st.watches})
+	return f.run(ctx, &cluster.RedisRequest{Shard: st.txShard, Cmds: st.queued, Multi: true, Watches: st.watches})
 }
 
 // run executes a request on its shard's leader: locally when this node
 // leads the shard, else through the routing client. Cluster failures
 // become error replies: TRYAGAIN / CLUSTERDOWN when nothing was done
 // (clients retry those), ERR when a write's outcome is unknown.
-func (f *redisFront) run(ctx context.Context, req *redisReq) resp.Value {
-	if r := f.n.localReplica(req.shard); r != nil && r.isLeader() {
-		v, _, err := f.n.redisLocal(ctx, r, req)
-		switch {
-		case err == nil:
-			return v
-		case errors.Is(err, fsm.ErrInvalidCommand):
-			return errReply("ERR " + err.Error())
-		case !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrLeaderNotReady):
-			return clusterErrReply(err)
-		}
-		// Lost leadership before proposing: route like any other node.
+func (f *Front) run(ctx context.Context, req *cluster.RedisRequest) resp.Value {
+	v, err := f.n.RedisLocal(ctx, req)
+	switch {
+	case err == nil:
+		return v
+	case errors.Is(err, fsm.ErrInvalidCommand):
+		return errReply("ERR " + err.Error())
+	case !errors.Is(err, cluster.ErrNotLeader) && !errors.Is(err, cluster.ErrLeaderNotReady):
+		return clusterErrReply(err)
 	}
+	// Not the leader here, or lost leadership before proposing: route
+	// like any other node.
 	c, err := f.client(ctx)
 	if err != nil {
 		return errReply("CLUSTERDOWN swarmkv: " + oneLine(err))
 	}
-	p := &rpc.RedisExecRequest{Shard: uint32(req.shard), Cmds: make([]*rpc.RedisArgv, len(req.cmds)), Multi: req.multi}
-	for i, a := range req.cmds {
+	p := &rpc.RedisExecRequest{Shard: uint32(req.Shard), Cmds: make([]*rpc.RedisArgv, len(req.Cmds)), Multi: req.Multi}
+	for i, a := range req.Cmds {
 		p.Cmds[i] = &rpc.RedisArgv{Args: a}
 	}
-	for _, w := range req.watches {
+	for _, w := range req.Watches {
 		p.Watches = append(p.Watches, &rpc.RedisWatch{Key: w.Key, Version: w.Version})
 	}
-	idempotent := !req.multi && !fsm.LookupRedis(req.cmds[0][0]).Write
-	v, err := c.RedisExecRequest(ctx, p, idempotent)
+	idempotent := !req.Multi && !fsm.LookupRedis(req.Cmds[0][0]).Write
+	v, err = c.RedisExecRequest(ctx, p, idempotent)
 	if err != nil {
 		return clusterErrReply(err)
 	}
@@ -401,15 +397,15 @@ func (f *redisFront) run(ctx context.Context, req *redisReq) resp.Value {
 }
 
 // client returns the routing client, connecting on first use.
-func (f *redisFront) client(ctx context.Context) (*client.Client, error) {
+func (f *Front) client(ctx context.Context) (*client.Client, error) {
 	f.cl.Lock()
 	defer f.cl.Unlock()
 	if f.cl.c != nil {
 		return f.cl.c, nil
 	}
-	cfg := client.Config{Endpoints: []string{f.n.addrs.GRPCAddr}, Logger: f.n.log}
-	if f.n.tls != nil {
-		cfg.TLS = f.n.tls.PeerConfig() // the node's own identity: full access
+	cfg := client.Config{Endpoints: []string{f.n.Addrs().GRPCAddr}, Logger: f.log}
+	if f.peer != nil {
+		cfg.TLS = f.peer // the node's own identity: full access
 	}
 	c, err := client.New(ctx, cfg)
 	if err != nil {
@@ -424,12 +420,12 @@ func clusterErrReply(err error) resp.Value {
 	msg := oneLine(err)
 	var nl *client.NotLeaderError
 	switch {
-	case errors.Is(err, ErrOutcomeUnknown), errors.Is(err, client.ErrOutcomeUnknown):
+	case errors.Is(err, cluster.ErrOutcomeUnknown), errors.Is(err, client.ErrOutcomeUnknown):
 		return errReply("ERR swarmkv: outcome unknown (leadership changed): " + msg)
-	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrLeaderNotReady), errors.Is(err, client.ErrUnavailable),
-		errors.As(err, &nl), errors.Is(err, context.DeadlineExceeded), errors.Is(err, errNotBootstrapped):
+	case errors.Is(err, cluster.ErrNotLeader), errors.Is(err, cluster.ErrLeaderNotReady), errors.Is(err, client.ErrUnavailable),
+		errors.As(err, &nl), errors.Is(err, context.DeadlineExceeded), errors.Is(err, cluster.ErrNotBootstrapped):
 		return errReply("TRYAGAIN swarmkv: " + msg)
-	case errors.Is(err, ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, client.ErrClosed):
+	case errors.Is(err, cluster.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, client.ErrClosed):
 		return errReply("ERR swarmkv: shutting down")
 	}
 	return errReply("ERR swarmkv: " + msg)
@@ -441,7 +437,7 @@ func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " 
 
 type redisConnCmd struct {
 	arity int
-	run   func(f *redisFront, ctx context.Context, st *redisConn, argv [][]byte) resp.Value
+	run   func(f *Front, ctx context.Context, st *redisConn, argv [][]byte) resp.Value
 }
 
 var redisConnCmds map[string]redisConnCmd
@@ -449,7 +445,7 @@ var redisConnCmds map[string]redisConnCmd
 func init() {
 	redisConnCmds = map[string]redisConnCmd{
 		"ping": {-1, cmdPing},
-		"echo": {2, func(_ *redisFront, _ context.Context, _ *redisConn, a [][]byte) resp.Value {
+		"echo": {2, func(_ *Front, _ context.Context, _ *redisConn, a [][]byte) resp.Value {
 			return resp.BulkBytes(a[1])
 		}},
 		"hello":   {-1, cmdHello},
@@ -464,7 +460,7 @@ func init() {
 	}
 }
 
-func cmdPing(_ *redisFront, _ context.Context, _ *redisConn, a [][]byte) resp.Value {
+func cmdPing(_ *Front, _ context.Context, _ *redisConn, a [][]byte) resp.Value {
 	switch len(a) {
 	case 1:
 		return resp.Simple("PONG")
@@ -474,7 +470,7 @@ func cmdPing(_ *redisFront, _ context.Context, _ *redisConn, a [][]byte) resp.Va
 	return resp.WrongArgs("ping")
 }
 
-func cmdHello(f *redisFront, _ context.Context, st *redisConn, a [][]byte) resp.Value {
+func cmdHello(f *Front, _ context.Context, st *redisConn, a [][]byte) resp.Value {
 	proto := st.proto
 	if len(a) > 1 {
 		n, err := strconv.ParseInt(string(a[1]), 10, 64)
@@ -521,7 +517,7 @@ func validClientName(b []byte) bool {
 	return true
 }
 
-func cmdSelect(_ *redisFront, _ context.Context, _ *redisConn, a [][]byte) resp.Value {
+func cmdSelect(_ *Front, _ context.Context, _ *redisConn, a [][]byte) resp.Value {
 	n, err := strconv.ParseInt(string(a[1]), 10, 64)
 	if err != nil {
 		return errReply(resp.ErrNotInteger)
@@ -532,7 +528,7 @@ func cmdSelect(_ *redisFront, _ context.Context, _ *redisConn, a [][]byte) resp.
 	return resp.OK
 }
 
-func cmdClient(_ *redisFront, _ context.Context, st *redisConn, a [][]byte) resp.Value {
+func cmdClient(_ *Front, _ context.Context, st *redisConn, a [][]byte) resp.Value {
 	sub := strings.ToLower(string(a[1]))
 	switch {
 	case sub == "setname" && len(a) == 3:
@@ -564,7 +560,7 @@ func cmdClient(_ *redisFront, _ context.Context, st *redisConn, a [][]byte) resp
 
 // cmdCommand answers enough of COMMAND for clients to start: COMMAND and
 // COMMAND DOCS with nothing, COMMAND COUNT, COMMAND INFO with nulls.
-func cmdCommand(_ *redisFront, _ context.Context, _ *redisConn, a [][]byte) resp.Value {
+func cmdCommand(_ *Front, _ context.Context, _ *redisConn, a [][]byte) resp.Value {
 	if len(a) == 1 {
 		return resp.Array()
 	}
@@ -583,19 +579,19 @@ func cmdCommand(_ *redisFront, _ context.Context, _ *redisConn, a [][]byte) resp
 	return errReply("ERR unknown subcommand '" + string(a[1]) + "'. Try COMMAND HELP.")
 }
 
-func cmdInfo(f *redisFront, _ context.Context, _ *redisConn, _ [][]byte) resp.Value {
+func cmdInfo(f *Front, _ context.Context, _ *redisConn, _ [][]byte) resp.Value {
 	_, port, _ := net.SplitHostPort(f.Addr())
 	var b strings.Builder
 	b.WriteString("# Server\r\n")
 	fmt.Fprintf(&b, "redis_version:%s\r\nredis_mode:standalone\r\nserver_name:swarmkv\r\n", redisVersion)
-	fmt.Fprintf(&b, "swarmkv_node:%s\r\nos:%s\r\narch_bits:64\r\nprocess_id:%d\r\ntcp_port:%s\r\n", f.n.cfg.ID, runtime.GOOS, os.Getpid(), port)
+	fmt.Fprintf(&b, "swarmkv_node:%s\r\nos:%s\r\narch_bits:64\r\nprocess_id:%d\r\ntcp_port:%s\r\n", f.cfg.ID, runtime.GOOS, os.Getpid(), port)
 	b.WriteString("\r\n# Replication\r\nrole:master\r\n")
 	return resp.Bulk(b.String())
 }
 
 // cmdConfig answers CONFIG GET for the few parameters tools read
 // (redis-benchmark reads save and appendonly).
-func cmdConfig(_ *redisFront, _ context.Context, _ *redisConn, a [][]byte) resp.Value {
+func cmdConfig(_ *Front, _ context.Context, _ *redisConn, a [][]byte) resp.Value {
 	if strings.ToLower(string(a[1])) != "get" {
 		return errReply("ERR swarmkv: CONFIG " + strings.ToUpper(string(a[1])) + " is not supported")
 	}
@@ -616,19 +612,18 @@ func cmdConfig(_ *redisFront, _ context.Context, _ *redisConn, a [][]byte) resp.
 }
 
 // numShards returns the number of shards, or the error reply.
-func (f *redisFront) numShards() (int, *resp.Value) {
-	f.n.mu.RLock()
-	defer f.n.mu.RUnlock()
-	if f.n.mu.smap == nil {
+func (f *Front) numShards() (int, *resp.Value) {
+	smap := f.n.ShardMap()
+	if smap == nil {
 		v := errReply("CLUSTERDOWN swarmkv: cluster not bootstrapped yet")
 		return 0, &v
 	}
-	return f.n.mu.smap.NumShards, nil
+	return smap.NumShards, nil
 }
 
 // fanOut runs argv on every shard in parallel and returns the replies in
 // shard order, or the first error reply.
-func (f *redisFront) fanOut(ctx context.Context, argv fsm.RedisArgv) ([]resp.Value, *resp.Value) {
+func (f *Front) fanOut(ctx context.Context, argv fsm.RedisArgv) ([]resp.Value, *resp.Value) {
 	n, errv := f.numShards()
 	if errv != nil {
 		return nil, errv
@@ -639,7 +634,7 @@ func (f *redisFront) fanOut(ctx context.Context, argv fsm.RedisArgv) ([]resp.Val
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = f.run(ctx, &redisReq{shard: shard.ID(i), cmds: []fsm.RedisArgv{argv}})
+			out[i] = f.run(ctx, &cluster.RedisRequest{Shard: shard.ID(i), Cmds: []fsm.RedisArgv{argv}})
 		}()
 	}
 	wg.Wait()
@@ -655,12 +650,12 @@ func (f *redisFront) fanOut(ctx context.Context, argv fsm.RedisArgv) ([]resp.Val
 // the reply limits (fsm.ReplyLimits); the merged reply is held to the same
 // limits, so a KEYS answers at most MaxKeysReply keys and MaxPageBytes
 // bytes or the error that points to SCAN.
-func cmdKeys(f *redisFront, ctx context.Context, _ *redisConn, a [][]byte) resp.Value {
+func cmdKeys(f *Front, ctx context.Context, _ *redisConn, a [][]byte) resp.Value {
 	replies, errv := f.fanOut(ctx, fsm.RedisArgv{[]byte("keys"), a[1]})
 	if errv != nil {
 		return *errv
 	}
-	lim := f.n.cfg.replyLimits()
+	lim := f.cfg.ReplyLimits()
 	var all []resp.Value
 	size := 0
 	for _, r := range replies {
@@ -677,7 +672,7 @@ func cmdKeys(f *redisFront, ctx context.Context, _ *redisConn, a [][]byte) resp.
 
 // cmdDBSize sums the shards' key counts (swarmkv.dbsize counts without
 // listing keys).
-func cmdDBSize(f *redisFront, ctx context.Context, _ *redisConn, _ [][]byte) resp.Value {
+func cmdDBSize(f *Front, ctx context.Context, _ *redisConn, _ [][]byte) resp.Value {
 	replies, errv := f.fanOut(ctx, fsm.RedisArgv{[]byte("swarmkv.dbsize")})
 	if errv != nil {
 		return *errv
@@ -697,7 +692,7 @@ func cmdDBSize(f *redisFront, ctx context.Context, _ *redisConn, _ [][]byte) res
 // the iteration.
 const scanShardShift = 56
 
-func cmdScan(f *redisFront, ctx context.Context, _ *redisConn, a [][]byte) resp.Value {
+func cmdScan(f *Front, ctx context.Context, _ *redisConn, a [][]byte) resp.Value {
 	cursor, err := strconv.ParseUint(string(a[1]), 10, 64)
 	if err != nil {
 		return errReply(resp.ErrInvalidCursor)
@@ -715,7 +710,7 @@ func cmdScan(f *redisFront, ctx context.Context, _ *redisConn, a [][]byte) resp.
 		return errReply(resp.ErrInvalidCursor)
 	}
 	argv := append(fsm.RedisArgv{[]byte("swarmkv.scan"), []byte(strconv.FormatUint(local, 10))}, a[2:]...)
-	v := f.run(ctx, &redisReq{shard: shard.ID(id), cmds: []fsm.RedisArgv{argv}})
+	v := f.run(ctx, &cluster.RedisRequest{Shard: shard.ID(id), Cmds: []fsm.RedisArgv{argv}})
 	if v.IsError() {
 		return v
 	}

@@ -1,4 +1,4 @@
-package cluster
+package redisfront
 
 import (
 	"bufio"
@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/resp"
 )
 
@@ -35,10 +36,10 @@ import (
 var redisPreAuthLimits = resp.Limits{MaxArgs: 10, MaxBulk: 16 << 10, MaxCommand: 64 << 10}
 
 // readLimits returns the bounds of st's next command.
-func (f *redisFront) readLimits(st *redisConn) resp.Limits {
-	cfg := &f.n.cfg
+func (f *Front) readLimits(st *redisConn) resp.Limits {
+	cfg := &f.cfg
 	lim := resp.Limits{MaxArgs: cfg.RedisMaxArgs, MaxBulk: cfg.RedisMaxBulk, MaxCommand: cfg.RedisMaxCommandBytes}
-	if f.n.authOn() && st.auth.id == nil {
+	if f.n.AuthOn() && st.auth.id == nil {
 		lim.MaxArgs = min(lim.MaxArgs, redisPreAuthLimits.MaxArgs)
 		lim.MaxBulk = min(lim.MaxBulk, redisPreAuthLimits.MaxBulk)
 		lim.MaxCommand = min(lim.MaxCommand, redisPreAuthLimits.MaxCommand)
@@ -47,7 +48,7 @@ func (f *redisFront) readLimits(st *redisConn) resp.Limits {
 }
 
 // serve accepts connections until the listener is closed.
-func (f *redisFront) serve() {
+func (f *Front) serve() {
 	defer close(f.served)
 	var backoff time.Duration
 	for {
@@ -59,7 +60,7 @@ func (f *redisFront) serve() {
 			// A temporary failure (out of file descriptors): back off as
 			// net/http does rather than spin.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			f.n.log.Warn("redis accept", "err", err, "retry_in", backoff)
+			f.log.Warn("redis accept", "err", err, "retry_in", backoff)
 			select {
 			case <-time.After(backoff):
 			case <-f.ctx.Done():
@@ -82,7 +83,7 @@ func (f *redisFront) serve() {
 }
 
 // serveConn runs one connection's commands in order until it closes.
-func (f *redisFront) serveConn(nc net.Conn) {
+func (f *Front) serveConn(nc net.Conn) {
 	defer func() {
 		f.mu.Lock()
 		delete(f.mu.open, nc)
@@ -91,7 +92,7 @@ func (f *redisFront) serveConn(nc net.Conn) {
 		f.conns.Done()
 	}()
 	st := &redisConn{id: f.ids.Add(1), proto: 2}
-	idle := f.n.cfg.RedisIdleTimeout
+	idle := f.cfg.RedisIdleTimeout
 	if tc, ok := nc.(*tls.Conn); ok {
 		// Handshake first, so a client certificate's identity (and its
 		// bounds) applies from the first command.
@@ -100,7 +101,7 @@ func (f *redisFront) serveConn(nc net.Conn) {
 			return
 		}
 		cs := tc.ConnectionState()
-		st.auth.id = identifyCert(&cs)
+		st.auth.id = cluster.IdentifyCert(&cs)
 	}
 	rd := resp.NewReader(nc, f.readLimits(st))
 	wr := bufio.NewWriterSize(nc, 16<<10)
@@ -145,12 +146,12 @@ func (f *redisFront) serveConn(nc net.Conn) {
 // readFailed sends the replies of the commands before the one that
 // failed, answers a protocol error (Redis's text) before the connection
 // closes, and logs HTTP sent to the port.
-func (f *redisFront) readFailed(nc net.Conn, wr *bufio.Writer, err error) {
+func (f *Front) readFailed(nc net.Conn, wr *bufio.Writer, err error) {
 	var pe *resp.ProtocolError
 	switch {
 	case errors.As(err, &pe):
 		_, _ = wr.WriteString("-ERR " + pe.Error() + "\r\n")
-		f.n.log.Debug("redis protocol error", "remote", nc.RemoteAddr().String(), "err", pe.Error())
+		f.log.Debug("redis protocol error", "remote", nc.RemoteAddr().String(), "err", pe.Error())
 	case errors.Is(err, resp.ErrCrossProtocol):
 		f.attack.seen(f, nc.RemoteAddr())
 	}
@@ -163,13 +164,41 @@ type attackLog struct {
 	count atomic.Int64 // seen since the last record
 }
 
-func (g *attackLog) seen(f *redisFront, remote net.Addr) {
+func (g *attackLog) seen(f *Front, remote net.Addr) {
 	g.count.Add(1)
 	now := time.Now().UnixNano()
 	last := g.last.Load()
 	if now-last < int64(time.Second) || !g.last.CompareAndSwap(last, now) {
 		return
 	}
-	f.n.log.Warn("Possible SECURITY ATTACK detected: an HTTP request (POST, Host: or GET ... HTTP/1.x) was sent to the RESP port, "+
+	f.log.Warn("Possible SECURITY ATTACK detected: an HTTP request (POST, Host: or GET ... HTTP/1.x) was sent to the RESP port, "+
 		"as in a cross-protocol attack from a browser. Connection aborted.", "remote", remote.String(), "count", g.count.Swap(0))
+}
+
+// writeTimeoutListener sets a write deadline before each write of its
+// connections, so a client that stops reading cannot hold a connection's
+// goroutine forever.
+type writeTimeoutListener struct {
+	net.Listener
+	timeout time.Duration
+}
+
+func (l writeTimeoutListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &writeTimeoutConn{Conn: c, timeout: l.timeout}, nil
+}
+
+type writeTimeoutConn struct {
+	net.Conn
+	timeout time.Duration
+}
+
+func (c *writeTimeoutConn) Write(b []byte) (int, error) {
+	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
 }

@@ -1,4 +1,4 @@
-package cluster
+package redisfront
 
 import (
 	"context"
@@ -7,11 +7,12 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/swarmkv/swarmkv/auth"
+	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/resp"
 )
 
-// RESP authentication (auth.go has the rules). With auth on, a connection
+// RESP authentication (cluster/auth.go has the rules). With auth on, a connection
 // authenticates with its TLS client certificate, or with
 //
 //	AUTH <user> <token>    (or AUTH <token>; HELLO 3 AUTH <user> <token>)
@@ -22,7 +23,7 @@ import (
 // WATCH) or assets:write (writes, queued or not); a refused one answers
 // NOPERM and a MULTI block it was queued in is aborted.
 //
-// A token is checked again before every command (Node.tokenLive: an id
+// A token is checked again before every command (cluster.Node.TokenLive: an id
 // lookup in the node's current cluster state): once the sync loop brings
 // a revocation (within about a second, as for gRPC) every open connection
 // authenticated with that token is logged out, its MULTI block dropped,
@@ -30,7 +31,7 @@ import (
 
 // redisAuth is a connection's authentication state.
 type redisAuth struct {
-	id      *identity
+	id      *cluster.Identity
 	token   string // kept to forward calls without TLS (memory only)
 	tokenID string // the token's id, checked before each command
 }
@@ -44,8 +45,8 @@ const (
 // of an unauthenticated connection or without the role, and returns
 // answered=false when the command may run. (A TLS client certificate's
 // identity is set when the connection opens: serveConn.)
-func (f *redisFront) authGate(st *redisConn, argv [][]byte) (resp.Value, bool) {
-	if !f.n.authOn() {
+func (f *Front) authGate(st *redisConn, argv [][]byte) (resp.Value, bool) {
+	if !f.n.AuthOn() {
 		return resp.Value{}, false
 	}
 	a := &st.auth
@@ -69,8 +70,8 @@ func (f *redisFront) authGate(st *redisConn, argv [][]byte) (resp.Value, bool) {
 	case "quit":
 		return resp.Value{}, false
 	}
-	if a.tokenID != "" && !f.n.tokenLive(a.tokenID) {
-		f.n.audit("redis", a.id, strings.ToUpper(name), false, "token revoked")
+	if a.tokenID != "" && !f.n.TokenLive(a.tokenID) {
+		f.n.Audit("redis", a.id, strings.ToUpper(name), false, "token revoked")
 		*a = redisAuth{}
 		st.resetTx()
 	}
@@ -81,21 +82,21 @@ func (f *redisFront) authGate(st *redisConn, argv [][]byte) (resp.Value, bool) {
 	if !ok {
 		return resp.Value{}, false // answered by the front without data
 	}
-	if allowed, why := f.n.allows(a.id, perm); !allowed {
-		f.n.audit("redis", a.id, strings.ToUpper(name), false, why)
+	if allowed, why := f.n.Allows(a.id, perm); !allowed {
+		f.n.Audit("redis", a.id, strings.ToUpper(name), false, why)
 		if st.multi {
 			st.dirty = true
 		}
-		return errReply("NOPERM User " + a.id.name + " has no permissions to run the '" + name + "' command"), true
+		return errReply("NOPERM User " + a.id.Name() + " has no permissions to run the '" + name + "' command"), true
 	}
 	return resp.Value{}, false
 }
 
 // login checks a token for AUTH; the reply never quotes it.
-func (f *redisFront) login(a *redisAuth, tok string) resp.Value {
-	id, ok := f.n.identifyToken(tok)
+func (f *Front) login(a *redisAuth, tok string) resp.Value {
+	id, ok := f.n.IdentifyToken(tok)
 	if !ok {
-		f.n.audit("redis", nil, "AUTH", false, msgBadToken)
+		f.n.Audit("redis", nil, "AUTH", false, cluster.MsgBadToken)
 		return errReply(redisWrongPass)
 	}
 	tokID, _, _ := auth.ParseToken(tok)
@@ -128,8 +129,8 @@ func redisCmdPerm(name string, argv [][]byte) (auth.Perm, bool) {
 
 // forwardCreds adds the connection's token to a forwarded call when the
 // cluster runs auth without TLS (with TLS the node certificate is enough).
-func (f *redisFront) forwardCreds(ctx context.Context, st *redisConn) context.Context {
-	if f.n.tls != nil || st == nil || st.auth.token == "" {
+func (f *Front) forwardCreds(ctx context.Context, st *redisConn) context.Context {
+	if f.peer != nil || st == nil || st.auth.token == "" {
 		return ctx
 	}
 	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+st.auth.token)

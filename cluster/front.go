@@ -1,0 +1,84 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+
+	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/resp"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// The API the fronts above the core use (redisfront, and the composition
+// in package server): the node's settings and identity, its shard map, a
+// Redis request run on a local leader, and the checks of callers (auth.go:
+// AuthOn, IdentifyCert, IdentifyToken, TokenLive, Allows, Audit). The
+// fronts never reach into a Node's fields.
+
+// Config returns the node's configuration, defaults applied. A front
+// reads it once when it starts.
+func (n *Node) Config() Config { return n.cfg }
+
+// Logger returns the node's logger (with its "node" attribute).
+func (n *Node) Logger() *slog.Logger { return n.log }
+
+// ShardMap returns the current shard map, nil before the cluster is
+// bootstrapped. The map is never changed once published: the sync loop
+// replaces it.
+func (n *Node) ShardMap() *shard.Map {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.mu.smap
+}
+
+// ServerTLS returns the TLS configuration of the node's client-facing
+// listeners (any client certificate of the cluster CA is verified if
+// given), nil without TLS.
+func (n *Node) ServerTLS() *tls.Config {
+	if n.tls == nil {
+		return nil
+	}
+	return n.tls.ServerConfig(false)
+}
+
+// PeerTLS returns the TLS configuration with which the node dials other
+// nodes (its own node certificate: full access), nil without TLS.
+func (n *Node) PeerTLS() *tls.Config {
+	if n.tls == nil {
+		return nil
+	}
+	return n.tls.PeerConfig()
+}
+
+// ErrNotBootstrapped is returned by calls that need the shard map before
+// the cluster has one.
+var ErrNotBootstrapped = errNotBootstrapped
+
+// MsgBadToken is what a caller with an unknown, revoked or malformed token
+// is told (and what the audit log records); it never quotes the token.
+const MsgBadToken = msgBadToken
+
+// RedisRequest is one Redis request on a shard: one command, or a
+// MULTI/EXEC block with its WATCH guards.
+type RedisRequest struct {
+	Shard   shard.ID
+	Cmds    []fsm.RedisArgv
+	Multi   bool
+	Watches []fsm.RedisWatch
+}
+
+// RedisLocal runs a request (checked by the caller as CheckRedis does)
+// on this node's replica of its shard when that replica leads the shard:
+// a block or a write is proposed (one log entry), a single read answered
+// after the read barrier. It returns ErrNotLeader when this node holds no
+// leading replica of the shard (the caller forwards the request to the
+// leader), fsm.ErrInvalidCommand for a command the state machine refuses.
+func (n *Node) RedisLocal(ctx context.Context, req *RedisRequest) (resp.Value, error) {
+	r := n.localReplica(req.Shard)
+	if r == nil || !r.isLeader() {
+		return resp.Value{}, ErrNotLeader
+	}
+	v, _, err := n.redisLocal(ctx, r, req)
+	return v, err
+}

@@ -27,30 +27,6 @@ type adminServer struct {
 	node *Node
 }
 
-// adminStatus maps an error of this package to a gRPC status (status errors
-// pass through).
-func adminStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	switch {
-	case errors.Is(err, ErrInvalidArgument):
-		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, ErrNotLeader), errors.Is(err, errMetaNotLeader):
-		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, ErrLeaderNotReady), errors.Is(err, ErrClosed), errors.Is(err, ErrOutcomeUnknown), errors.Is(err, errNotBootstrapped):
-		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	}
-	return status.Error(codes.Internal, err.Error())
-}
-
 // onMetaLeader runs local when this node leads the meta group, else remote
 // against the meta leader (never forwarding a call that was forwarded). While
 // the meta group has no reachable leader (an election, a leadership move) it
@@ -61,14 +37,14 @@ func (n *Node) onMetaLeader(ctx context.Context, local func() error, remote func
 		return n.onMetaLeaderOnce(ctx, local, remote)
 	}
 	return retry.Do(ctx, retry.Options{Initial: 50 * time.Millisecond, Max: time.Second, MaxElapsed: 15 * time.Second,
-		Retryable: func(err error) bool { return status.Code(err) == codes.Unavailable }},
+		Retryable: func(err error) bool { c := status.Code(err); return c == codes.Unavailable || c == codes.Aborted }},
 		func() error { return n.onMetaLeaderOnce(ctx, local, remote) })
 }
 
 func (n *Node) onMetaLeaderOnce(ctx context.Context, local func() error, remote func(context.Context, rpc.AdminClient) error) error {
 	err := local()
 	if !errors.Is(err, errMetaNotLeader) {
-		return adminStatus(err)
+		return StatusError(err, 0, nil)
 	}
 	if forwarded(ctx) {
 		return status.Error(codes.Unavailable, "cluster: meta leader moved; retry")
@@ -107,12 +83,12 @@ func (s *adminServer) MetaState(ctx context.Context, _ *rpc.MetaStateRequest) (*
 	if id := callerOf(ctx); id != nil && id.node {
 		st, err := decodeState(resp.StateJson)
 		if err != nil {
-			return nil, adminStatus(err)
+			return nil, StatusError(err, 0, nil)
 		}
 		if !stateHasMember(st, id.nodeID) {
 			b, err := json.Marshal(redactForNonMember(st, id.nodeID))
 			if err != nil {
-				return nil, adminStatus(err)
+				return nil, StatusError(err, 0, nil)
 			}
 			resp = &rpc.MetaStateResponse{StateJson: b, LeaderId: resp.LeaderId}
 		}
@@ -147,11 +123,11 @@ func (s *adminServer) ReplicaStatus(ctx context.Context, req *rpc.ReplicaStatusR
 func (s *adminServer) ChangeReplica(ctx context.Context, req *rpc.ChangeReplicaRequest) (*rpc.ChangeReplicaResponse, error) {
 	r := s.node.groupReplica(req.Meta, shard.ID(req.Shard))
 	if r == nil {
-		return nil, adminStatus(ErrNotLeader)
+		return nil, StatusError(ErrNotLeader, 0, nil)
 	}
 	idx, err := r.changeConfig(ctx, req.Change, req.NodeId, req.RaftAddr)
 	if err != nil {
-		return nil, adminStatus(err)
+		return nil, StatusError(err, 0, nil)
 	}
 	return &rpc.ChangeReplicaResponse{Index: idx}, nil
 }
@@ -159,7 +135,7 @@ func (s *adminServer) ChangeReplica(ctx context.Context, req *rpc.ChangeReplicaR
 func (s *adminServer) TransferLeader(ctx context.Context, req *rpc.TransferLeaderRequest) (*rpc.TransferLeaderResponse, error) {
 	r := s.node.groupReplica(req.Meta, shard.ID(req.Shard))
 	if r == nil {
-		return nil, adminStatus(ErrNotLeader)
+		return nil, StatusError(ErrNotLeader, 0, nil)
 	}
 	addr := ""
 	if req.ToNode != "" {
@@ -170,7 +146,7 @@ func (s *adminServer) TransferLeader(ctx context.Context, req *rpc.TransferLeade
 		addr = a.RaftAddr
 	}
 	if err := r.transferLeadership(ctx, req.ToNode, addr); err != nil {
-		return nil, adminStatus(err)
+		return nil, StatusError(err, 0, nil)
 	}
 	return &rpc.TransferLeaderResponse{LeaderId: r.leader()}, nil
 }
@@ -182,7 +158,7 @@ func (s *adminServer) Snapshot(ctx context.Context, req *rpc.SnapshotRequest) (*
 	}
 	idx, err := r.snapshot(ctx)
 	if err != nil {
-		return nil, adminStatus(err)
+		return nil, StatusError(err, 0, nil)
 	}
 	return &rpc.SnapshotResponse{NodeId: s.node.cfg.ID, Index: idx}, nil
 }
@@ -481,7 +457,7 @@ func (n *Node) TransferLeader(ctx context.Context, name, to string) (string, err
 		return to, nil
 	}
 	if err := n.transferGroup(ctx, g, obs, to); err != nil {
-		return "", adminStatus(err)
+		return "", StatusError(err, 0, nil)
 	}
 	// Report the leader once a voter confirms it.
 	deadline := time.Now().Add(5 * time.Second)
@@ -555,7 +531,7 @@ func (n *Node) adminRoutes(mux *http.ServeMux) {
 			v, err := fn(ctx, r)
 			w.Header().Set("Content-Type", "application/json")
 			if err != nil {
-				w.WriteHeader(httpCode(err))
+				w.WriteHeader(HTTPStatus(err))
 				json.NewEncoder(w).Encode(map[string]string{"error": status.Convert(err).Message()})
 				return
 			}
@@ -610,19 +586,4 @@ func (n *Node) adminRoutes(mux *http.ServeMux) {
 		return n.Snapshot(ctx, r.PathValue("shard"))
 	})
 	n.adminAuthRoutes(mux) // /v1/tokens (admin_auth.go)
-}
-
-// httpCode maps a gRPC status to the admin API's HTTP status.
-func httpCode(err error) int {
-	switch status.Code(err) {
-	case codes.InvalidArgument:
-		return http.StatusBadRequest
-	case codes.NotFound:
-		return http.StatusNotFound
-	case codes.FailedPrecondition, codes.AlreadyExists:
-		return http.StatusConflict
-	case codes.Unavailable, codes.DeadlineExceeded:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
 }

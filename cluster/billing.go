@@ -26,31 +26,15 @@ type billingServer struct {
 
 const accountIDLen = len(keys.AccountID{})
 
-func (s *billingServer) accountRead(ctx context.Context, userID []byte, c rpc.Consistency) (keys.AccountID, *replica, error) {
-	user, err := rpc.AccountIDFromBytes(userID)
-	if err != nil {
-		return user, nil, s.statusErr(0, badInput(err))
-	}
-	id, r, err := s.route(user[:])
-	if err != nil {
-		return user, nil, err
-	}
-	return user, r, s.readAt(ctx, id, r, c)
-}
-
 func (s *billingServer) PutAccount(ctx context.Context, req *rpc.PutAccountRequest) (*rpc.PutAccountResponse, error) {
-	a, err := rpc.AccountFromProto(req.GetAccount())
-	if err != nil {
-		return nil, s.statusErr(0, badInput(err))
-	}
-	if _, err := s.proposeRouted(ctx, a.UserID[:], &fsm.Command{Op: fsm.OpPutAccount, Account: a}); err != nil {
-		return nil, err
-	}
-	return &rpc.PutAccountResponse{}, nil
+	return putRecord[rpc.PutAccountResponse](ctx, s.server, req.GetAccount(), rpc.AccountFromProto,
+		func(a *records.Account) ([]byte, *fsm.Command) {
+			return a.UserID[:], &fsm.Command{Op: fsm.OpPutAccount, Account: a}
+		})
 }
 
 func (s *billingServer) GetAccount(ctx context.Context, req *rpc.AccountRef) (*rpc.GetAccountResponse, error) {
-	user, r, err := s.accountRead(ctx, req.GetUserId(), req.GetConsistency())
+	user, r, err := userRead(ctx, s.server, req.GetUserId(), rpc.AccountIDFromBytes, req.GetConsistency())
 	if err != nil {
 		return nil, err
 	}
@@ -100,14 +84,10 @@ func (s *billingServer) UpdateBalance(ctx context.Context, req *rpc.UpdateBalanc
 }
 
 func (s *billingServer) PutTransaction(ctx context.Context, req *rpc.PutTransactionRequest) (*rpc.PutTransactionResponse, error) {
-	tx, err := rpc.TransactionFromProto(req.GetTransaction())
-	if err != nil {
-		return nil, s.statusErr(0, badInput(err))
-	}
-	if _, err := s.proposeRouted(ctx, tx.UserID[:], &fsm.Command{Op: fsm.OpPutTransaction, Tx: tx}); err != nil {
-		return nil, err
-	}
-	return &rpc.PutTransactionResponse{}, nil
+	return putRecord[rpc.PutTransactionResponse](ctx, s.server, req.GetTransaction(), rpc.TransactionFromProto,
+		func(tx *records.CreditTransaction) ([]byte, *fsm.Command) {
+			return tx.UserID[:], &fsm.Command{Op: fsm.OpPutTransaction, Tx: tx}
+		})
 }
 
 func (s *billingServer) GetTransaction(ctx context.Context, req *rpc.TransactionRef) (*rpc.GetTransactionResponse, error) {
@@ -127,7 +107,7 @@ func (s *billingServer) GetTransaction(ctx context.Context, req *rpc.Transaction
 // does (cost grows with the offset), or cursor paging with before (cost
 // independent of depth).
 func (s *billingServer) ListTransactionsByUser(ctx context.Context, req *rpc.ListTransactionsRequest) (*rpc.TransactionList, error) {
-	user, r, err := s.accountRead(ctx, req.GetUserId(), req.GetConsistency())
+	user, r, err := userRead(ctx, s.server, req.GetUserId(), rpc.AccountIDFromBytes, req.GetConsistency())
 	if err != nil {
 		return nil, err
 	}
@@ -207,14 +187,10 @@ func (s *billingServer) GetUsageEvent(ctx context.Context, req *rpc.UsageEventRe
 }
 
 func (s *billingServer) PutUsageEvent(ctx context.Context, req *rpc.PutUsageEventRequest) (*rpc.PutUsageEventResponse, error) {
-	e, err := rpc.UsageEventFromProto(req.GetEvent())
-	if err != nil {
-		return nil, s.statusErr(0, badInput(err))
-	}
-	if _, err := s.proposeRouted(ctx, e.UserID[:], &fsm.Command{Op: fsm.OpPutUsageEvent, Event: e}); err != nil {
-		return nil, err
-	}
-	return &rpc.PutUsageEventResponse{}, nil
+	return putRecord[rpc.PutUsageEventResponse](ctx, s.server, req.GetEvent(), rpc.UsageEventFromProto,
+		func(e *records.UsageEvent) ([]byte, *fsm.Command) {
+			return e.UserID[:], &fsm.Command{Op: fsm.OpPutUsageEvent, Event: e}
+		})
 }
 
 func (s *billingServer) ProcessUsage(ctx context.Context, req *rpc.ProcessUsageRequest) (*rpc.BalanceResponse, error) {

@@ -68,6 +68,15 @@ func checkID(kind, id string, max int) error {
 
 func checkActor(actor string) error { return checkID("actor", actor, keys.MaxStringIDLen) }
 
+// checkRef validates a request's actor and the id (of kind, at most max
+// bytes) it names.
+func checkRef(actor, kind, id string, max int) error {
+	if err := checkActor(actor); err != nil {
+		return err
+	}
+	return checkID(kind, id, max)
+}
+
 // validRecord wraps a record's validation error as bad input.
 func validRecord(err error) error {
 	if err != nil {
@@ -166,10 +175,7 @@ func staleRunners(rs []*records.Runner, now, staleAfter int64) []*records.Runner
 // validatePlanRequest checks a PlanDeploy request: desired at most
 // MAX_AGENTS_PER_GUILD, well-formed ids.
 func validatePlanRequest(req *rpc.PlanDeployRequest) error {
-	if err := checkActor(req.GetActor()); err != nil {
-		return err
-	}
-	if err := checkID("guild_id", req.GetGuildId(), keys.MaxStringIDLen); err != nil {
+	if err := checkRef(req.GetActor(), "guild_id", req.GetGuildId(), keys.MaxStringIDLen); err != nil {
 		return err
 	}
 	if d := req.GetDesired(); d > records.MaxAgentsPerGuild {
@@ -341,18 +347,22 @@ func (s *poolsServer) CreatePool(ctx context.Context, req *rpc.CreatePoolRequest
 	return &rpc.PoolResponse{Pool: rpc.PoolToProto(pool)}, nil
 }
 
-func (s *poolsServer) GetPool(ctx context.Context, req *rpc.PoolRef) (*rpc.PoolResponse, error) {
-	if err := checkActor(req.GetActor()); err != nil {
-		return nil, s.statusErr(0, err)
+// poolRead validates a pool reference and reads the pool, after the read
+// barrier, if actor may see it (visiblePool).
+func (s *poolsServer) poolRead(ctx context.Context, actor, poolID string, c rpc.Consistency) (*replica, *records.Pool, error) {
+	if err := checkRef(actor, "pool_id", poolID, keys.MaxPoolIDLen); err != nil {
+		return nil, nil, s.statusErr(0, err)
 	}
-	if err := checkID("pool_id", req.GetPoolId(), keys.MaxPoolIDLen); err != nil {
-		return nil, s.statusErr(0, err)
-	}
-	r, err := s.read(ctx, req.GetConsistency())
+	r, err := s.read(ctx, c)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	p, err := s.visiblePool(r, req.GetActor(), req.GetPoolId())
+	p, err := s.visiblePool(r, actor, poolID)
+	return r, p, err
+}
+
+func (s *poolsServer) GetPool(ctx context.Context, req *rpc.PoolRef) (*rpc.PoolResponse, error) {
+	_, p, err := s.poolRead(ctx, req.GetActor(), req.GetPoolId(), req.GetConsistency())
 	if err != nil {
 		return nil, err
 	}
@@ -377,10 +387,7 @@ func (s *poolsServer) UpdatePool(ctx context.Context, req *rpc.UpdatePoolRequest
 }
 
 func (s *poolsServer) DeletePool(ctx context.Context, req *rpc.DeletePoolRequest) (*rpc.DeletePoolResponse, error) {
-	if err := checkActor(req.GetActor()); err != nil {
-		return nil, s.statusErr(0, err)
-	}
-	if err := checkID("pool_id", req.GetPoolId(), keys.MaxPoolIDLen); err != nil {
+	if err := checkRef(req.GetActor(), "pool_id", req.GetPoolId(), keys.MaxPoolIDLen); err != nil {
 		return nil, s.statusErr(0, err)
 	}
 	res, _, err := s.propose(ctx, &fsm.Command{Op: fsm.OpDeletePool, PoolID: req.GetPoolId(), Actor: req.GetActor(), Cascade: req.GetCascade()})
@@ -469,10 +476,7 @@ func (s *poolsServer) UpdateBot(ctx context.Context, req *rpc.UpdateBotRequest) 
 
 // botRead validates a BotRef and reads the bot after the read barrier.
 func (s *poolsServer) botRead(ctx context.Context, req *rpc.BotRef) (*replica, *records.Bot, error) {
-	if err := checkActor(req.GetActor()); err != nil {
-		return nil, nil, s.statusErr(0, err)
-	}
-	if err := checkID("agent_id", req.GetAgentId(), keys.MaxStringIDLen); err != nil {
+	if err := checkRef(req.GetActor(), "agent_id", req.GetAgentId(), keys.MaxStringIDLen); err != nil {
 		return nil, nil, s.statusErr(0, err)
 	}
 	r, err := s.read(ctx, req.GetConsistency())
@@ -525,10 +529,7 @@ func (s *poolsServer) GetBot(ctx context.Context, req *rpc.BotRef) (*rpc.BotResp
 }
 
 func (s *poolsServer) RemoveBot(ctx context.Context, req *rpc.BotRef) (*rpc.RemoveBotResponse, error) {
-	if err := checkActor(req.GetActor()); err != nil {
-		return nil, s.statusErr(0, err)
-	}
-	if err := checkID("agent_id", req.GetAgentId(), keys.MaxStringIDLen); err != nil {
+	if err := checkRef(req.GetActor(), "agent_id", req.GetAgentId(), keys.MaxStringIDLen); err != nil {
 		return nil, s.statusErr(0, err)
 	}
 	if _, _, err := s.propose(ctx, &fsm.Command{Op: fsm.OpRemoveBot, BotID: req.GetAgentId(), Actor: req.GetActor()}); err != nil {
@@ -538,17 +539,7 @@ func (s *poolsServer) RemoveBot(ctx context.Context, req *rpc.BotRef) (*rpc.Remo
 }
 
 func (s *poolsServer) ListBots(ctx context.Context, req *rpc.ListBotsRequest) (*rpc.BotList, error) {
-	if err := checkActor(req.GetActor()); err != nil {
-		return nil, s.statusErr(0, err)
-	}
-	if err := checkID("pool_id", req.GetPoolId(), keys.MaxPoolIDLen); err != nil {
-		return nil, s.statusErr(0, err)
-	}
-	r, err := s.read(ctx, req.GetConsistency())
-	if err != nil {
-		return nil, err
-	}
-	p, err := s.visiblePool(r, req.GetActor(), req.GetPoolId())
+	r, p, err := s.poolRead(ctx, req.GetActor(), req.GetPoolId(), req.GetConsistency())
 	if err != nil {
 		return nil, err
 	}
@@ -678,10 +669,7 @@ func (s *poolsServer) GetGuildPool(ctx context.Context, req *rpc.GuildRef) (*rpc
 }
 
 func (s *poolsServer) SetGuildPool(ctx context.Context, req *rpc.SetGuildPoolRequest) (*rpc.GuildPoolResponse, error) {
-	if err := checkActor(req.GetActor()); err != nil {
-		return nil, s.statusErr(0, err)
-	}
-	if err := checkID("guild_id", req.GetGuildId(), keys.MaxStringIDLen); err != nil {
+	if err := checkRef(req.GetActor(), "guild_id", req.GetGuildId(), keys.MaxStringIDLen); err != nil {
 		return nil, s.statusErr(0, err)
 	}
 	if err := checkID("pool_id", req.GetPoolId(), keys.MaxPoolIDLen); err != nil {

@@ -71,6 +71,21 @@ func (s *server) readTarget(ctx context.Context, t *rpc.Target, idLen int, c rpc
 	return r, s.readAt(ctx, id, r, c)
 }
 
+// userRead parses the user (or account) id b with parse (InvalidArgument
+// when malformed), routes by it and passes the read barrier for c. It
+// routes by b itself: parse accepts only the id's exact bytes.
+func userRead[ID any](ctx context.Context, s *server, b []byte, parse func([]byte) (ID, error), c rpc.Consistency) (ID, *replica, error) {
+	user, err := parse(b)
+	if err != nil {
+		return user, nil, s.statusErr(0, badInput(err))
+	}
+	id, r, err := s.route(b)
+	if err != nil {
+		return user, nil, err
+	}
+	return user, r, s.readAt(ctx, id, r, c)
+}
+
 // readAt passes the read barrier of replica r of shard id when c asks for
 // a linearizable read.
 func (s *server) readAt(ctx context.Context, id shard.ID, r *replica, c rpc.Consistency) error {
@@ -122,6 +137,24 @@ func getRecord[R records.Record](s *server, r *replica, key []byte, rec R) error
 	return nil
 }
 
+// putRecord is the shape of every Put handler of a routed store: decode
+// the record from its proto with fromProto (InvalidArgument, nothing
+// proposed, when it does not decode), propose the command cmd builds from
+// it, routed by the routing key cmd returns (the record's user), and answer
+// an empty Resp.
+func putRecord[Resp, P, R any](ctx context.Context, s *server, p P, fromProto func(P) (R, error),
+	cmd func(R) (rk []byte, c *fsm.Command)) (*Resp, error) {
+	rec, err := fromProto(p)
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	rk, c := cmd(rec)
+	if _, err := s.proposeRouted(ctx, rk, c); err != nil {
+		return nil, err
+	}
+	return new(Resp), nil
+}
+
 // getTargeted reads the record under key from the replica t addresses
 // (after the read barrier) and, for a request routed by user, answers
 // NotFound unless owner() (the decoded record's user) is that user.
@@ -151,14 +184,10 @@ func ownedBy(t *rpc.Target, user []byte) bool {
 func badInput(err error) error { return fmt.Errorf("%w: %v", ErrInvalidArgument, err) }
 
 func (s *registryServer) PutAgent(ctx context.Context, req *rpc.PutAgentRequest) (*rpc.PutAgentResponse, error) {
-	a, err := rpc.AgentFromProto(req.GetAgent())
-	if err != nil {
-		return nil, s.statusErr(0, badInput(err))
-	}
-	if _, err := s.proposeRouted(ctx, a.UserID[:], &fsm.Command{Op: fsm.OpPutAgent, Agent: a}); err != nil {
-		return nil, err
-	}
-	return &rpc.PutAgentResponse{}, nil
+	return putRecord[rpc.PutAgentResponse](ctx, s.server, req.GetAgent(), rpc.AgentFromProto,
+		func(a *records.AgentRecord) ([]byte, *fsm.Command) {
+			return a.UserID[:], &fsm.Command{Op: fsm.OpPutAgent, Agent: a}
+		})
 }
 
 // agentOwner resolves the user of an agent: from the request when routed,
@@ -221,21 +250,9 @@ func (s *registryServer) DeleteAgent(ctx context.Context, req *rpc.AgentRef) (*r
 	return &rpc.DeleteAgentResponse{}, nil
 }
 
-func (s *registryServer) userRead(ctx context.Context, req *rpc.UserRef) (keys.UserID, *replica, error) {
-	user, err := rpc.UserIDFromBytes(req.GetUserId())
-	if err != nil {
-		return user, nil, s.statusErr(0, badInput(err))
-	}
-	id, r, err := s.route(user[:])
-	if err != nil {
-		return user, nil, err
-	}
-	return user, r, s.readAt(ctx, id, r, req.GetConsistency())
-}
-
 // ListAgentsByUser answers one page of user's agents (paging.go).
 func (s *registryServer) ListAgentsByUser(ctx context.Context, req *rpc.ListAgentsByUserRequest) (*rpc.AgentList, error) {
-	user, r, err := s.userRead(ctx, &rpc.UserRef{UserId: req.GetUserId(), Consistency: req.GetConsistency()})
+	user, r, err := userRead(ctx, s.server, req.GetUserId(), rpc.UserIDFromBytes, req.GetConsistency())
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +277,7 @@ func (s *registryServer) ListAgentsByUser(ctx context.Context, req *rpc.ListAgen
 }
 
 func (s *registryServer) CountAgentsByUser(ctx context.Context, req *rpc.UserRef) (*rpc.CountResponse, error) {
-	user, r, err := s.userRead(ctx, req)
+	user, r, err := userRead(ctx, s.server, req.GetUserId(), rpc.UserIDFromBytes, req.GetConsistency())
 	if err != nil {
 		return nil, err
 	}
@@ -348,14 +365,10 @@ func (s *registryServer) ListShardAgents(ctx context.Context, req *rpc.ShardAgen
 }
 
 func (s *registryServer) PutSession(ctx context.Context, req *rpc.PutSessionRequest) (*rpc.PutSessionResponse, error) {
-	sess, err := rpc.SessionFromProto(req.GetSession())
-	if err != nil {
-		return nil, s.statusErr(0, badInput(err))
-	}
-	if _, err := s.proposeRouted(ctx, sess.UserID[:], &fsm.Command{Op: fsm.OpPutSession, Session: sess}); err != nil {
-		return nil, err
-	}
-	return &rpc.PutSessionResponse{}, nil
+	return putRecord[rpc.PutSessionResponse](ctx, s.server, req.GetSession(), rpc.SessionFromProto,
+		func(sess *records.SessionRecord) ([]byte, *fsm.Command) {
+			return sess.UserID[:], &fsm.Command{Op: fsm.OpPutSession, Session: sess}
+		})
 }
 
 func (s *registryServer) GetSession(ctx context.Context, req *rpc.SessionRef) (*rpc.GetSessionResponse, error) {
@@ -445,18 +458,14 @@ func (s *registryServer) ListSessionsByAgent(ctx context.Context, req *rpc.ListS
 }
 
 func (s *registryServer) PutUser(ctx context.Context, req *rpc.PutUserRequest) (*rpc.PutUserResponse, error) {
-	u, err := rpc.UserFromProto(req.GetUser())
-	if err != nil {
-		return nil, s.statusErr(0, badInput(err))
-	}
-	if _, err := s.proposeRouted(ctx, u.UserID[:], &fsm.Command{Op: fsm.OpPutUser, User: u}); err != nil {
-		return nil, err
-	}
-	return &rpc.PutUserResponse{}, nil
+	return putRecord[rpc.PutUserResponse](ctx, s.server, req.GetUser(), rpc.UserFromProto,
+		func(u *records.UserRecord) ([]byte, *fsm.Command) {
+			return u.UserID[:], &fsm.Command{Op: fsm.OpPutUser, User: u}
+		})
 }
 
 func (s *registryServer) GetUser(ctx context.Context, req *rpc.UserRef) (*rpc.GetUserResponse, error) {
-	user, r, err := s.userRead(ctx, req)
+	user, r, err := userRead(ctx, s.server, req.GetUserId(), rpc.UserIDFromBytes, req.GetConsistency())
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -19,6 +18,10 @@ import (
 	"github.com/swarmkv/swarmkv/shard"
 	"github.com/swarmkv/swarmkv/transport"
 )
+
+// The admin operations: membership (JoinNode, RemoveNode), Status,
+// TransferLeader, Snapshot, ClusterState, which package admin serves over
+// HTTP, and the Admin gRPC service between nodes (adminServer) they run on.
 
 // adminServer implements the Admin gRPC service (node-to-node calls behind
 // the admin HTTP API and the reconciler).
@@ -267,6 +270,14 @@ func (n *Node) RemoveNode(ctx context.Context, id string) (*State, error) {
 		return err
 	})
 	return out, err
+}
+
+// ClusterState returns the committed cluster state document (for the admin
+// API's GET /v1/state) without the tokens' secret hashes, retrying for up
+// to 10 s while the meta group has no reachable leader.
+func (n *Node) ClusterState(ctx context.Context) (*State, error) {
+	st, err := n.adminMeta(ctx)
+	return redactTokenHashes(st), err
 }
 
 // adminMeta fetches the committed cluster state for an admin call,
@@ -519,71 +530,4 @@ func (n *Node) Snapshot(ctx context.Context, name string) ([]SnapshotResult, err
 	}
 	wg.Wait()
 	return out, nil
-}
-
-// adminRoutes registers the admin API on mux (see httpHandler).
-func (n *Node) adminRoutes(mux *http.ServeMux) {
-	const timeout = 30 * time.Second
-	handle := func(pattern string, fn func(ctx context.Context, r *http.Request) (any, error)) {
-		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			ctx, cancel := context.WithTimeout(r.Context(), timeout)
-			defer cancel()
-			v, err := fn(ctx, r)
-			w.Header().Set("Content-Type", "application/json")
-			if err != nil {
-				w.WriteHeader(HTTPStatus(err))
-				json.NewEncoder(w).Encode(map[string]string{"error": status.Convert(err).Message()})
-				return
-			}
-			enc := json.NewEncoder(w)
-			enc.SetIndent("", "  ")
-			enc.Encode(v)
-		})
-	}
-	handle("GET /v1/status", func(ctx context.Context, r *http.Request) (any, error) { return n.Status(ctx) })
-	handle("GET /v1/members", func(ctx context.Context, r *http.Request) (any, error) {
-		st, err := n.Status(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return st.Members, nil
-	})
-	handle("GET /v1/shards", func(ctx context.Context, r *http.Request) (any, error) {
-		st, err := n.Status(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return st.Shards, nil
-	})
-	handle("GET /v1/state", func(ctx context.Context, r *http.Request) (any, error) {
-		st, err := n.adminMeta(ctx)
-		return redactTokenHashes(st), err
-	})
-	memberResult := func(st *State, id string, err error) (any, error) {
-		if err != nil {
-			return nil, err
-		}
-		return map[string]any{"id": id, "status": st.Status(id), "epoch": st.Epoch}, nil
-	}
-	handle("POST /v1/members/{id}/join", func(ctx context.Context, r *http.Request) (any, error) {
-		id := r.PathValue("id")
-		st, err := n.JoinNode(ctx, id)
-		return memberResult(st, id, err)
-	})
-	handle("POST /v1/members/{id}/remove", func(ctx context.Context, r *http.Request) (any, error) {
-		id := r.PathValue("id")
-		st, err := n.RemoveNode(ctx, id)
-		return memberResult(st, id, err)
-	})
-	handle("POST /v1/shards/{shard}/transfer-leader", func(ctx context.Context, r *http.Request) (any, error) {
-		leader, err := n.TransferLeader(ctx, r.PathValue("shard"), r.URL.Query().Get("to"))
-		if err != nil {
-			return nil, err
-		}
-		return map[string]string{"shard": r.PathValue("shard"), "leader": leader}, nil
-	})
-	handle("POST /v1/shards/{shard}/snapshot", func(ctx context.Context, r *http.Request) (any, error) {
-		return n.Snapshot(ctx, r.PathValue("shard"))
-	})
-	n.adminAuthRoutes(mux) // /v1/tokens (admin_auth.go)
 }

@@ -77,7 +77,7 @@ func TestAuthHTTPClusterSecret(t *testing.T) {
 			r.Header.Set("Authorization", authz)
 		}
 		w := httptest.NewRecorder()
-		n.authHTTP(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran++ })).ServeHTTP(w, r)
+		AdminAuth(n, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran++ })).ServeHTTP(w, r)
 		return w
 	}
 	now := time.Now()

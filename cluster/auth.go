@@ -40,8 +40,8 @@ import (
 //	             signed with the cluster secret (nodeauth.go,
 //	             adminSecretScheme): the admin role
 //
-// and every call needs the permission grpcPerms (or the HTTP rules in
-// authHTTP) gives it. Pools calls name an actor (the user they act for);
+// and every call needs the permission grpcPerms (or the HTTP rules of
+// package admin) gives it. Pools calls name an actor (the user they act for);
 // bindActor ties it to the credential: a credential bound to an actor acts
 // only as that actor, an unbound one needs pools:impersonate (or admin, or
 // a node certificate) to name any. A caller without credentials, or with an unknown or
@@ -122,7 +122,8 @@ var grpcPerms = map[string]auth.Perm{
 const metaStateMethod = rpc.Admin_MetaState_FullMethodName
 
 // Identity is an authenticated caller (opaque to the fronts: Name for
-// messages, Node.Allows for decisions).
+// messages, IsNode for the wording of a refusal, Node.Allows for
+// decisions).
 type Identity struct {
 	name   string   // for logs: "node:n1", "cert:alice", "token:<id>(<name>)"
 	node   bool     // a node certificate or cluster-secret credential
@@ -409,86 +410,42 @@ func (n *Node) Audit(via string, id *Identity, what string, allowed bool, why st
 	n.log.Log(context.Background(), level, "audit", "audit", true, "via", via, "who", who, "what", what, "allowed", allowed, "why", why, "at", time.Now().UTC())
 }
 
-// authHTTP guards the HTTP server: /healthz, /readyz and /metrics are open;
-// everything else (the admin API /v1, /debug/pprof) needs the admin role
-// (or a node certificate, or, with Auth without TLS, a request signed with
-// the cluster secret: identifyAdminSecret). Admin calls are audit-logged.
-func (n *Node) authHTTP(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/healthz", "/readyz", "/metrics":
-			next.ServeHTTP(w, r)
-			return
-		}
-		if !n.AuthOn() {
-			next.ServeHTTP(w, r)
-			return
-		}
-		what := r.Method + " " + r.URL.Path
-		id := IdentifyCert(r.TLS)
-		msg := ""
-		if id == nil {
-			h := r.Header.Get("Authorization")
-			if h == "" {
-				msg = msgNoCredentials
-				if n.secret != nil {
-					msg = msgNoCredentialsSecret
-				}
-			} else if isAdminSecretAuth(h) {
-				if id = n.identifyAdminSecret(r, h); id == nil {
-					msg = msgBadSecretAuth
-					if n.secret == nil {
-						msg = msgSecretAuthWithTLS
-					}
-				}
-			} else if tok, err := auth.ParseBearer(h); err != nil {
-				msg = msgBadToken
-			} else if id, _ = n.IdentifyToken(tok); id == nil {
-				msg = msgBadToken
-			}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		if id == nil {
-			n.Audit("http", nil, what, false, msg)
-			w.WriteHeader(http.StatusUnauthorized)
-			writeJSONError(w, msg)
-			return
-		}
-		if allowed, why := n.Allows(id, auth.Perm{Keyspace: auth.Admin}); !allowed {
-			n.Audit("http", id, what, false, why)
-			w.WriteHeader(http.StatusForbidden)
-			if id.node {
-				writeJSONError(w, why)
-			} else {
-				writeJSONError(w, "swarmkv: "+id.name+" may not use the admin API (needs the admin role)")
-			}
-			return
-		}
-		if r.Method != http.MethodGet && !id.node {
-			n.Audit("http", id, what, true, "")
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-func writeJSONError(w http.ResponseWriter, msg string) {
-	w.Write([]byte(`{"error": ` + jsonString(msg) + "}\n"))
-}
-
-func jsonString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, r := range s {
-		switch {
-		case r == '"' || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r < ' ':
-			b.WriteString(" ")
-		default:
-			b.WriteRune(r)
-		}
+// IdentifyHTTP identifies the caller of an admin HTTP request (package
+// admin guards /v1 and /debug with it): a client or node certificate, a
+// bearer token, or, with Auth without TLS, a request signed with the
+// cluster secret (identifyAdminSecret). It returns nil and what the
+// caller is told (never a secret) when none is given or none is good.
+// Call it only with AuthOn.
+func (n *Node) IdentifyHTTP(r *http.Request) (*Identity, string) {
+	if id := IdentifyCert(r.TLS); id != nil {
+		return id, ""
 	}
-	b.WriteByte('"')
-	return b.String()
+	h := r.Header.Get("Authorization")
+	switch {
+	case h == "":
+		if n.secret != nil {
+			return nil, msgNoCredentialsSecret
+		}
+		return nil, msgNoCredentials
+	case isAdminSecretAuth(h):
+		if id := n.identifyAdminSecret(r, h); id != nil {
+			return id, ""
+		}
+		if n.secret == nil {
+			return nil, msgSecretAuthWithTLS
+		}
+		return nil, msgBadSecretAuth
+	}
+	tok, err := auth.ParseBearer(h)
+	if err != nil {
+		return nil, msgBadToken
+	}
+	if id, _ := n.IdentifyToken(tok); id != nil {
+		return id, ""
+	}
+	return nil, msgBadToken
 }
+
+// IsNode reports whether id is a node (a node certificate or a
+// cluster-secret node credential), not an operator or a client.
+func (id *Identity) IsNode() bool { return id.node }

@@ -277,19 +277,6 @@ func hexString(b []byte) string {
 	return string(out)
 }
 
-func TestHTTPDialAddr(t *testing.T) {
-	for _, tt := range [][3]string{
-		{"[::]:7102", "10.0.0.2:7100", "10.0.0.2:7102"},
-		{"0.0.0.0:7102", "n2:7100", "n2:7102"},
-		{":7102", "n2:7100", "n2:7102"},
-		{"127.0.0.1:17102", "127.0.0.1:17100", "127.0.0.1:17102"},
-	} {
-		if got := httpDialAddr(NodeAddrs{HTTPAddr: tt[0], GRPCAddr: tt[1]}); got != tt[2] {
-			t.Errorf("%s / %s: %s, want %s", tt[0], tt[1], got, tt[2])
-		}
-	}
-}
-
 // TestRedisRevokedTokenOnOpenConn: a token revoked through the admin API
 // stops working on a RESP connection that authenticated with it before:
 // once the node has the revocation, the next command on that same open

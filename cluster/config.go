@@ -42,8 +42,9 @@ type Config struct {
 	GRPCAddr string
 	// GRPCAdvertise is the address clients are told; default GRPCAddr.
 	GRPCAdvertise string
-	// HTTPAddr serves /healthz, /readyz and /metrics; empty disables it.
-	// Default "127.0.0.1:7102".
+	// HTTPAddr is the admin HTTP API's address (/healthz, /readyz,
+	// /metrics, /v1; package admin serves it on the listener New binds);
+	// empty disables it. Default "127.0.0.1:7102".
 	HTTPAddr string
 	// RedisAddr is the RESP (Redis protocol) front's address: the asset
 	// catalogue of seed 002 for Redis clients (package redisfront,
@@ -621,7 +622,7 @@ func (c Config) checkSecure() error {
 		}
 		if c.Auth {
 			for _, l := range listeners {
-				if l[1] != "" && !isLoopback(l[1]) {
+				if l[1] != "" && !IsLoopback(l[1]) {
 					return &insecureError{fmt.Sprintf("refusing --auth without TLS on %s (%s), even with --insecure: tokens and node credentials would cross the network in the clear; set --tls-ca, --tls-cert and --tls-key or listen on loopback", l[1], l[0])}
 				}
 			}
@@ -636,7 +637,7 @@ func (c Config) checkSecure() error {
 		return nil
 	}
 	for _, l := range listeners {
-		if l[1] == "" || isLoopback(l[1]) {
+		if l[1] == "" || IsLoopback(l[1]) {
 			continue
 		}
 		if !c.TLS.Enabled() {
@@ -669,8 +670,8 @@ func (c Config) cacheCapacity() int64 {
 	return n
 }
 
-// isLoopback reports whether a listen address binds loopback only.
-func isLoopback(addr string) bool {
+// IsLoopback reports whether a listen address binds loopback only.
+func IsLoopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false

@@ -1,11 +1,12 @@
 // Package cluster runs a swarmkv node: gossip discovery (memberlist),
 // bootstrap and replica placement, one hashicorp/raft instance per local
 // shard replica (all sharing one TCP port through Mux), the gRPC API (KV and
-// Cluster services) and the HTTP health endpoints.
+// Cluster services) and the admin operations (admin.go, tokens.go). It
+// binds the admin HTTP listener, which package admin serves.
 //
-// It is the core: the fronts above it (redisfront; package server composes
-// them with a node) use its narrow API (front.go, auth.go's identity
-// checks) and it never imports them, the gRPC services' packages or the
+// It is the core: the fronts above it (redisfront, admin; package server
+// composes them with a node) use its narrow API (front.go, admin.go,
+// tokens.go, auth.go's identity checks) and it never imports them, the gRPC services' packages or the
 // Go client (TestImportsOneWay). It may import cluster/placement,
 // transport, internal/..., fsm, raftlog, shard, keys, records, rpc, auth,
 // secrets and resp.

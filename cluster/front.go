@@ -4,17 +4,20 @@ import (
 	"context"
 	"crypto/tls"
 	"log/slog"
+	"net"
 
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/resp"
 	"github.com/swarmkv/swarmkv/shard"
 )
 
-// The API the fronts above the core use (redisfront, and the composition
-// in package server): the node's settings and identity, its shard map, a
-// Redis request run on a local leader, and the checks of callers (auth.go:
-// AuthOn, IdentifyCert, IdentifyToken, TokenLive, Allows, Audit). The
-// fronts never reach into a Node's fields.
+// The API the fronts above the core use (redisfront, admin, and the
+// composition in package server): the node's settings and identity, its
+// shard map, a Redis request run on a local leader, the admin HTTP
+// listener and metrics, and the checks of callers (auth.go: AuthOn,
+// IdentifyCert, IdentifyToken, IdentifyHTTP, TokenLive, Allows, Audit).
+// The admin operations are in admin.go and tokens.go. The fronts never
+// reach into a Node's fields.
 
 // Config returns the node's configuration, defaults applied. A front
 // reads it once when it starts.
@@ -50,6 +53,28 @@ func (n *Node) PeerTLS() *tls.Config {
 	}
 	return n.tls.PeerConfig()
 }
+
+// HTTPListener hands over the admin HTTP listener (Config.HTTPAddr), bound
+// by New (its address is gossiped; connection caps applied), to the one
+// who serves and closes it (package admin). It returns nil without
+// Config.HTTPAddr and on every call after the first. A listener never
+// taken is closed by Close.
+func (n *Node) HTTPListener() net.Listener {
+	return n.takeHTTPListener()
+}
+
+func (n *Node) takeHTTPListener() net.Listener {
+	n.httpLn.Lock()
+	defer n.httpLn.Unlock()
+	ln := n.httpLn.ln
+	n.httpLn.ln = nil
+	return ln
+}
+
+// ErrMetaNotLeader is returned by the meta group's changes (CreateToken,
+// RevokeToken) on a node that does not lead the meta group: the caller
+// runs them on the leader (MetaLeader).
+var ErrMetaNotLeader = errMetaNotLeader
 
 // ErrNotBootstrapped is returned by calls that need the shard map before
 // the cluster has one.

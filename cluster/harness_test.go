@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -27,9 +28,11 @@ type testCluster struct {
 	net   *faultnet.Network
 	cfgs  []Config
 	nodes []*Node // nil while a node is down
-	// redis holds each node's RESP front (Config.RedisAddr), started and
-	// closed with its node as package server composes them.
+	// redis holds each node's RESP front (Config.RedisAddr), admin its
+	// admin HTTP API (Config.HTTPAddr), started and closed with its node
+	// as package server composes them.
 	redis map[int]testFront // by node index
+	admin map[int]func()    // by node index: the admin server's Close
 }
 
 // testFront is a running RESP front: its bound address and its Close.
@@ -43,6 +46,15 @@ type testFront struct {
 // import package redisfront (imports run one way, TestImportsOneWay), so
 // fronts_test.go, in package cluster_test, sets it to redisfront.Start.
 var StartRedisFront func(n *Node, addr string) (bound string, close func(), err error)
+
+// StartAdmin serves node n's admin HTTP API (on the listener New bound,
+// Node.HTTPListener) for the harness, returning the server's Close; set by
+// fronts_test.go to admin.Start. AdminAuth is package admin's auth guard
+// (admin.Authorize), for tests of the HTTP auth rules on a bare Node.
+var (
+	StartAdmin func(n *Node) (close func())
+	AdminAuth  func(n *Node, next http.Handler) http.Handler
+)
 
 func freePort(t testing.TB) string {
 	t.Helper()
@@ -64,7 +76,7 @@ func testLogger(t testing.TB) *slog.Logger {
 // each node's config before start.
 func newTestCluster(t testing.TB, n, shards int, tweak func(*Config)) *testCluster {
 	t.Helper()
-	tc := &testCluster{t: t, net: faultnet.New(1), nodes: make([]*Node, n), redis: map[int]testFront{}}
+	tc := &testCluster{t: t, net: faultnet.New(1), nodes: make([]*Node, n), redis: map[int]testFront{}, admin: map[int]func(){}}
 	base := t.TempDir()
 	for i := range n {
 		name := fmt.Sprintf("n%d", i+1)
@@ -108,9 +120,16 @@ func (tc *testCluster) start(i int) {
 	if err != nil {
 		tc.t.Fatalf("start %s: %v", tc.cfgs[i].ID, err)
 	}
+	if tc.cfgs[i].HTTPAddr != "" {
+		tc.admin[i] = StartAdmin(n)
+	}
 	if a := tc.cfgs[i].RedisAddr; a != "" {
 		bound, closeFront, err := StartRedisFront(n, a)
 		if err != nil {
+			if c := tc.admin[i]; c != nil {
+				c()
+				delete(tc.admin, i)
+			}
 			n.Close()
 			tc.t.Fatalf("start %s: %v", tc.cfgs[i].ID, err)
 		}
@@ -131,6 +150,10 @@ func (tc *testCluster) stop(i int) {
 	if f := tc.redis[i]; f.close != nil { // the fronts first, as server.Close
 		f.close()
 		delete(tc.redis, i)
+	}
+	if c := tc.admin[i]; c != nil {
+		c()
+		delete(tc.admin, i)
 	}
 	if err := tc.nodes[i].Close(); err != nil {
 		tc.t.Logf("close %s: %v", tc.cfgs[i].ID, err)

@@ -52,6 +52,10 @@ func (m *metrics) observeApply(shardID uint32, d time.Duration) {
 	m.apply.WithLabelValues(strconv.FormatUint(uint64(shardID), 10)).Observe(d.Seconds())
 }
 
+// MetricsHandler serves the node's Prometheus metrics (package admin's
+// GET /metrics).
+func (n *Node) MetricsHandler() http.Handler { return n.metrics.handler() }
+
 func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }

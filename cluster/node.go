@@ -6,10 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log"
 	"log/slog"
 	"net"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -34,10 +32,10 @@ import (
 )
 
 // Node is one swarmkv process: gossip membership, one Raft replica per
-// local shard (sharing one Raft port through a Mux), the gRPC API and the
-// HTTP health endpoints.
+// local shard (sharing one Raft port through a Mux) and the gRPC API. It
+// binds the admin HTTP listener, which package admin serves.
 //
-// Threads: New starts the gRPC and HTTP servers, the Mux accept loop, the
+// Threads: New starts the gRPC server, the Mux accept loop, the
 // memberlist agent, a join loop (until a seed answers) and, before the
 // cluster is bootstrapped, a bootstrap loop. Close stops them in reverse
 // order and joins every goroutine.
@@ -55,12 +53,17 @@ type Node struct {
 	// pipeline serves rpc.Pipeline on grpcSrv.
 	pipeline *pipelineServer
 	grpcLn   net.Listener
-	httpSrv  *http.Server
-	httpLn   net.Listener
 	tls      *transport.NodeTLS // the node's TLS identity; nil without Config.TLS
 	// secret is the cluster secret of Config.Auth without TLS
 	// (nodeauth.go); nil otherwise.
 	secret []byte
+	// httpLn is the admin HTTP listener, bound here (its address is
+	// gossiped) and served by package admin, which takes it
+	// (HTTPListener); nil once taken or without Config.HTTPAddr.
+	httpLn struct {
+		sync.Mutex
+		ln net.Listener
+	}
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -181,12 +184,12 @@ func New(cfg Config) (_ *Node, err error) {
 	n.addrs.GRPCAddr = advertised(cfg.GRPCAdvertise, n.grpcLn.Addr())
 	n.grpcLn = n.LimitConns(n.grpcLn, "grpc") // limits.go
 	if cfg.HTTPAddr != "" {
-		n.httpLn, err = net.Listen("tcp", cfg.HTTPAddr)
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
 			return nil, fmt.Errorf("cluster: http listen %s: %w", cfg.HTTPAddr, err)
 		}
-		n.addrs.HTTPAddr = n.httpLn.Addr().String()
-		n.httpLn = n.LimitConns(n.httpLn, "http") // limits.go
+		n.addrs.HTTPAddr = ln.Addr().String()
+		n.httpLn.ln = n.LimitConns(ln, "http") // limits.go
 	}
 
 	if st != nil {
@@ -244,25 +247,6 @@ func New(cfg Config) (_ *Node, err error) {
 			n.log.Error("grpc server stopped", "err", err)
 		}
 	}()
-	if n.httpLn != nil {
-		n.httpSrv = &http.Server{Handler: n.checkHost(n.authHTTP(n.httpHandler())),
-			ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout, ReadTimeout: cfg.HTTPReadTimeout,
-			WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
-			MaxHeaderBytes: cfg.HTTPMaxHeaderBytes,
-			ErrorLog:       log.New(logWriter{logger: lograte.NewKeyed(n.log, lograte.Every, lograte.HTTPKey).With("component", "http")}, "", 0)}
-		serveHTTP := n.httpSrv.Serve
-		if n.tls != nil {
-			n.httpSrv.TLSConfig = n.tls.ServerConfig(false)
-			serveHTTP = func(ln net.Listener) error { return n.httpSrv.ServeTLS(ln, "", "") }
-		}
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			if err := serveHTTP(n.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				n.log.Error("http server stopped", "err", err)
-			}
-		}()
-	}
 	if len(cfg.Join) > 0 {
 		n.wg.Add(1)
 		go n.joinLoop()
@@ -635,12 +619,8 @@ func (n *Node) Close() error {
 		} else if n.grpcLn != nil {
 			n.grpcLn.Close()
 		}
-		if n.httpSrv != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			n.httpSrv.Shutdown(ctx)
-			cancel()
-		} else if n.httpLn != nil {
-			n.httpLn.Close()
+		if ln := n.takeHTTPListener(); ln != nil { // never served (package admin serves it)
+			ln.Close()
 		}
 		n.cancel()
 		n.wg.Wait()

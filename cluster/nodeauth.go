@@ -129,7 +129,7 @@ func makeClusterSecret(path string) error {
 //	    "swarmkv admin http\x00" method "\x00" path "\x00" query "\x00"
 //	    seconds)>
 //
-// (path: the decoded URL path, query: the raw query). authHTTP accepts it
+// (path: the decoded URL path, query: the raw query). IdentifyHTTP accepts it
 // within transport.CredSkew of its clock as the operator identity
 // adminSecretIdentity, with the admin role, only while the node has a
 // cluster secret (Auth without TLS). The body is not covered, as the gRPC

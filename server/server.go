@@ -1,11 +1,12 @@
 // Package server composes a swarmkv node with its fronts, as etcd's embed
 // does: New builds the core (cluster.Node: replicas, meta group, gRPC
-// services, admin HTTP) from one cluster.Config and starts the fronts that
-// Config asks for (the RESP front of package redisfront with
-// Config.RedisAddr); Close stops the fronts first, then the node.
+// services) from one cluster.Config and starts the fronts that Config asks
+// for (the admin HTTP API of package admin with Config.HTTPAddr, the RESP
+// front of package redisfront with Config.RedisAddr); Close stops the
+// fronts first, then the node.
 //
-// It may import cluster and the fronts (redisfront); nothing below imports
-// it. cmd/swarmnode and the tests that need a whole node use it.
+// It may import cluster and the fronts (admin, redisfront); nothing below
+// imports it. cmd/swarmnode and the tests that need a whole node use it.
 //
 // Usage:
 //
@@ -18,6 +19,7 @@ package server
 import (
 	"sync"
 
+	"github.com/swarmkv/swarmkv/admin"
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/redisfront"
 )
@@ -25,23 +27,27 @@ import (
 // Server is a node with its fronts.
 type Server struct {
 	node  *cluster.Node
+	admin *admin.Server     // nil without Config.HTTPAddr
 	redis *redisfront.Front // nil without Config.RedisAddr
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// New starts a node (cluster.New: listeners bound, recorded replicas
-// open, bootstrap continuing in the background) and then its fronts. On
-// an error whatever was started is closed.
+// New starts a node (cluster.New: listeners bound, the admin HTTP one
+// included, recorded replicas open, bootstrap continuing in the
+// background) and then its fronts: the admin HTTP API on the node's
+// listener, then the RESP front. On an error whatever was started is
+// closed.
 func New(cfg cluster.Config) (*Server, error) {
 	n, err := cluster.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{node: n}
+	s := &Server{node: n, admin: admin.Start(n)}
 	if cfg.RedisAddr != "" {
 		if s.redis, err = redisfront.Start(n, cfg.RedisAddr); err != nil {
+			s.admin.Close()
 			_ = n.Close()
 			return nil, err
 		}
@@ -52,6 +58,15 @@ func New(cfg cluster.Config) (*Server, error) {
 // Node returns the node.
 func (s *Server) Node() *cluster.Node { return s.node }
 
+// HTTPAddr returns the address the admin HTTP API is bound to ("" when
+// Config.HTTPAddr is empty).
+func (s *Server) HTTPAddr() string {
+	if s.admin == nil {
+		return ""
+	}
+	return s.admin.Addr()
+}
+
 // RedisAddr returns the address the RESP front is bound to ("" when
 // Config.RedisAddr is empty).
 func (s *Server) RedisAddr() string {
@@ -61,14 +76,16 @@ func (s *Server) RedisAddr() string {
 	return s.redis.Addr()
 }
 
-// Close stops the fronts (no new commands; running ones cancelled and
-// joined), then the node (cluster.Node.Close). Idempotent; returns after
+// Close stops the fronts (the RESP front: no new commands, running ones
+// cancelled and joined; then the admin HTTP API: no new requests, those
+// in flight given up to 3 s), then the node (cluster.Node.Close). Idempotent; returns after
 // every goroutine either started has exited.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		if s.redis != nil {
 			s.redis.Close()
 		}
+		s.admin.Close()
 		s.closeErr = s.node.Close()
 	})
 	return s.closeErr

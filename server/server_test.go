@@ -5,7 +5,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +99,64 @@ func TestServerComposesRedisFront(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", ra, time.Second); err == nil {
 		c.Close()
 		t.Fatal("the RESP port still accepts connections after Close")
+	}
+}
+
+// TestServerComposesAdmin: New serves the admin HTTP API on the address
+// the node bound and announces (Node.Addrs().HTTPAddr): /healthz at once,
+// /readyz 200 once the node is ready, the /v1 routes; Close stops it (its
+// port refuses connections) before the node, joining every goroutine
+// (goleak).
+func TestServerComposesAdmin(t *testing.T) {
+	cfg := cluster.Config{
+		ID: "n1", DataDir: filepath.Join(t.TempDir(), "n1"), BootstrapExpect: 1, Shards: 1,
+		RaftAddr: addr(t), GRPCAddr: addr(t), GossipAddr: addr(t), HTTPAddr: "127.0.0.1:0",
+		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond,
+		LeaderLeaseTimeout: 100 * time.Millisecond, GossipProfile: "local",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ha := s.HTTPAddr()
+	if ha == "" || ha != s.Node().Addrs().HTTPAddr {
+		t.Fatalf("HTTPAddr = %q, want the node's bound address %q", ha, s.Node().Addrs().HTTPAddr)
+	}
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + ha + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := get("/readyz")
+		if code == 200 && body == "ready\n" {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("/readyz: %d %q", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, body := get("/v1/members"); code != 200 || !strings.Contains(body, `"id": "n1"`) {
+		t.Fatalf("/v1/members: %d %q", code, body)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if c, err := net.DialTimeout("tcp", ha, time.Second); err == nil {
+		c.Close()
+		t.Fatal("the HTTP port still accepts connections after Close")
 	}
 }

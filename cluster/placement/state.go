@@ -94,7 +94,7 @@ type State struct {
 	// again (it waits for its leader to send it the log).
 	Bootstrapped bool `json:"bootstrapped"`
 	// Tokens are the clients' bearer tokens (cluster/auth.go,
-	// cluster/admin_auth.go): only the SHA-256 of each secret is stored.
+	// cluster/tokens.go): only the SHA-256 of each secret is stored.
 	Tokens []Token `json:"tokens,omitempty"`
 }
 

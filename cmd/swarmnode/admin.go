@@ -19,7 +19,7 @@ import (
 	"github.com/swarmkv/swarmkv/cluster"
 )
 
-// The operator commands talk to a node's admin HTTP API (cluster/admin.go);
+// The operator commands talk to a node's admin HTTP API (package admin);
 // any member answers, forwarding to the meta group's leader as needed.
 
 // adminLong is the help text of the operator commands.

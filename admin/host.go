@@ -1,84 +1,17 @@
-package cluster
+package admin
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
+	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"net/url"
 	"os"
 	"strings"
-	"time"
 
-	"github.com/swarmkv/swarmkv/internal/faultnet"
+	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/internal/lograte"
 )
-
-// httpHandler serves the node's admin API (admin.go; JSON, see
-// docs/operations.md) and health endpoints:
-//
-//	GET  /v1/status                      cluster overview: members and every shard's replicas
-//	GET  /v1/members                     members with gossip state, version, replicas, leaderships
-//	POST /v1/members/{id}/join           admit a node gossip sees (idempotent)
-//	POST /v1/members/{id}/remove         decommission a node: move its replicas, then remove it (idempotent)
-//	GET  /v1/shards                      voters, leader, applied index and lag of every replica
-//	POST /v1/shards/{shard}/transfer-leader?to=<id>  move a shard's ("meta": the meta group's) leadership
-//	POST /v1/shards/{shard}/snapshot     every replica of the shard takes a snapshot
-//	GET  /v1/state                       the committed cluster state document
-//	GET /healthz  200 "ok" while the process runs
-//	GET /readyz   200 "ready" when every local shard has a leader and the
-//	              node can serve; 503 with the reason otherwise
-//	GET /metrics  Prometheus metrics (raft, state machine, Pebble, gossip,
-//	              gRPC, Go runtime)
-//	/debug/pprof/ Go profiles
-//	GET|PUT /debug/faults  injected Raft-port faults (only with Config.Faults:
-//	              swarmnode serve --fault-injection); PUT replaces them with
-//	              {"delay":"50ms","drop_rate":0.01,"block":["<peer IP>"]}
-func (n *Node) httpHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := n.Ready(); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
-	mux.Handle("GET /metrics", n.metrics.handler())
-	n.adminRoutes(mux)
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	if f := n.cfg.Faults; f != nil {
-		mux.HandleFunc("GET /debug/faults", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(f.Faults())
-		})
-		mux.HandleFunc("PUT /debug/faults", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
-			var fs faultnet.Faults
-			if err == nil {
-				fs, err = faultnet.ParseFaults(body)
-			}
-			if err != nil {
-				w.WriteHeader(http.StatusBadRequest)
-				writeJSONError(w, err.Error())
-				return
-			}
-			f.Set(fs)
-			n.log.Warn("injected faults set", "delay", time.Duration(fs.Delay), "drop_rate", fs.DropRate, "block", fs.Block)
-			json.NewEncoder(w).Encode(f.Faults())
-		})
-	}
-	return mux
-}
 
 // checkHost guards an admin HTTP listener bound to loopback against DNS
 // rebinding: a web page the operator opens could point a name of its own
@@ -94,13 +27,20 @@ func (n *Node) httpHandler() http.Handler {
 // refused with 403: command-line clients send none.
 // On other listen addresses the handler is next itself: their names are
 // not known, and they need TLS or --insecure (docs/security.md).
-func (n *Node) checkHost(next http.Handler) http.Handler {
-	if !isLoopback(n.cfg.HTTPAddr) {
+func checkHost(n *cluster.Node, next http.Handler) http.Handler {
+	cfg, a := n.Config(), n.Addrs()
+	return hostGuard(cfg.HTTPAddr, []string{a.HTTPAddr, a.GRPCAddr, a.RaftAddr, a.GossipAddr,
+		cfg.GRPCAdvertise, cfg.RaftAdvertise, cfg.GossipAdvertise, cfg.RedisAddr}, n.Logger(), next)
+}
+
+// hostGuard is checkHost for a listener on listen whose node is also
+// named by the hosts of addrs.
+func hostGuard(listen string, addrs []string, logger *slog.Logger, next http.Handler) http.Handler {
+	if !cluster.IsLoopback(listen) {
 		return next
 	}
 	allowed := map[string]bool{}
-	for _, a := range []string{n.cfg.HTTPAddr, n.addrs.HTTPAddr, n.addrs.GRPCAddr, n.addrs.RaftAddr,
-		n.addrs.GossipAddr, n.cfg.GRPCAdvertise, n.cfg.RaftAdvertise, n.cfg.GossipAdvertise, n.cfg.RedisAddr} {
+	for _, a := range append([]string{listen}, addrs...) {
 		if h, _, err := net.SplitHostPort(a); err == nil && h != "" {
 			if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {
 				allowed[normHost(h)] = true
@@ -112,7 +52,7 @@ func (n *Node) checkHost(next http.Handler) http.Handler {
 		// page is not served under it.
 		allowed[normHost(h)] = true
 	}
-	log := lograte.New(n.log, lograte.Every)
+	log := lograte.New(logger, lograte.Every)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Host != "" && !hostAllowed(r.Host, allowed) {
 			log.Warn("admin HTTP: refused a request for another host (DNS rebinding?)", "host", r.Host, "remote", r.RemoteAddr, "path", r.URL.Path)

@@ -20,6 +20,7 @@ import (
 	"sync"
 
 	"github.com/swarmkv/swarmkv/admin"
+	"github.com/swarmkv/swarmkv/api"
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/redisfront"
 )
@@ -40,7 +41,7 @@ type Server struct {
 // listener, then the RESP front. On an error whatever was started is
 // closed.
 func New(cfg cluster.Config) (*Server, error) {
-	n, err := cluster.New(cfg)
+	n, err := cluster.New(cfg, api.Services)
 	if err != nil {
 		return nil, err
 	}

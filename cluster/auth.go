@@ -33,9 +33,9 @@ import (
 //	             signed with the cluster secret (nodeauth.go,
 //	             adminSecretScheme): the admin role
 //
-// and every call needs the permission grpcPerms (or the HTTP rules of
-// package admin) gives it. Pools calls name an actor (the user they act for);
-// bindActor ties it to the credential: a credential bound to an actor acts
+// and every call needs the permission package api's grpcPerms (or the HTTP
+// rules of package admin) gives it. Pools calls name an actor (the user they
+// act for); api's bindActor ties it to the credential: a credential bound to an actor acts
 // only as that actor, an unbound one needs pools:impersonate (or admin, or
 // a node certificate) to name any. A caller without credentials, or with an unknown or
 // revoked token, or without the role, gets PermissionDenied (HTTP 401/403,

@@ -13,7 +13,7 @@
 //
 // Usage:
 //
-//	n, err := cluster.New(cfg)
+//	n, err := cluster.New(cfg, api.Services)
 //	...
 //	a := admin.Start(n) // nil without Config.HTTPAddr
 //	defer n.Close()

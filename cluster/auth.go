@@ -5,22 +5,15 @@ import (
 	"crypto/tls"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/swarmkv/swarmkv/auth"
-	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/internal/pki"
-	"github.com/swarmkv/swarmkv/rpc"
 )
 
 // Client authentication and roles (package auth for the formats).
@@ -40,9 +33,9 @@ import (
 //	             signed with the cluster secret (nodeauth.go,
 //	             adminSecretScheme): the admin role
 //
-// and every call needs the permission grpcPerms (or the HTTP rules of
-// package admin) gives it. Pools calls name an actor (the user they act for);
-// bindActor ties it to the credential: a credential bound to an actor acts
+// and every call needs the permission package api's grpcPerms (or the HTTP
+// rules of package admin) gives it. Pools calls name an actor (the user they
+// act for); api's bindActor ties it to the credential: a credential bound to an actor acts
 // only as that actor, an unbound one needs pools:impersonate (or admin, or
 // a node certificate) to name any. A caller without credentials, or with an unknown or
 // revoked token, or without the role, gets PermissionDenied (HTTP 401/403,
@@ -50,76 +43,6 @@ import (
 // are audit-logged (slog attribute audit=true: who, what, allowed; never a
 // secret). Without auth every caller may do everything (the loopback
 // default).
-
-// grpcPerms maps every gRPC method to the permission it needs. A method
-// missing here is refused (TestGRPCPermsCoverEveryMethod keeps it whole).
-// Redis/Exec is decided per request (redisPerm).
-var grpcPerms = map[string]auth.Perm{
-	"/swarmkv.v1.Cluster/ClusterMap": {Keyspace: auth.Public},
-
-	"/swarmkv.v1.KV/Get":    {Keyspace: auth.KV},
-	"/swarmkv.v1.KV/Scan":   {Keyspace: auth.KV},
-	"/swarmkv.v1.KV/Put":    {Keyspace: auth.KV, Write: true},
-	"/swarmkv.v1.KV/Delete": {Keyspace: auth.KV, Write: true},
-	"/swarmkv.v1.KV/Batch":  {Keyspace: auth.KV, Write: true},
-
-	"/swarmkv.v1.Registry/GetAgent":            {Keyspace: auth.Registry},
-	"/swarmkv.v1.Registry/ListAgentsByUser":    {Keyspace: auth.Registry},
-	"/swarmkv.v1.Registry/CountAgentsByUser":   {Keyspace: auth.Registry},
-	"/swarmkv.v1.Registry/ListShardAgents":     {Keyspace: auth.Registry},
-	"/swarmkv.v1.Registry/GetSession":          {Keyspace: auth.Registry},
-	"/swarmkv.v1.Registry/ListSessionsByAgent": {Keyspace: auth.Registry},
-	"/swarmkv.v1.Registry/GetUser":             {Keyspace: auth.Registry},
-	"/swarmkv.v1.Registry/PutAgent":            {Keyspace: auth.Registry, Write: true},
-	"/swarmkv.v1.Registry/DeleteAgent":         {Keyspace: auth.Registry, Write: true},
-	"/swarmkv.v1.Registry/UpdateAgentStatus":   {Keyspace: auth.Registry, Write: true},
-	"/swarmkv.v1.Registry/PutSession":          {Keyspace: auth.Registry, Write: true},
-	"/swarmkv.v1.Registry/UpdateSessionStatus": {Keyspace: auth.Registry, Write: true},
-	"/swarmkv.v1.Registry/PutUser":             {Keyspace: auth.Registry, Write: true},
-
-	"/swarmkv.v1.Billing/GetAccount":             {Keyspace: auth.Billing},
-	"/swarmkv.v1.Billing/GetTransaction":         {Keyspace: auth.Billing},
-	"/swarmkv.v1.Billing/ListTransactionsByUser": {Keyspace: auth.Billing},
-	"/swarmkv.v1.Billing/HasUsageEvent":          {Keyspace: auth.Billing},
-	"/swarmkv.v1.Billing/GetUsageEvent":          {Keyspace: auth.Billing},
-	"/swarmkv.v1.Billing/PutAccount":             {Keyspace: auth.Billing, Write: true},
-	"/swarmkv.v1.Billing/DeleteAccount":          {Keyspace: auth.Billing, Write: true},
-	"/swarmkv.v1.Billing/UpdateBalance":          {Keyspace: auth.Billing, Write: true},
-	"/swarmkv.v1.Billing/PutTransaction":         {Keyspace: auth.Billing, Write: true},
-	"/swarmkv.v1.Billing/PutUsageEvent":          {Keyspace: auth.Billing, Write: true},
-	"/swarmkv.v1.Billing/ProcessUsage":           {Keyspace: auth.Billing, Write: true},
-	"/swarmkv.v1.Billing/AddCredits":             {Keyspace: auth.Billing, Write: true},
-
-	"/swarmkv.v1.Pools/GetPool":      {Keyspace: auth.Pools},
-	"/swarmkv.v1.Pools/ListPools":    {Keyspace: auth.Pools},
-	"/swarmkv.v1.Pools/GetBot":       {Keyspace: auth.Pools},
-	"/swarmkv.v1.Pools/ListBots":     {Keyspace: auth.Pools},
-	"/swarmkv.v1.Pools/ListRunners":  {Keyspace: auth.Pools},
-	"/swarmkv.v1.Pools/GetGuildPool": {Keyspace: auth.Pools},
-	"/swarmkv.v1.Pools/CreatePool":   {Keyspace: auth.Pools, Write: true},
-	"/swarmkv.v1.Pools/UpdatePool":   {Keyspace: auth.Pools, Write: true},
-	"/swarmkv.v1.Pools/DeletePool":   {Keyspace: auth.Pools, Write: true},
-	"/swarmkv.v1.Pools/RegisterBot":  {Keyspace: auth.Pools, Write: true},
-	"/swarmkv.v1.Pools/UpdateBot":    {Keyspace: auth.Pools, Write: true},
-	"/swarmkv.v1.Pools/RemoveBot":    {Keyspace: auth.Pools, Write: true},
-	"/swarmkv.v1.Pools/GetBotToken":  {Keyspace: auth.PoolsSecrets}, // a decrypted secret
-	"/swarmkv.v1.Pools/Heartbeat":    {Keyspace: auth.Pools, Write: true},
-	"/swarmkv.v1.Pools/SetGuildPool": {Keyspace: auth.Pools, Write: true},
-	"/swarmkv.v1.Pools/PlanDeploy":   {Keyspace: auth.Pools, Write: true},
-
-	"/swarmkv.v1.Redis/Exec": {Keyspace: auth.Assets, Write: true}, // reads: redisPerm
-
-	"/swarmkv.v1.Admin/MetaState":      {Keyspace: auth.Node},
-	"/swarmkv.v1.Admin/JoinNode":       {Keyspace: auth.Node},
-	"/swarmkv.v1.Admin/RemoveNode":     {Keyspace: auth.Node},
-	"/swarmkv.v1.Admin/ReplicaStatus":  {Keyspace: auth.Node},
-	"/swarmkv.v1.Admin/ChangeReplica":  {Keyspace: auth.Node},
-	"/swarmkv.v1.Admin/TransferLeader": {Keyspace: auth.Node},
-	"/swarmkv.v1.Admin/Snapshot":       {Keyspace: auth.Node},
-}
-
-// metaStateMethod is the one Admin call a non-member node may make.
-const metaStateMethod = rpc.Admin_MetaState_FullMethodName
 
 // Identity is an authenticated caller (opaque to the fronts: Name for
 // messages, IsNode for the wording of a refusal, Node.Allows for
@@ -242,9 +165,9 @@ func (n *Node) TokenLive(id string) bool {
 	return false
 }
 
-// identifyGRPC returns the caller of a gRPC call of method (nil and a
-// message without credentials or with bad ones).
-func (n *Node) identifyGRPC(ctx context.Context, method string) (*Identity, string) {
+// IdentifyGRPC returns the caller of a gRPC call of method (nil and a
+// message without credentials or with bad ones). Call it only with AuthOn.
+func (n *Node) IdentifyGRPC(ctx context.Context, method string) (*Identity, string) {
 	if p, ok := peer.FromContext(ctx); ok {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
 			if id := IdentifyCert(&ti.State); id != nil {
@@ -283,117 +206,6 @@ func peerNodeID(ctx context.Context) string {
 		return ""
 	}
 	return pki.NodeID(ti.State.PeerCertificates[0])
-}
-
-// authUnary guards every unary gRPC call (see grpcPerms).
-func (n *Node) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if !n.AuthOn() {
-		return handler(ctx, req)
-	}
-	perm, ok := grpcPerms[info.FullMethod]
-	if r, isRedis := req.(*rpc.RedisExecRequest); isRedis {
-		perm = redisPerm(r)
-	}
-	id, msg := n.identifyGRPC(ctx, info.FullMethod)
-	if !ok {
-		n.Audit("grpc", id, info.FullMethod, false, "method not in the permission table")
-		return nil, status.Error(codes.PermissionDenied, "swarmkv: method not allowed")
-	}
-	if id == nil {
-		n.Audit("grpc", id, info.FullMethod, false, msg)
-		return nil, status.Error(codes.PermissionDenied, msg)
-	}
-	if allowed, why := n.Allows(id, perm); !allowed {
-		if id.node && info.FullMethod == metaStateMethod {
-			// A node that is not (or no longer) a member learns its own
-			// membership record only (adminServer.MetaState).
-			return handler(withCaller(ctx, id), req)
-		}
-		n.Audit("grpc", id, info.FullMethod, false, why)
-		if id.node {
-			return nil, status.Error(codes.PermissionDenied, why)
-		}
-		return nil, status.Errorf(codes.PermissionDenied, "swarmkv: %s may not call %s (needs %s)", id.name, info.FullMethod, perm)
-	}
-	if info.FullMethod == metaStateMethod {
-		ctx = withCaller(ctx, id) // adminServer.MetaState tells non-members less
-	}
-	if strings.HasPrefix(info.FullMethod, poolsMethodPrefix) {
-		if err := bindActor(id, req); err != nil {
-			n.Audit("grpc", id, info.FullMethod, false, "actor not bound to the credential")
-			return nil, err
-		}
-	}
-	return handler(ctx, req)
-}
-
-// poolsMethodPrefix is the prefix of the Pools service's methods, whose
-// requests carry an actor (bindActor).
-var poolsMethodPrefix = "/" + rpc.Pools_ServiceDesc.ServiceName + "/"
-
-// actorField returns the string field "actor" of req's message, or nil.
-func actorField(req any) (protoreflect.Message, protoreflect.FieldDescriptor) {
-	m, ok := req.(proto.Message)
-	if !ok {
-		return nil, nil
-	}
-	pm := m.ProtoReflect()
-	fd := pm.Descriptor().Fields().ByName("actor")
-	if fd == nil || fd.Kind() != protoreflect.StringKind || fd.Cardinality() == protoreflect.Repeated {
-		return nil, nil
-	}
-	return pm, fd
-}
-
-// bindActor ties the actor a Pools request names to the caller id (already
-// allowed the method), before the request runs:
-//
-//	id bound to U (a token with an actor)   the request acts as U: an empty
-//	                                        actor becomes U, any other is
-//	                                        PermissionDenied
-//	id unbound, with pools:impersonate,     the request's actor is used as
-//	admin, or a node certificate            given (a trusted front end)
-//	id unbound, otherwise                   a request naming an actor is
-//	                                        PermissionDenied; one without
-//	                                        (Heartbeat, ListRunners,
-//	                                        GetGuildPool) runs
-//
-// A request without an actor field is left alone. Without auth (no
-// identities) every request runs as given.
-func bindActor(id *Identity, req any) error {
-	m, fd := actorField(req)
-	if fd == nil {
-		return nil
-	}
-	claimed := m.Get(fd).String()
-	switch {
-	case id.actor != "":
-		if claimed == "" {
-			m.Set(fd, protoreflect.ValueOfString(id.actor))
-			return nil
-		}
-		if claimed != id.actor {
-			return status.Errorf(codes.PermissionDenied, "swarmkv: %s acts for the user %s and may not act as another user", id.name, id.actor)
-		}
-		return nil
-	case id.node || auth.Allows(id.roles, auth.Perm{Keyspace: auth.PoolsImpersonate}):
-		// id.node: the caller passed Node.allows, so it is a member
-		return nil
-	case claimed == "":
-		return nil // nothing to act as: the handler refuses the empty actor
-	}
-	return status.Errorf(codes.PermissionDenied, "swarmkv: %s is not bound to an actor and may not act as a user (bind the token to one: swarmnode token create --actor, or grant %s)", id.name, auth.RolePoolsImpersonate)
-}
-
-// redisPerm: a single read-only command needs assets:read, anything else
-// assets:write.
-func redisPerm(r *rpc.RedisExecRequest) auth.Perm {
-	if !r.GetMulti() && len(r.GetCmds()) == 1 && len(r.GetCmds()[0].GetArgs()) > 0 {
-		if c := fsm.LookupRedis(r.GetCmds()[0].GetArgs()[0]); c != nil && !c.Write {
-			return auth.Perm{Keyspace: auth.Assets}
-		}
-	}
-	return auth.Perm{Keyspace: auth.Assets, Write: true}
 }
 
 // Audit logs an authorization decision: who (never a secret), what, when
@@ -445,6 +257,13 @@ func (n *Node) IdentifyHTTP(r *http.Request) (*Identity, string) {
 	}
 	return nil, msgBadToken
 }
+
+// Actor is the user id a credential bound to an actor acts for ("":
+// unbound).
+func (id *Identity) Actor() string { return id.actor }
+
+// Roles are the caller's canonical roles (none for a node).
+func (id *Identity) Roles() []string { return id.roles }
 
 // IsNode reports whether id is a node (a node certificate or a
 // cluster-secret node credential), not an operator or a client.

@@ -23,39 +23,6 @@ import (
 	"github.com/swarmkv/swarmkv/rpc"
 )
 
-// TestGRPCPermsCoverEveryMethod: every method of every service the node
-// registers has a permission, so a new RPC cannot be left open or
-// forgotten.
-func TestGRPCPermsCoverEveryMethod(t *testing.T) {
-	s := grpc.NewServer()
-	srv := &server{}
-	rpc.RegisterKVServer(s, srv)
-	rpc.RegisterClusterServer(s, srv)
-	rpc.RegisterRegistryServer(s, &registryServer{server: srv})
-	rpc.RegisterBillingServer(s, &billingServer{server: srv})
-	rpc.RegisterPoolsServer(s, &poolsServer{server: srv})
-	rpc.RegisterAdminServer(s, &adminServer{})
-	rpc.RegisterRedisServer(s, &redisServer{server: srv})
-	seen := 0
-	for name, info := range s.GetServiceInfo() {
-		for _, m := range info.Methods {
-			full := "/" + name + "/" + m.Name
-			if _, ok := grpcPerms[full]; !ok {
-				t.Errorf("%s has no entry in grpcPerms", full)
-			}
-			seen++
-		}
-	}
-	if seen != len(grpcPerms) {
-		t.Errorf("grpcPerms has %d entries, the server %d methods", len(grpcPerms), seen)
-	}
-	for m, p := range grpcPerms {
-		if strings.HasPrefix(m, "/swarmkv.v1.Admin/") != (p.Keyspace == auth.Node) {
-			t.Errorf("%s: %v; the Admin service and only it is node-to-node", m, p)
-		}
-	}
-}
-
 // syncBuffer collects log output from every node.
 type syncBuffer struct {
 	mu sync.Mutex

@@ -302,6 +302,14 @@ const (
 	LogStoreBolt   = "bolt"
 )
 
+// MaxKeySizeLimit, MaxValueSizeLimit and MaxBatchOpsLimit are the largest
+// Config.Limits a node accepts (Validate).
+const (
+	MaxKeySizeLimit   = maxKeySizeLimit
+	MaxValueSizeLimit = maxValueSizeLimit
+	MaxBatchOpsLimit  = maxBatchOpsLimit
+)
+
 // Upper bounds of the configurable request limits.
 const (
 	maxKeySizeLimit   = 8 << 10
@@ -681,4 +689,9 @@ func IsLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// ReplyLimits are the bounds of a Redis read that lists keys (KEYS, SCAN).
+func (c Config) ReplyLimits() fsm.ReplyLimits {
+	return fsm.ReplyLimits{MaxKeys: c.MaxKeysReply, MaxBytes: c.MaxPageBytes}
 }

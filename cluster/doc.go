@@ -1,18 +1,21 @@
 // Package cluster runs a swarmkv node: gossip discovery (memberlist),
 // bootstrap and replica placement, one hashicorp/raft instance per local
-// shard replica (all sharing one TCP port through Mux), the gRPC API (KV and
-// Cluster services) and the admin operations (admin.go, tokens.go). It
-// binds the admin HTTP listener, which package admin serves.
+// shard replica (all sharing one TCP port through Mux), the gRPC server
+// (the node-to-node Admin service; package api's client services are
+// registered on it through New's services argument, services.go) and the
+// admin operations (admin.go, tokens.go). It binds the admin HTTP
+// listener, which package admin serves.
 //
-// It is the core: the fronts above it (redisfront, admin; package server
-// composes them with a node) use its narrow API (front.go, admin.go,
-// tokens.go, auth.go's identity checks) and it never imports them, the gRPC services' packages or the
-// Go client (TestImportsOneWay). It may import cluster/placement,
+// It is the core: the gRPC services (api) and the fronts above it
+// (redisfront, admin; package server composes them with a node) use its
+// narrow API (services.go, front.go, admin.go, tokens.go, auth.go's
+// identity checks) and it never imports them or the Go client
+// (TestImportsOneWay). It may import cluster/placement,
 // transport, internal/..., fsm, raftlog, shard, keys, records, rpc, auth,
 // secrets and resp.
 //
-// Usage (package server composes a node with its fronts; cmd/swarmnode is
-// the real composition root):
+// Usage (package server composes a node with the gRPC services of package
+// api and its fronts; cmd/swarmnode is the real composition root):
 //
 //	node, err := cluster.New(cluster.Config{
 //		ID:              "n1",
@@ -20,7 +23,7 @@
 //		Join:            []string{"10.0.0.2:7103", "10.0.0.3:7103"},
 //		BootstrapExpect: 3,
 //		Shards:          8,
-//	})
+//	}, api.Services)
 //	if err != nil { ... }
 //	defer node.Close()
 //	// node.Ready() is nil once every local shard has a leader.

@@ -15,6 +15,11 @@ import (
 	"github.com/swarmkv/swarmkv/shard"
 )
 
+// ErrInvalidArgument is wrapped by every request validation error (the
+// core's and package api's); the table below answers it with
+// codes.InvalidArgument and the message.
+var ErrInvalidArgument = errors.New("invalid argument")
+
 // errKinds is the one table from a node's Go errors to their kinds
 // (rpc.Kind gives each its gRPC code, detail, HTTP status and retry rule).
 // The first row whose error the error wraps wins. msg, when set, replaces

@@ -2,14 +2,17 @@ package cluster_test
 
 import (
 	"github.com/swarmkv/swarmkv/admin"
+	"github.com/swarmkv/swarmkv/api"
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/redisfront"
 )
 
-// The harness (harness_test.go) starts a node's fronts through
-// cluster.StartRedisFront and cluster.StartAdmin: set here, outside
-// package cluster, because the core never imports the fronts.
+// The harness (harness_test.go) starts a node's gRPC services through
+// cluster.APIServices and its fronts through cluster.StartRedisFront and
+// cluster.StartAdmin: set here, outside package cluster, because the core
+// never imports them.
 func init() {
+	cluster.APIServices = api.Services
 	cluster.StartAdmin = func(n *cluster.Node) func() { return admin.Start(n).Close }
 	cluster.AdminAuth = admin.Authorize
 	cluster.StartRedisFront = func(n *cluster.Node, addr string) (string, func(), error) {

@@ -47,6 +47,12 @@ type testFront struct {
 // fronts_test.go, in package cluster_test, sets it to redisfront.Start.
 var StartRedisFront func(n *Node, addr string) (bound string, close func(), err error)
 
+// APIServices are the client-facing gRPC services (KV, Cluster, Registry,
+// Billing, Pools, Redis, Pipeline) and their auth interceptors the harness
+// starts its nodes with, as server.New does; set by fronts_test.go to
+// api.Services (the core cannot import package api).
+var APIServices func(n *Node) Services
+
 // StartAdmin serves node n's admin HTTP API (on the listener New bound,
 // Node.HTTPListener) for the harness, returning the server's Close; set by
 // fronts_test.go to admin.Start. AdminAuth is package admin's auth guard
@@ -116,7 +122,7 @@ func newTestCluster(t testing.TB, n, shards int, tweak func(*Config)) *testClust
 
 func (tc *testCluster) start(i int) {
 	tc.t.Helper()
-	n, err := New(tc.cfgs[i])
+	n, err := New(tc.cfgs[i], APIServices)
 	if err != nil {
 		tc.t.Fatalf("start %s: %v", tc.cfgs[i].ID, err)
 	}
@@ -255,7 +261,7 @@ func (tc *testCluster) leaderOf(id shard.ID) int {
 
 // leaderReplica returns the index of the node leading shard id and its
 // replica, failing the test when no leader shows within 10 s.
-func (tc *testCluster) leaderReplica(id shard.ID) (int, *replica) {
+func (tc *testCluster) leaderReplica(id shard.ID) (int, *Replica) {
 	tc.t.Helper()
 	i := tc.leaderOf(id)
 	if i < 0 {

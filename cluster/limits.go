@@ -12,7 +12,7 @@ import (
 
 // Limits against abuse (docs/security.md, "Limits"): besides the request
 // size, batch size and scan page limits (Config.Limits, MaxScanPage;
-// validate.go),
+// api/validate.go),
 //
 //	connections per client IP   ipLimitListener on the gRPC and RESP
 //	                            listeners (Config.MaxConnsPerIP)

@@ -122,7 +122,7 @@ func (n *Node) openMeta(st *State, bootstrap bool) error {
 func (n *Node) metaDir() string { return filepath.Join(n.cfg.DataDir, "meta") }
 
 // metaReplica returns the local meta replica or nil.
-func (n *Node) metaReplica() *replica {
+func (n *Node) metaReplica() *Replica {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	return n.mu.meta
@@ -132,7 +132,7 @@ func (n *Node) metaReplica() *replica {
 // meta state machine holds no cluster state yet (a new cluster), it commits
 // the state this node bootstrapped with (every bootstrap node computed the
 // same one).
-func (n *Node) metaReady(r *replica) {
+func (n *Node) metaReady(r *Replica) {
 	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 	defer cancel()
 	if _, err := r.fsm.Get(metaStateKey); !errors.Is(err, fsm.ErrNotFound) {

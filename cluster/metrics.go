@@ -105,7 +105,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	n := c.n
 	n.mu.RLock()
-	replicas := make([]*replica, 0, len(n.mu.replicas))
+	replicas := make([]*Replica, 0, len(n.mu.replicas))
 	for _, r := range n.mu.replicas {
 		replicas = append(replicas, r)
 	}

@@ -50,10 +50,11 @@ type Node struct {
 	metrics *metrics
 	cache   *pebble.Cache
 	grpcSrv *grpc.Server
-	// pipeline serves rpc.Pipeline on grpcSrv.
-	pipeline *pipelineServer
-	grpcLn   net.Listener
-	tls      *transport.NodeTLS // the node's TLS identity; nil without Config.TLS
+	// svcStop and svcClose are the Stop and Close of the Services New
+	// was given (Close runs them around the gRPC server's stop).
+	svcStop, svcClose []func()
+	grpcLn            net.Listener
+	tls               *transport.NodeTLS // the node's TLS identity; nil without Config.TLS
 	// secret is the cluster secret of Config.Auth without TLS
 	// (nodeauth.go); nil otherwise.
 	secret []byte
@@ -86,8 +87,8 @@ type Node struct {
 		sync.RWMutex
 		state    *State
 		smap     *shard.Map
-		replicas map[shard.ID]*replica
-		meta     *replica // the local meta group replica, if any
+		replicas map[shard.ID]*Replica
+		meta     *Replica // the local meta group replica, if any
 		refused  error    // set when the cluster state says this data dir is stale
 	}
 	closeOnce sync.Once
@@ -96,8 +97,10 @@ type Node struct {
 
 // New starts a node. It returns once every listener is bound and the
 // replicas recorded in the data dir are open; bootstrapping a new cluster
-// continues in the background (see Ready).
-func New(cfg Config) (_ *Node, err error) {
+// continues in the background (see Ready). The node's gRPC server serves
+// the Admin service and whatever services adds (package api's client
+// services, through server.New), registered before it serves.
+func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -114,7 +117,7 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), kick: make(chan struct{}, 1)}
 	n.cfg.Logger = n.log // every component logs with the node attribute
-	n.mu.replicas = make(map[shard.ID]*replica)
+	n.mu.replicas = make(map[shard.ID]*Replica)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -206,10 +209,27 @@ func New(cfg Config) (_ *Node, err error) {
 	n.addrs.GossipAddr = net.JoinHostPort(ln.Addr.String(), fmt.Sprint(ln.Port))
 
 	n.metrics = newMetrics(n)
-	unary := []grpc.UnaryServerInterceptor{n.deadlineUnary, n.metrics.grpc.UnaryServerInterceptor(), n.authUnary}
+	unary := []grpc.UnaryServerInterceptor{n.deadlineUnary, n.metrics.grpc.UnaryServerInterceptor()}
+	stream := []grpc.StreamServerInterceptor{n.metrics.grpc.StreamServerInterceptor()}
+	svcs := make([]Services, len(services))
+	for i, f := range services {
+		svcs[i] = f(n)
+		if svcs[i].Unary != nil {
+			unary = append(unary, svcs[i].Unary)
+		}
+		if svcs[i].Stream != nil {
+			stream = append(stream, svcs[i].Stream)
+		}
+	}
+	if n.AuthOn() && len(services) == 0 {
+		// Nothing guards the calls (the auth interceptors are package
+		// api's): refuse every one rather than serve the Admin service open.
+		unary = append(unary, refuseUnguarded)
+		stream = append(stream, refuseUnguardedStream)
+	}
 	n.grpcSrv = grpc.NewServer(append(n.grpcServerOptions(),
 		grpc.ChainUnaryInterceptor(unary...),
-		grpc.ChainStreamInterceptor(n.metrics.grpc.StreamServerInterceptor(), n.authStream),
+		grpc.ChainStreamInterceptor(stream...),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.GRPCKeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.GRPCMaxConnIdle,
@@ -217,28 +237,19 @@ func New(cfg Config) (_ *Node, err error) {
 		grpc.MaxRecvMsgSize(n.maxRequestBytes()),
 		grpc.MaxSendMsgSize(n.maxRequestBytes()+cfg.MaxScanPage*(cfg.Limits.MaxKeySize+cfg.Limits.MaxValueSize)),
 	)...)
-	srv := &server{node: n}
-	rpc.RegisterKVServer(n.grpcSrv, srv)
-	rpc.RegisterClusterServer(n.grpcSrv, srv)
-	rpc.RegisterRegistryServer(n.grpcSrv, &registryServer{server: srv})
-	rpc.RegisterBillingServer(n.grpcSrv, &billingServer{server: srv})
-	rpc.RegisterPoolsServer(n.grpcSrv, &poolsServer{server: srv})
 	rpc.RegisterAdminServer(n.grpcSrv, &adminServer{node: n})
-	rpc.RegisterRedisServer(n.grpcSrv, &redisServer{server: srv})
-	// The client library sends its calls as items of a Pipeline stream
-	// (rpc/pipeline.proto); they run through the same handlers and
-	// interceptors. Admin and Cluster calls stay unary.
-	n.pipeline = newPipelineServer(chainUnary(unary...), int(cfg.MaxConcurrentStreams),
-		pipelineService{&rpc.KV_ServiceDesc, srv},
-		pipelineService{&rpc.Registry_ServiceDesc, &registryServer{server: srv}},
-		pipelineService{&rpc.Billing_ServiceDesc, &billingServer{server: srv}},
-		pipelineService{&rpc.Pools_ServiceDesc, &poolsServer{server: srv}},
-		pipelineService{&rpc.Redis_ServiceDesc, &redisServer{server: srv}})
-	n.pipeline.counted = func(dir string, items int) {
-		n.metrics.pipeMsgs.WithLabelValues(dir).Inc()
-		n.metrics.pipeItems.WithLabelValues(dir).Add(float64(items))
+	chain := chainUnary(unary...)
+	for _, s := range svcs {
+		if s.Register != nil {
+			s.Register(n.grpcSrv, chain)
+		}
+		if s.Stop != nil {
+			n.svcStop = append(n.svcStop, s.Stop)
+		}
+		if s.Close != nil {
+			n.svcClose = append(n.svcClose, s.Close)
+		}
 	}
-	rpc.RegisterPipelineServer(n.grpcSrv, n.pipeline)
 	n.metrics.grpc.InitializeMetrics(n.grpcSrv)
 	n.wg.Add(1)
 	go func() {
@@ -498,7 +509,7 @@ func (n *Node) openShard(st *State, p Placement, bootstrap bool) error {
 		return err
 	}
 	// The leader of the pools shard ensures the default pool (seed 004).
-	var onReady func(*replica)
+	var onReady func(*Replica)
 	if p.Shard == smap.ShardOf(poolsRoutingKey) {
 		onReady = ensureDefaultPool
 	}
@@ -568,7 +579,7 @@ func (n *Node) Ready() error {
 
 // replicaFor resolves a routing key to its shard and the local replica (nil
 // when this node holds none).
-func (n *Node) replicaFor(routingKey []byte) (shard.ID, *replica, error) {
+func (n *Node) replicaFor(routingKey []byte) (shard.ID, *Replica, error) {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	if n.mu.smap == nil {
@@ -606,7 +617,9 @@ func (n *Node) nodeAddrs(id string) (NodeAddrs, bool) {
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		if n.grpcSrv != nil {
-			n.pipeline.stop() // pipeline streams end once their calls are answered
+			for _, f := range n.svcStop { // e.g. pipeline streams end once their calls are answered
+				f()
+			}
 			stopped := make(chan struct{})
 			go func() { n.grpcSrv.GracefulStop(); close(stopped) }()
 			select {
@@ -615,7 +628,9 @@ func (n *Node) Close() error {
 				n.grpcSrv.Stop()
 				<-stopped
 			}
-			n.pipeline.close()
+			for _, f := range n.svcClose {
+				f()
+			}
 		} else if n.grpcLn != nil {
 			n.grpcLn.Close()
 		}
@@ -630,7 +645,7 @@ func (n *Node) Close() error {
 		}
 		n.mu.Lock()
 		replicas := n.mu.replicas
-		n.mu.replicas = map[shard.ID]*replica{}
+		n.mu.replicas = map[shard.ID]*Replica{}
 		if n.mu.meta != nil {
 			replicas[metaShardID] = n.mu.meta
 			n.mu.meta = nil

@@ -229,14 +229,15 @@ func redactForNonMember(st *State, id string) *State {
 	return out
 }
 
-// callerKey carries the caller's identity in a call's context (authUnary).
+// callerKey carries the caller's identity in a call's context (package
+// api's auth interceptor, through WithCaller).
 type callerKey struct{}
 
 func withCaller(ctx context.Context, id *Identity) context.Context {
 	return context.WithValue(ctx, callerKey{}, id)
 }
 
-// callerOf returns the identity authUnary found for the call, or nil.
+// callerOf returns the identity the auth interceptor found for the call, or nil.
 func callerOf(ctx context.Context) *Identity {
 	id, _ := ctx.Value(callerKey{}).(*Identity)
 	return id

@@ -245,7 +245,7 @@ func (n *Node) replicaStatus(ctx context.Context, id string, g placement.Group) 
 }
 
 // groupReplica returns the local replica of the meta group or of a shard.
-func (n *Node) groupReplica(meta bool, id shard.ID) *replica {
+func (n *Node) groupReplica(meta bool, id shard.ID) *Replica {
 	if meta {
 		return n.metaReplica()
 	}

@@ -51,7 +51,7 @@ var (
 // proposal loop (coalesces concurrent proposals into one Raft entry). All
 // three are joined by close. Each Raft future is waited on by a goroutine
 // of its own, which close does not join (see apply).
-type replica struct {
+type Replica struct {
 	id     shard.ID
 	log    *slog.Logger
 	fsm    *fsm.FSM
@@ -73,7 +73,7 @@ type replica struct {
 	checker   *transport.LeaderChecker
 	readStats readStats
 
-	onReady func(*replica) // replicaConfig.onReady
+	onReady func(*Replica) // replicaConfig.onReady
 
 	// Proposal coalescing (see proposeCoalesced): proposals queue in
 	// props.queue; proposeLoop takes them into one Raft entry each round.
@@ -117,19 +117,19 @@ type replicaConfig struct {
 	// close joins. It must return when the replica closes (r.done) and
 	// should stop once readyTerm changes. The node sets it on the pools
 	// shard to ensure the default pool.
-	onReady func(*replica)
+	onReady func(*Replica)
 	// checker: the node's batched leadership check (nil: VerifyLeader).
 	checker *transport.LeaderChecker
 }
 
-func openReplica(rc replicaConfig) (_ *replica, err error) {
+func openReplica(rc replicaConfig) (_ *Replica, err error) {
 	log := rc.node.Logger.With("shard", uint32(rc.id))
 	_, statErr := os.Stat(rc.dir)
 	fresh := errors.Is(statErr, fs.ErrNotExist)
 	if err := privateDir(rc.dir); err != nil {
 		return nil, err
 	}
-	r := &replica{
+	r := &Replica{
 		id:         rc.id,
 		log:        log,
 		notify:     make(chan bool, 16),
@@ -313,6 +313,10 @@ func (c Config) raftConfig(id shard.ID, localID string) *raft.Config {
 // replica and rejected by another would make replicas diverge), and at or
 // above anything the API edge accepts (Config.Validate keeps the
 // configurable request limits below them).
+// ApplyLimits are the state machine's apply-time limits (applyLimits):
+// every command a validated request becomes passes them.
+func ApplyLimits() fsm.Limits { return applyLimits }
+
 var applyLimits = fsm.Limits{
 	MaxKeySize:   3 + keys.MaxRoutingKeyLen + maxKeySizeLimit,
 	MaxValueSize: maxValueSizeLimit,
@@ -334,7 +338,7 @@ var noopCommand = func() []byte {
 // is one the state machine sees (hashicorp/raft hides its own no-op and
 // barrier entries from the FSM, so a raft.Barrier would not do: the FSM's
 // applied index could stay below the commit index).
-func (r *replica) watchLeadership() {
+func (r *Replica) watchLeadership() {
 	defer r.wg.Done()
 	for {
 		select {
@@ -371,7 +375,7 @@ func (r *replica) watchLeadership() {
 // (the node's transport.LeaderChecker, which asks the peers about all of
 // the node's groups in one frame; VerifyLeader when that does not
 // confirm).
-func (r *replica) readLoop() {
+func (r *Replica) readLoop() {
 	defer r.wg.Done()
 	for {
 		select {
@@ -395,7 +399,7 @@ func (r *replica) readLoop() {
 	}
 }
 
-func (r *replica) readRound() readResult {
+func (r *Replica) readRound() readResult {
 	term := r.readyTerm.Load()
 	if term == 0 || r.raft.CurrentTerm() != term {
 		if r.raft.State() != raft.Leader {
@@ -418,7 +422,7 @@ func (r *replica) readRound() readResult {
 	return readResult{index: index}
 }
 
-func (r *replica) failReads(err error) {
+func (r *Replica) failReads(err error) {
 	r.readMu.Lock()
 	batch := r.readPending
 	r.readPending = nil
@@ -431,7 +435,7 @@ func (r *replica) failReads(err error) {
 // readBarrier returns once a linearizable read may be served from the local
 // state machine: this replica is the leader and has applied every entry
 // committed before the call.
-func (r *replica) readBarrier(ctx context.Context) error {
+func (r *Replica) readBarrier(ctx context.Context) error {
 	if r.raft.State() != raft.Leader {
 		return ErrNotLeader
 	}
@@ -464,7 +468,7 @@ func (r *replica) readBarrier(ctx context.Context) error {
 //
 // Once handed to Raft, a proposal cannot be withdrawn; apply waits (await)
 // for its outcome, the context, or the replica's close.
-func (r *replica) apply(ctx context.Context, data []byte) (*fsm.Result, error) {
+func (r *Replica) apply(ctx context.Context, data []byte) (*fsm.Result, error) {
 	if r.raft.State() != raft.Leader {
 		return nil, ErrNotLeader
 	}
@@ -492,7 +496,7 @@ func (r *replica) apply(ctx context.Context, data []byte) (*fsm.Result, error) {
 // await waits for a Raft future, the context or the replica's close, and
 // maps Raft's errors to this package's. The future is waited on by a
 // goroutine of its own (waitFuture), so that the context can end the wait.
-func (r *replica) await(ctx context.Context, f raft.Future) error {
+func (r *Replica) await(ctx context.Context, f raft.Future) error {
 	errc := make(chan error, 1)
 	r.waitFuture(f, func(err error) { errc <- err })
 	select {
@@ -517,7 +521,7 @@ func (r *replica) await(ctx context.Context, f raft.Future) error {
 // A future that cannot be bound is an errorFuture, answered already, or
 // one of a raft version whose futures changed (TestBindShutdown fails
 // then); its waiter is not joined.
-func (r *replica) waitFuture(f raft.Future, then func(error)) {
+func (r *Replica) waitFuture(f raft.Future, then func(error)) {
 	if !bindShutdown(f, r.done) {
 		go func() { then(f.Error()) }()
 		return
@@ -581,7 +585,7 @@ func applyError(err error) error {
 // applies it, coalesced with concurrent proposals when its op allows
 // (fsm.Op.Coalescable); a deterministic rejection by the state machine
 // (Result.Err) is returned as the error.
-func (r *replica) propose(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error) {
+func (r *Replica) propose(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error) {
 	if err := cmd.Validate(applyLimits); err != nil {
 		return nil, err
 	}
@@ -651,7 +655,7 @@ type proposalOutcome struct {
 // proposed because the replica is not leader, ErrOutcomeUnknown when
 // leadership was lost after proposing. A proposal whose context ends while
 // it still queues is dropped, never proposed.
-func (r *replica) proposeCoalesced(ctx context.Context, data []byte) (*fsm.Result, error) {
+func (r *Replica) proposeCoalesced(ctx context.Context, data []byte) (*fsm.Result, error) {
 	if r.raft.State() != raft.Leader {
 		return nil, ErrNotLeader
 	}
@@ -683,7 +687,7 @@ func (r *replica) proposeCoalesced(ctx context.Context, data []byte) (*fsm.Resul
 // fsm.OpMulti. So under load each entry carries every proposal that
 // arrived while the previous ones were in flight, and a lone proposal
 // waits for nothing.
-func (r *replica) proposeLoop() {
+func (r *Replica) proposeLoop() {
 	defer r.wg.Done()
 	for {
 		select {
@@ -709,7 +713,7 @@ func (r *replica) proposeLoop() {
 
 // takeProposals removes from the queue the proposals of the next entry,
 // dropping those whose context has ended.
-func (r *replica) takeProposals() []*proposal {
+func (r *Replica) takeProposals() []*proposal {
 	r.props.Lock()
 	defer r.props.Unlock()
 	q := r.props.queue
@@ -739,7 +743,7 @@ func (r *replica) takeProposals() []*proposal {
 // submit proposes batch as one entry and answers every proposal of it from
 // a goroutine (waitFuture) that waits for the entry's future and then
 // frees the in-flight slot proposeLoop took.
-func (r *replica) submit(batch []*proposal) {
+func (r *Replica) submit(batch []*proposal) {
 	data := batch[0].data
 	if len(batch) > 1 {
 		multi := &fsm.Command{Op: fsm.OpMulti, Multi: make([][]byte, len(batch))}
@@ -798,12 +802,12 @@ func answerAll(batch []*proposal, res *fsm.Result, err error) {
 }
 
 // leader returns the current leader's id ("" if unknown).
-func (r *replica) leader() string {
+func (r *Replica) leader() string {
 	_, id := r.raft.LeaderWithID()
 	return string(id)
 }
 
-func (r *replica) close() error {
+func (r *Replica) close() error {
 	r.closeOnce.Do(func() {
 		close(r.done) // every waiter of a Raft future returns (waitFuture)
 		r.waitMu.Lock()
@@ -820,7 +824,7 @@ func (r *replica) close() error {
 	return r.closeErr
 }
 
-func (r *replica) closeStores() {
+func (r *Replica) closeStores() {
 	if r.trans != nil {
 		r.trans.Close()
 	}

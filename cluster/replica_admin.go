@@ -13,7 +13,7 @@ import (
 )
 
 // status describes the replica for the admin API and the reconciler.
-func (r *replica) status(nodeID string) *rpc.ReplicaStatusResponse {
+func (r *Replica) status(nodeID string) *rpc.ReplicaStatusResponse {
 	leader := r.leader()
 	st := &rpc.ReplicaStatusResponse{
 		Present:      true,
@@ -47,7 +47,7 @@ const configChangeTimeout = 10 * time.Second
 // server; the replica must lead its group. Each change is idempotent: adding
 // a server that is already there (with that suffrage) or removing one that
 // is not changes nothing that matters.
-func (r *replica) changeConfig(ctx context.Context, change rpc.ReplicaChange, id, addr string) (uint64, error) {
+func (r *Replica) changeConfig(ctx context.Context, change rpc.ReplicaChange, id, addr string) (uint64, error) {
 	if r.raft.State() != raft.Leader {
 		return 0, ErrNotLeader
 	}
@@ -97,7 +97,7 @@ func hasServer(c raft.Configuration, id string) bool {
 
 // transferLeadership hands leadership to node to (any up-to-date voter when
 // to is empty); the replica must lead its group.
-func (r *replica) transferLeadership(ctx context.Context, to, addr string) error {
+func (r *Replica) transferLeadership(ctx context.Context, to, addr string) error {
 	if r.raft.State() != raft.Leader {
 		return ErrNotLeader
 	}
@@ -115,7 +115,7 @@ func (r *replica) transferLeadership(ctx context.Context, to, addr string) error
 
 // snapshot takes a snapshot now and returns its index (the last one's when
 // nothing changed since).
-func (r *replica) snapshot(ctx context.Context) (uint64, error) {
+func (r *Replica) snapshot(ctx context.Context) (uint64, error) {
 	f := r.raft.Snapshot()
 	err := r.await(ctx, f)
 	if errors.Is(err, raft.ErrNothingNewToSnapshot) {

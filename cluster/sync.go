@@ -238,7 +238,7 @@ func (n *Node) refuse(reason error) error {
 	n.mu.refused = reason
 	replicas := n.mu.replicas
 	meta := n.mu.meta
-	n.mu.replicas = map[shard.ID]*replica{}
+	n.mu.replicas = map[shard.ID]*Replica{}
 	n.mu.meta = nil
 	n.mu.Unlock()
 	n.log.Error("refusing to serve", "reason", reason)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/swarmkv/swarmkv/api"
 	"github.com/swarmkv/swarmkv/internal/freeport"
 
 	"github.com/swarmkv/swarmkv/cluster"
@@ -221,7 +222,7 @@ func (d *InProc) Start(_ context.Context, node string) error {
 	if d.mu.nodes[node] != nil {
 		return nil
 	}
-	n, err := cluster.New(c)
+	n, err := cluster.New(c, api.Services)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", node, err)
 	}

@@ -32,7 +32,7 @@ import (
 // Redis Cluster's CROSSSLOT error.
 // The front runs the command on the shard leader: on this node when it
 // leads the shard (cluster.Node.RedisLocal), otherwise through the
-// leader's internal Redis gRPC service (cluster/redis_service.go),
+// leader's internal Redis gRPC service (api/redis_service.go),
 // following NotLeader hints with the routing client. KEYS and SCAN fan
 // out over every shard.
 //

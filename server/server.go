@@ -1,11 +1,12 @@
 // Package server composes a swarmkv node with its fronts, as etcd's embed
-// does: New builds the core (cluster.Node: replicas, meta group, gRPC
-// services) from one cluster.Config and starts the fronts that Config asks
+// does: New builds the core (cluster.Node: replicas, meta group) with the
+// gRPC services of package api (registered before the node's gRPC server
+// serves) from one cluster.Config and starts the fronts that Config asks
 // for (the admin HTTP API of package admin with Config.HTTPAddr, the RESP
 // front of package redisfront with Config.RedisAddr); Close stops the
 // fronts first, then the node.
 //
-// It may import cluster and the fronts (admin, redisfront); nothing below
+// It may import cluster, api and the fronts (admin, redisfront); nothing below
 // imports it. cmd/swarmnode and the tests that need a whole node use it.
 //
 // Usage:
@@ -20,6 +21,7 @@ import (
 	"sync"
 
 	"github.com/swarmkv/swarmkv/admin"
+	"github.com/swarmkv/swarmkv/api"
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/redisfront"
 )
@@ -34,13 +36,13 @@ type Server struct {
 	closeErr  error
 }
 
-// New starts a node (cluster.New: listeners bound, the admin HTTP one
-// included, recorded replicas open, bootstrap continuing in the
-// background) and then its fronts: the admin HTTP API on the node's
+// New starts a node with api's services (cluster.New: listeners bound,
+// the admin HTTP one included, recorded replicas open, services
+// registered, bootstrap continuing in the background) and then its fronts: the admin HTTP API on the node's
 // listener, then the RESP front. On an error whatever was started is
 // closed.
 func New(cfg cluster.Config) (*Server, error) {
-	n, err := cluster.New(cfg)
+	n, err := cluster.New(cfg, api.Services)
 	if err != nil {
 		return nil, err
 	}

@@ -1,8 +1,9 @@
-package cluster
+package api
 
 import (
 	"bytes"
 
+	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 
@@ -63,10 +64,10 @@ type pager struct {
 // newPager returns the pager of a request asking for limit items.
 func (s *server) newPager(limit uint32) *pager {
 	l := int(limit)
-	if l <= 0 || l > s.node.cfg.MaxScanPage {
-		l = s.node.cfg.MaxScanPage
+	if l <= 0 || l > s.cfg.MaxScanPage {
+		l = s.cfg.MaxScanPage
 	}
-	return &pager{limit: l, maxBytes: max(s.node.cfg.MaxPageBytes-pageEnvelope, 1)}
+	return &pager{limit: l, maxBytes: max(s.cfg.MaxPageBytes-pageEnvelope, 1)}
 }
 
 // itemSize is the encoded size of m as an element of a repeated field.
@@ -105,20 +106,15 @@ func (p *pager) next(more bool) []byte {
 // page reads one page of the listing under prefix from r, continuing after
 // cursor, asking for limit items: the pager to fill, the stored items, and
 // whether more follow them.
-func (s *server) page(r *replica, prefix, cursor []byte, limit uint32) (*pager, []fsm.KV, bool, error) {
+func (s *server) page(r *cluster.Replica, prefix, cursor []byte, limit uint32) (*pager, []fsm.KV, bool, error) {
 	start, err := cursorStart(prefix, cursor)
 	if err != nil {
-		return nil, nil, false, s.statusErr(r.id, err)
+		return nil, nil, false, s.statusErr(r.ID(), err)
 	}
 	pg := s.newPager(limit)
-	kvs, more, err := r.fsm.ScanPage(start, keys.PrefixEnd(prefix), pg.limit, pg.maxBytes)
+	kvs, more, err := r.FSM().ScanPage(start, keys.PrefixEnd(prefix), pg.limit, pg.maxBytes)
 	if err != nil {
-		return nil, nil, false, s.statusErr(r.id, err)
+		return nil, nil, false, s.statusErr(r.ID(), err)
 	}
 	return pg, kvs, more, nil
-}
-
-// ReplyLimits are the bounds of a Redis read that lists keys (KEYS, SCAN).
-func (c Config) ReplyLimits() fsm.ReplyLimits {
-	return fsm.ReplyLimits{MaxKeys: c.MaxKeysReply, MaxBytes: c.MaxPageBytes}
 }

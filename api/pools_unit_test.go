@@ -1,4 +1,4 @@
-package cluster
+package api
 
 import (
 	"encoding/base64"
@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
@@ -38,7 +39,7 @@ func testRing(t testing.TB) *secrets.Ring {
 	return r
 }
 
-func isInvalid(err error) bool { return errors.Is(err, ErrInvalidArgument) }
+func isInvalid(err error) bool { return errors.Is(err, cluster.ErrInvalidArgument) }
 
 func TestPoolForCreate(t *testing.T) {
 	p, err := poolForCreate("user-1", &rpc.Pool{PoolId: "pool_a", Name: "a", Visibility: 1, Meta: `{"region":"eu"}`,
@@ -67,7 +68,7 @@ func TestPoolForCreate(t *testing.T) {
 		"huge meta":      {"u", &rpc.Pool{PoolId: "p", Name: "n", Meta: `"` + strings.Repeat("m", records.MaxJSONLen) + `"`}},
 	} {
 		if _, err := poolForCreate(tc.actor, tc.pool, 1000); !isInvalid(err) {
-			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+			t.Errorf("%s: %v, want cluster.ErrInvalidArgument", name, err)
 		}
 	}
 }
@@ -140,7 +141,7 @@ func TestBotFromRequest(t *testing.T) {
 		}
 		_, err := botFromRequest(tc.actor, tc.bot, 1000, tc.required, defPool, seal)
 		if !isInvalid(err) {
-			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+			t.Errorf("%s: %v, want cluster.ErrInvalidArgument", name, err)
 			continue
 		}
 		if strings.Contains(err.Error(), testToken[:12]) {
@@ -159,8 +160,8 @@ func TestBotFromRequest(t *testing.T) {
 
 	// Without a key ring a token cannot be accepted.
 	_, err = botFromRequest("u", &rpc.Bot{AgentId: "a", Token: testToken, PoolId: "p"}, 1, true, "", nil)
-	if !errors.Is(err, errNoTokenKeys) {
-		t.Fatalf("no ring: %v, want errNoTokenKeys", err)
+	if !errors.Is(err, cluster.ErrNoTokenKeys) {
+		t.Fatalf("no ring: %v, want cluster.ErrNoTokenKeys", err)
 	}
 	if _, err := botFromRequest("u", &rpc.Bot{AgentId: "a", PoolId: "p"}, 1, false, "", nil); err != nil {
 		t.Fatalf("update without token and without ring: %v", err)
@@ -174,7 +175,7 @@ func TestRunnerForHeartbeat(t *testing.T) {
 	}
 	for _, in := range []*rpc.Runner{nil, {}, {RunnerId: "a b"}, {RunnerId: "r", Meta: "{"}} {
 		if _, err := runnerForHeartbeat(in, 1000); !isInvalid(err) {
-			t.Errorf("runner %v: %v, want ErrInvalidArgument", in, err)
+			t.Errorf("runner %v: %v, want cluster.ErrInvalidArgument", in, err)
 		}
 	}
 }
@@ -218,7 +219,7 @@ func TestValidatePlanRequest(t *testing.T) {
 		"present ctl id": {Actor: "u", GuildId: "g", PresentAgentIds: []string{"\x00"}},
 	} {
 		if err := validatePlanRequest(req); !isInvalid(err) {
-			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+			t.Errorf("%s: %v, want cluster.ErrInvalidArgument", name, err)
 		}
 	}
 }
@@ -373,7 +374,7 @@ func TestPoolsStatus(t *testing.T) {
 		{fsm.ErrAlreadyExists, codes.AlreadyExists, "already exists"},
 		{fsm.ErrNotFound, codes.NotFound, "not found"},
 		{&fsm.PoolNotEmptyError{PoolID: "pool_a", Bots: 3}, codes.FailedPrecondition, "not empty"},
-		{errNoTokenKeys, codes.FailedPrecondition, "no token key ring configured"},
+		{cluster.ErrNoTokenKeys, codes.FailedPrecondition, "no token key ring configured"},
 		{secrets.ErrNoRing, codes.FailedPrecondition, "no token key ring configured"},
 		{fmt.Errorf("%w %q", secrets.ErrUnknownKey, "k9"), codes.FailedPrecondition, `"k9"`},
 		{secrets.ErrDecrypt, codes.Internal, "does not decrypt"},
@@ -409,7 +410,7 @@ func FuzzBotFromRequest(f *testing.F) {
 		b, err := botFromRequest(actor, in, 1000, required, records.DefaultPoolID, ring.Encrypt)
 		if err != nil {
 			if !isInvalid(err) {
-				t.Fatalf("error %v is not ErrInvalidArgument", err)
+				t.Fatalf("error %v is not cluster.ErrInvalidArgument", err)
 			}
 			if len(token) >= 12 && strings.Contains(err.Error(), token) {
 				for _, other := range []string{actor, agent, client, tag, pool, profile} {

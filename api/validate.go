@@ -1,20 +1,18 @@
-package cluster
+package api
 
 import (
-	"errors"
 	"fmt"
 
+	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/rpc"
 )
 
-// ErrInvalidArgument is wrapped by every request validation error; the gRPC
-// layer answers it with codes.InvalidArgument and the message.
-var ErrInvalidArgument = errors.New("invalid argument")
-
+// invalid is a request validation error: it wraps cluster.ErrInvalidArgument,
+// which the error table answers with codes.InvalidArgument and the message.
 func invalid(format string, a ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, a...))
+	return fmt.Errorf("%w: %s", cluster.ErrInvalidArgument, fmt.Sprintf(format, a...))
 }
 
 func validateRoutingKey(rk []byte) error {

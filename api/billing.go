@@ -1,4 +1,4 @@
-package cluster
+package api
 
 import (
 	"context"
@@ -112,8 +112,8 @@ func (s *billingServer) ListTransactionsByUser(ctx context.Context, req *rpc.Lis
 		return nil, err
 	}
 	limit := int(req.GetLimit())
-	if limit <= 0 || limit > s.node.cfg.MaxScanPage {
-		limit = s.node.cfg.MaxScanPage
+	if limit <= 0 || limit > s.cfg.MaxScanPage {
+		limit = s.cfg.MaxScanPage
 	}
 	prefix := keys.TransactionByUserPrefix(user)
 	end := keys.PrefixEnd(prefix)
@@ -121,16 +121,16 @@ func (s *billingServer) ListTransactionsByUser(ctx context.Context, req *rpc.Lis
 	if b := req.GetBefore(); len(b) > 0 {
 		before, err := rpc.TransactionIDFromBytes(b)
 		if err != nil {
-			return nil, s.statusErr(r.id, badInput(err))
+			return nil, s.statusErr(r.ID(), badInput(err))
 		}
 		if skip > 0 {
-			return nil, s.statusErr(r.id, invalid("offset and before are exclusive"))
+			return nil, s.statusErr(r.ID(), invalid("offset and before are exclusive"))
 		}
 		end = keys.TransactionByUser(user, before)
 	}
-	kvs, err := r.fsm.ScanReverse(prefix, end, limit+1, skip)
+	kvs, err := r.FSM().ScanReverse(prefix, end, limit+1, skip)
 	if err != nil {
-		return nil, s.statusErr(r.id, err)
+		return nil, s.statusErr(r.ID(), err)
 	}
 	out := &rpc.TransactionList{}
 	more := len(kvs) > limit
@@ -140,11 +140,11 @@ func (s *billingServer) ListTransactionsByUser(ctx context.Context, req *rpc.Lis
 	for _, kv := range kvs {
 		_, txID, err := keys.DecodeTransactionByUser(kv.Key)
 		if err != nil {
-			return nil, s.statusErr(r.id, err)
+			return nil, s.statusErr(r.ID(), err)
 		}
 		var tx records.CreditTransaction
 		if err := getRecord(s.server, r, keys.Transaction(txID), &tx); err != nil {
-			return nil, s.statusErr(r.id, fmt.Errorf("transaction index entry without its transaction: %w", err))
+			return nil, s.statusErr(r.ID(), fmt.Errorf("transaction index entry without its transaction: %w", err))
 		}
 		out.Transactions = append(out.Transactions, rpc.TransactionToProto(&tx))
 		if more {

@@ -1,10 +1,11 @@
-package cluster
+package api
 
 import (
 	"bytes"
 	"context"
 	"errors"
 
+	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/rpc"
@@ -15,40 +16,23 @@ import (
 type server struct {
 	rpc.UnimplementedKVServer
 	rpc.UnimplementedClusterServer
-	node *Node
+	node *cluster.Node
+	cfg  cluster.Config // node.Config(), read once
 }
 
 // statusErr maps an error of this package (or of a replica of shard id) to
 // a gRPC status with typed details, through the one table (errors.go).
 func (s *server) statusErr(id shard.ID, err error) error {
-	return StatusError(err, id, func() (string, string) { return s.node.leaderHint(id) })
+	return cluster.StatusError(err, id, func() (string, string) { return s.node.LeaderHint(id) })
 }
 
 // notLeader answers with the leader hint this node has for shard id.
-func (s *server) notLeader(id shard.ID) error { return s.statusErr(id, ErrNotLeader) }
-
-// leaderHint is the leader id and gRPC address this node knows for shard
-// id ("" when unknown).
-func (n *Node) leaderHint(id shard.ID) (leaderID, leaderAddr string) {
-	if r := n.localReplica(id); r != nil {
-		leaderID = r.leader()
-		if a, ok := n.nodeAddrs(leaderID); ok {
-			leaderAddr = a.GRPCAddr
-		}
-	}
-	return leaderID, leaderAddr
-}
-
-func (n *Node) localReplica(id shard.ID) *replica {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	return n.mu.replicas[id]
-}
+func (s *server) notLeader(id shard.ID) error { return s.statusErr(id, cluster.ErrNotLeader) }
 
 // route resolves the routing key to a local replica; a node without a
 // replica of the shard answers NotLeader so the client refreshes its map.
-func (s *server) route(rk []byte) (shard.ID, *replica, error) {
-	id, r, err := s.node.replicaFor(rk)
+func (s *server) route(rk []byte) (shard.ID, *cluster.Replica, error) {
+	id, r, err := s.node.Route(rk)
 	if err != nil {
 		return id, nil, s.statusErr(id, err)
 	}
@@ -60,13 +44,13 @@ func (s *server) route(rk []byte) (shard.ID, *replica, error) {
 
 // readReplica routes a read and, for linearizable reads, waits for the
 // read barrier.
-func (s *server) readReplica(ctx context.Context, rk []byte, c rpc.Consistency) (*replica, error) {
+func (s *server) readReplica(ctx context.Context, rk []byte, c rpc.Consistency) (*cluster.Replica, error) {
 	id, r, err := s.route(rk)
 	if err != nil {
 		return nil, err
 	}
 	if c == rpc.Consistency_CONSISTENCY_LINEARIZABLE {
-		if err := r.readBarrier(ctx); err != nil {
+		if err := r.ReadBarrier(ctx); err != nil {
 			return nil, s.statusErr(id, err)
 		}
 	}
@@ -74,25 +58,25 @@ func (s *server) readReplica(ctx context.Context, rk []byte, c rpc.Consistency) 
 }
 
 func (s *server) Get(ctx context.Context, req *rpc.GetRequest) (*rpc.GetResponse, error) {
-	if err := ValidateGet(req, s.node.cfg.Limits); err != nil {
+	if err := ValidateGet(req, s.cfg.Limits); err != nil {
 		return nil, s.statusErr(0, err)
 	}
 	r, err := s.readReplica(ctx, req.GetRoutingKey(), req.GetConsistency())
 	if err != nil {
 		return nil, err
 	}
-	v, err := r.fsm.Get(keys.KV(req.GetRoutingKey(), req.GetKey()))
+	v, err := r.FSM().Get(keys.KV(req.GetRoutingKey(), req.GetKey()))
 	if errors.Is(err, fsm.ErrNotFound) {
 		return &rpc.GetResponse{}, nil
 	}
 	if err != nil {
-		return nil, s.statusErr(r.id, err)
+		return nil, s.statusErr(r.ID(), err)
 	}
 	return &rpc.GetResponse{Found: true, Value: v}, nil
 }
 
 func (s *server) Put(ctx context.Context, req *rpc.PutRequest) (*rpc.PutResponse, error) {
-	if err := ValidatePut(req, s.node.cfg.Limits); err != nil {
+	if err := ValidatePut(req, s.cfg.Limits); err != nil {
 		return nil, s.statusErr(0, err)
 	}
 	res, err := s.proposeRouted(ctx, req.GetRoutingKey(), &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
@@ -105,7 +89,7 @@ func (s *server) Put(ctx context.Context, req *rpc.PutRequest) (*rpc.PutResponse
 }
 
 func (s *server) Delete(ctx context.Context, req *rpc.DeleteRequest) (*rpc.DeleteResponse, error) {
-	if err := ValidateDelete(req, s.node.cfg.Limits); err != nil {
+	if err := ValidateDelete(req, s.cfg.Limits); err != nil {
 		return nil, s.statusErr(0, err)
 	}
 	res, err := s.proposeRouted(ctx, req.GetRoutingKey(), &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
@@ -118,7 +102,7 @@ func (s *server) Delete(ctx context.Context, req *rpc.DeleteRequest) (*rpc.Delet
 }
 
 func (s *server) Batch(ctx context.Context, req *rpc.BatchRequest) (*rpc.BatchResponse, error) {
-	if err := ValidateBatch(req, s.node.cfg.Limits); err != nil {
+	if err := ValidateBatch(req, s.cfg.Limits); err != nil {
 		return nil, s.statusErr(0, err)
 	}
 	res, err := s.proposeRouted(ctx, req.GetRoutingKey(), batchCommand(req))
@@ -129,7 +113,7 @@ func (s *server) Batch(ctx context.Context, req *rpc.BatchRequest) (*rpc.BatchRe
 }
 
 func (s *server) Scan(ctx context.Context, req *rpc.ScanRequest) (*rpc.ScanResponse, error) {
-	if err := ValidateScan(req, s.node.cfg.Limits); err != nil {
+	if err := ValidateScan(req, s.cfg.Limits); err != nil {
 		return nil, s.statusErr(0, err)
 	}
 	r, err := s.readReplica(ctx, req.GetRoutingKey(), req.GetConsistency())
@@ -147,15 +131,15 @@ func (s *server) Scan(ctx context.Context, req *rpc.ScanRequest) (*rpc.ScanRespo
 			start = after
 		}
 	}
-	kvs, more, err := r.fsm.ScanPage(start, keys.PrefixEnd(prefix), pg.limit, pg.maxBytes)
+	kvs, more, err := r.FSM().ScanPage(start, keys.PrefixEnd(prefix), pg.limit, pg.maxBytes)
 	if err != nil {
-		return nil, s.statusErr(r.id, err)
+		return nil, s.statusErr(r.ID(), err)
 	}
 	resp := &rpc.ScanResponse{}
 	for _, kv := range kvs {
 		_, k, err := keys.DecodeKV(kv.Key)
 		if err != nil {
-			return nil, s.statusErr(r.id, err)
+			return nil, s.statusErr(r.ID(), err)
 		}
 		item := &rpc.KeyValue{Key: k, Value: kv.Value}
 		if !pg.take(kv.Key, item) {
@@ -169,13 +153,11 @@ func (s *server) Scan(ctx context.Context, req *rpc.ScanRequest) (*rpc.ScanRespo
 
 func (s *server) ClusterMap(ctx context.Context, _ *rpc.ClusterMapRequest) (*rpc.ClusterMapResponse, error) {
 	n := s.node
-	n.mu.RLock()
-	st, smap := n.mu.state, n.mu.smap
-	n.mu.RUnlock()
+	st, smap := n.LocalState()
 	if st == nil {
-		return nil, s.statusErr(0, errNotBootstrapped)
+		return nil, s.statusErr(0, cluster.ErrNotBootstrapped)
 	}
-	resp := &rpc.ClusterMapResponse{MapVersion: smap.Version, NumShards: uint32(smap.NumShards), NodeId: n.cfg.ID}
+	resp := &rpc.ClusterMapResponse{MapVersion: smap.Version, NumShards: uint32(smap.NumShards), NodeId: s.cfg.ID}
 	resp.Slots = make([]uint32, shard.NumSlots)
 	for i, id := range smap.Slots {
 		resp.Slots[i] = uint32(id)
@@ -183,8 +165,8 @@ func (s *server) ClusterMap(ctx context.Context, _ *rpc.ClusterMapRequest) (*rpc
 	seen := map[string]bool{}
 	for _, p := range st.Shards {
 		si := &rpc.ShardInfo{Id: uint32(p.Shard), Replicas: p.Voters}
-		if r := n.localReplica(p.Shard); r != nil {
-			si.LeaderId = r.leader()
+		if r := n.LocalReplica(p.Shard); r != nil {
+			si.LeaderId = r.Leader()
 		}
 		resp.Shards = append(resp.Shards, si)
 		for _, v := range p.Voters {
@@ -192,7 +174,7 @@ func (s *server) ClusterMap(ctx context.Context, _ *rpc.ClusterMapRequest) (*rpc
 				continue
 			}
 			seen[v] = true
-			if a, ok := n.nodeAddrs(v); ok {
+			if a, ok := n.NodeAddrs(v); ok {
 				resp.Nodes = append(resp.Nodes, &rpc.NodeInfo{Id: a.ID, GrpcAddr: a.GRPCAddr, RaftAddr: a.RaftAddr, HttpAddr: a.HTTPAddr})
 			}
 		}

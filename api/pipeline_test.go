@@ -1,4 +1,4 @@
-package cluster
+package api
 
 import (
 	"context"
@@ -106,7 +106,7 @@ func newPipeRig(t *testing.T, withPipeline bool) *pipeRig {
 			r.mu.Unlock()
 			return h(ctx, req)
 		}
-		r.pipe = newPipelineServer(chainUnary(count), 16, pipelineService{&rpc.KV_ServiceDesc, r.kv})
+		r.pipe = newPipelineServer(count, 16, pipelineService{&rpc.KV_ServiceDesc, r.kv})
 		rpc.RegisterPipelineServer(s, r.pipe)
 		t.Cleanup(r.pipe.close) // after s.Stop: joins the pipeline's goroutines
 	}

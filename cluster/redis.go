@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/hashicorp/raft"
@@ -10,47 +9,7 @@ import (
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/resp"
-	"github.com/swarmkv/swarmkv/rpc"
-	"github.com/swarmkv/swarmkv/shard"
 )
-
-// redisServer implements the internal Redis gRPC service (rpc/redis.proto)
-// on the shard leader: it checks the commands (Redis's error replies for
-// bad ones, nothing proposed), checks that every key routes to the
-// request's shard, then runs the request on the local replica. A node
-// that does not lead the shard answers NotLeader, so callers (the RESP
-// fronts of other nodes, the Go client) follow the hint.
-type redisServer struct {
-	rpc.UnimplementedRedisServer
-	*server
-}
-
-var _ rpc.RedisServer = (*redisServer)(nil)
-
-func (s *redisServer) Exec(ctx context.Context, p *rpc.RedisExecRequest) (*rpc.RedisExecResponse, error) {
-	req := RedisRequest{Shard: shard.ID(p.GetShard()), Multi: p.GetMulti()}
-	for _, a := range p.GetCmds() {
-		req.Cmds = append(req.Cmds, a.GetArgs())
-	}
-	for _, w := range p.GetWatches() {
-		req.Watches = append(req.Watches, fsm.RedisWatch{Key: w.GetKey(), Version: w.GetVersion()})
-	}
-	if v := s.node.checkRedisReq(&req); v != nil {
-		return &rpc.RedisExecResponse{Reply: rpc.ReplyToProto(*v)}, nil
-	}
-	r := s.node.localReplica(req.Shard)
-	if r == nil {
-		return nil, s.notLeader(req.Shard)
-	}
-	v, index, err := s.node.redisLocal(ctx, r, &req)
-	if errors.Is(err, fsm.ErrInvalidCommand) {
-		v, err = resp.Error("ERR "+err.Error()), nil
-	}
-	if err != nil {
-		return nil, s.statusErr(req.Shard, err)
-	}
-	return &rpc.RedisExecResponse{Reply: rpc.ReplyToProto(v), Index: index}, nil
-}
 
 // checkRedisReq validates a request as the state machine will (so a bad
 // one costs no Raft round) and checks that its keys route to its shard
@@ -114,7 +73,7 @@ func (n *Node) checkRedisReq(req *RedisRequest) *resp.Value {
 // shard: a block or a write is proposed (one log entry), a single read is
 // answered from the state machine after the read barrier. index is the
 // entry's log index (0 for reads).
-func (n *Node) redisLocal(ctx context.Context, r *replica, req *RedisRequest) (resp.Value, uint64, error) {
+func (n *Node) redisLocal(ctx context.Context, r *Replica, req *RedisRequest) (resp.Value, uint64, error) {
 	if req.Multi || fsm.LookupRedis(req.Cmds[0][0]).Write {
 		op := fsm.OpRedis
 		if req.Multi {
@@ -134,4 +93,4 @@ func (n *Node) redisLocal(ctx context.Context, r *replica, req *RedisRequest) (r
 }
 
 // isLeader reports whether r is its shard's leader right now.
-func (r *replica) isLeader() bool { return r.raft.State() == raft.Leader }
+func (r *Replica) isLeader() bool { return r.raft.State() == raft.Leader }

@@ -1,4 +1,4 @@
-package cluster
+package api
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/rpc"
 )
 
@@ -163,19 +164,6 @@ func (p *pipelineServer) close() { p.workers.close() }
 func (p *pipelineServer) count(direction string, items int) {
 	if p.counted != nil {
 		p.counted(direction, items)
-	}
-}
-
-// chainUnary runs interceptors in order around handler, as
-// grpc.ChainUnaryInterceptor does for the server's own unary calls.
-func chainUnary(ics ...grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		h := handler
-		for i := len(ics) - 1; i >= 0; i-- {
-			ic, next := ics[i], h
-			h = func(ctx context.Context, req any) (any, error) { return ic(ctx, req, info, next) }
-		}
-		return h(ctx, req)
 	}
 }
 
@@ -337,9 +325,9 @@ func (p *pipelineServer) call(ctx context.Context, call *rpc.PipelineCall) (any,
 // authStream refuses to open a stream (the Pipeline) without valid
 // credentials when authentication is on. Every pipelined call is
 // authorized on its own as well, by authUnary.
-func (n *Node) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+func authStream(n *cluster.Node, srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if n.AuthOn() {
-		if id, msg := n.identifyGRPC(ss.Context(), info.FullMethod); id == nil {
+		if id, msg := n.IdentifyGRPC(ss.Context(), info.FullMethod); id == nil {
 			n.Audit("grpc", nil, info.FullMethod, false, msg)
 			return status.Error(codes.PermissionDenied, msg)
 		}

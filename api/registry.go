@@ -1,4 +1,4 @@
-package cluster
+package api
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
@@ -30,17 +31,15 @@ func nowMs() int64 { return time.Now().UnixMilli() }
 
 // shardReplica returns the local replica of shard id for a request that
 // addresses a shard directly (fan-out).
-func (s *server) shardReplica(id uint32) (shard.ID, *replica, error) {
-	s.node.mu.RLock()
-	smap := s.node.mu.smap
-	s.node.mu.RUnlock()
+func (s *server) shardReplica(id uint32) (shard.ID, *cluster.Replica, error) {
+	smap := s.node.ShardMap()
 	if smap == nil {
-		return 0, nil, s.statusErr(0, errNotBootstrapped)
+		return 0, nil, s.statusErr(0, cluster.ErrNotBootstrapped)
 	}
 	if int(id) >= smap.NumShards {
 		return 0, nil, s.statusErr(0, invalid("shard %d: the cluster has %d shards", id, smap.NumShards))
 	}
-	r := s.node.localReplica(shard.ID(id))
+	r := s.node.LocalReplica(shard.ID(id))
 	if r == nil {
 		return shard.ID(id), nil, s.notLeader(shard.ID(id))
 	}
@@ -49,7 +48,7 @@ func (s *server) shardReplica(id uint32) (shard.ID, *replica, error) {
 
 // target resolves a Target: a shard, or the shard of a user id of
 // idLen bytes.
-func (s *server) target(t *rpc.Target, idLen int) (shard.ID, *replica, error) {
+func (s *server) target(t *rpc.Target, idLen int) (shard.ID, *cluster.Replica, error) {
 	if t.GetHasShard() {
 		if len(t.GetUserId()) > 0 {
 			return 0, nil, s.statusErr(0, invalid("target names both a shard and a user id"))
@@ -63,7 +62,7 @@ func (s *server) target(t *rpc.Target, idLen int) (shard.ID, *replica, error) {
 }
 
 // readTarget resolves t and passes the read barrier.
-func (s *server) readTarget(ctx context.Context, t *rpc.Target, idLen int, c rpc.Consistency) (*replica, error) {
+func (s *server) readTarget(ctx context.Context, t *rpc.Target, idLen int, c rpc.Consistency) (*cluster.Replica, error) {
 	id, r, err := s.target(t, idLen)
 	if err != nil {
 		return nil, err
@@ -74,7 +73,7 @@ func (s *server) readTarget(ctx context.Context, t *rpc.Target, idLen int, c rpc
 // userRead parses the user (or account) id b with parse (InvalidArgument
 // when malformed), routes by it and passes the read barrier for c. It
 // routes by b itself: parse accepts only the id's exact bytes.
-func userRead[ID any](ctx context.Context, s *server, b []byte, parse func([]byte) (ID, error), c rpc.Consistency) (ID, *replica, error) {
+func userRead[ID any](ctx context.Context, s *server, b []byte, parse func([]byte) (ID, error), c rpc.Consistency) (ID, *cluster.Replica, error) {
 	user, err := parse(b)
 	if err != nil {
 		return user, nil, s.statusErr(0, badInput(err))
@@ -88,12 +87,12 @@ func userRead[ID any](ctx context.Context, s *server, b []byte, parse func([]byt
 
 // readAt passes the read barrier of replica r of shard id when c asks for
 // a linearizable read.
-func (s *server) readAt(ctx context.Context, id shard.ID, r *replica, c rpc.Consistency) error {
+func (s *server) readAt(ctx context.Context, id shard.ID, r *cluster.Replica, c rpc.Consistency) error {
 	if err := validateConsistency(c); err != nil {
 		return s.statusErr(id, err)
 	}
 	if c == rpc.Consistency_CONSISTENCY_LINEARIZABLE {
-		if err := r.readBarrier(ctx); err != nil {
+		if err := r.ReadBarrier(ctx); err != nil {
 			return s.statusErr(id, err)
 		}
 	}
@@ -102,13 +101,13 @@ func (s *server) readAt(ctx context.Context, id shard.ID, r *replica, c rpc.Cons
 
 // proposeTo validates cmd at the edge (so bad input costs no Raft round)
 // and proposes it to replica r of shard id.
-func (s *server) proposeTo(ctx context.Context, id shard.ID, r *replica, cmd *fsm.Command) (*fsm.Result, error) {
+func (s *server) proposeTo(ctx context.Context, id shard.ID, r *cluster.Replica, cmd *fsm.Command) (*fsm.Result, error) {
 	start := time.Now()
-	res, err := r.propose(ctx, cmd)
+	res, err := r.Propose(ctx, cmd)
 	if err != nil {
 		return nil, s.statusErr(id, err)
 	}
-	s.node.metrics.observeApply(uint32(id), time.Since(start))
+	s.node.ObserveApply(id, time.Since(start))
 	return res, nil
 }
 
@@ -123,16 +122,16 @@ func (s *server) proposeRouted(ctx context.Context, rk []byte, cmd *fsm.Command)
 
 // getRecord reads key from r and decodes it into rec; codes.NotFound when
 // absent.
-func getRecord[R records.Record](s *server, r *replica, key []byte, rec R) error {
-	b, err := r.fsm.Get(key)
+func getRecord[R records.Record](s *server, r *cluster.Replica, key []byte, rec R) error {
+	b, err := r.FSM().Get(key)
 	if errors.Is(err, fsm.ErrNotFound) {
 		return status.Error(codes.NotFound, "not found")
 	}
 	if err != nil {
-		return s.statusErr(r.id, err)
+		return s.statusErr(r.ID(), err)
 	}
 	if err := records.Decode(b, rec); err != nil {
-		return s.statusErr(r.id, fmt.Errorf("stored record %x: %w", key, err))
+		return s.statusErr(r.ID(), fmt.Errorf("stored record %x: %w", key, err))
 	}
 	return nil
 }
@@ -181,7 +180,7 @@ func ownedBy(t *rpc.Target, user []byte) bool {
 	return t.GetHasShard() || string(t.GetUserId()) == string(user)
 }
 
-func badInput(err error) error { return fmt.Errorf("%w: %v", ErrInvalidArgument, err) }
+func badInput(err error) error { return fmt.Errorf("%w: %v", cluster.ErrInvalidArgument, err) }
 
 func (s *registryServer) PutAgent(ctx context.Context, req *rpc.PutAgentRequest) (*rpc.PutAgentResponse, error) {
 	return putRecord[rpc.PutAgentResponse](ctx, s.server, req.GetAgent(), rpc.AgentFromProto,
@@ -192,16 +191,16 @@ func (s *registryServer) PutAgent(ctx context.Context, req *rpc.PutAgentRequest)
 
 // agentOwner resolves the user of an agent: from the request when routed,
 // else from the shard's agent_owners index.
-func (s *server) agentOwner(r *replica, t *rpc.Target, agent keys.AgentID) (keys.UserID, error) {
+func (s *server) agentOwner(r *cluster.Replica, t *rpc.Target, agent keys.AgentID) (keys.UserID, error) {
 	if !t.GetHasShard() {
 		return rpc.UserIDFromBytes(t.GetUserId())
 	}
-	b, err := r.fsm.Get(keys.AgentOwner(agent))
+	b, err := r.FSM().Get(keys.AgentOwner(agent))
 	if errors.Is(err, fsm.ErrNotFound) {
 		return keys.UserID{}, status.Error(codes.NotFound, "agent not found")
 	}
 	if err != nil {
-		return keys.UserID{}, s.statusErr(r.id, err)
+		return keys.UserID{}, s.statusErr(r.ID(), err)
 	}
 	return rpc.UserIDFromBytes(b)
 }
@@ -264,7 +263,7 @@ func (s *registryServer) ListAgentsByUser(ctx context.Context, req *rpc.ListAgen
 	for _, kv := range kvs {
 		var a records.AgentRecord
 		if err := records.Decode(kv.Value, &a); err != nil {
-			return nil, s.statusErr(r.id, err)
+			return nil, s.statusErr(r.ID(), err)
 		}
 		p := rpc.AgentToProto(&a)
 		if !pg.take(kv.Key, p) {
@@ -282,9 +281,9 @@ func (s *registryServer) CountAgentsByUser(ctx context.Context, req *rpc.UserRef
 		return nil, err
 	}
 	prefix := keys.AgentPrefix(user)
-	n, err := r.fsm.Count(prefix, keys.PrefixEnd(prefix))
+	n, err := r.FSM().Count(prefix, keys.PrefixEnd(prefix))
 	if err != nil {
-		return nil, s.statusErr(r.id, err)
+		return nil, s.statusErr(r.ID(), err)
 	}
 	return &rpc.CountResponse{Count: uint32(n)}, nil
 }
@@ -347,7 +346,7 @@ func (s *registryServer) ListShardAgents(ctx context.Context, req *rpc.ShardAgen
 			if err != nil {
 				return nil, s.statusErr(id, err)
 			}
-			if b, err = r.fsm.Get(keys.Agent(user, agent)); err != nil {
+			if b, err = r.FSM().Get(keys.Agent(user, agent)); err != nil {
 				return nil, s.statusErr(id, fmt.Errorf("status index entry without its agent: %w", err))
 			}
 		}
@@ -437,11 +436,11 @@ func (s *registryServer) ListSessionsByAgent(ctx context.Context, req *rpc.ListS
 	for _, kv := range kvs {
 		_, sid, err := keys.DecodeSessionByAgent(kv.Key)
 		if err != nil {
-			return nil, s.statusErr(r.id, err)
+			return nil, s.statusErr(r.ID(), err)
 		}
 		var sess records.SessionRecord
 		if err := getRecord(s.server, r, keys.Session(sid), &sess); err != nil {
-			return nil, s.statusErr(r.id, fmt.Errorf("session index entry without its session: %w", err))
+			return nil, s.statusErr(r.ID(), fmt.Errorf("session index entry without its session: %w", err))
 		}
 		if !ownedBy(req.GetTarget(), sess.UserID[:]) {
 			pg.skip(kv.Key)

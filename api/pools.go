@@ -1,31 +1,23 @@
-package cluster
+package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"slices"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/fsm"
-	"github.com/swarmkv/swarmkv/internal/retry"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
 	"github.com/swarmkv/swarmkv/rpc"
 )
 
-// PoolsRoutingKey is the namespace key every pool-catalogue entity (pools,
-// bots, the by-pool index, runners, guild settings) routes by, so they all
-// live in one shard and each cross-entity rule is one atomic state machine
-// command. See docs/architecture.md, "Agent pools (seed 004)".
-const PoolsRoutingKey = "pools"
-
-var poolsRoutingKey = []byte(PoolsRoutingKey)
+var poolsRoutingKey = []byte(cluster.PoolsRoutingKey)
 
 // maxTokenLen is the longest plaintext bot token: its sealed form (plus the
 // 16-byte GCM tag) must fit records.MaxTokenCiphertextLen.
@@ -35,10 +27,6 @@ const maxTokenLen = records.MaxTokenCiphertextLen - 16
 // client_id) to a guild: the bot and applications.commands scopes, no
 // permissions requested (the guild's admins grant roles afterwards).
 const inviteURLFormat = "https://discord.com/oauth2/authorize?client_id=%s&scope=bot%%20applications.commands&permissions=0"
-
-// errNoTokenKeys: the node has no Config.TokenKeys, so it can neither seal
-// nor open bot tokens. Answered with codes.FailedPrecondition.
-var errNoTokenKeys = errors.New("cluster: no token key ring configured")
 
 // poolsServer implements the Pools gRPC service (seed 004) on a Node. Every
 // call routes by PoolsRoutingKey. Rules that cross entities are checked in
@@ -140,7 +128,7 @@ func botFromRequest(actor string, p *rpc.Bot, now int64, tokenRequired bool, def
 		return nil, invalid("token is %d bytes, limit %d", len(token), maxTokenLen)
 	}
 	if seal == nil {
-		return nil, errNoTokenKeys
+		return nil, cluster.ErrNoTokenKeys
 	}
 	if b.Token, err = seal(b.AgentID, token); err != nil {
 		return nil, err
@@ -236,41 +224,41 @@ func permissionDenied(format string, a ...any) error {
 }
 
 // poolsReplica routes to the pools shard's local replica.
-func (s *poolsServer) poolsReplica() (*replica, error) {
+func (s *poolsServer) poolsReplica() (*cluster.Replica, error) {
 	_, r, err := s.route(poolsRoutingKey)
 	return r, err
 }
 
 // read routes to the pools shard and passes the read barrier for c.
-func (s *poolsServer) read(ctx context.Context, c rpc.Consistency) (*replica, error) {
+func (s *poolsServer) read(ctx context.Context, c rpc.Consistency) (*cluster.Replica, error) {
 	r, err := s.poolsReplica()
 	if err != nil {
 		return nil, err
 	}
-	return r, s.readAt(ctx, r.id, r, c)
+	return r, s.readAt(ctx, r.ID(), r, c)
 }
 
 // propose proposes cmd to the pools shard and returns the replica it went
 // to, for reading the result back.
-func (s *poolsServer) propose(ctx context.Context, cmd *fsm.Command) (*fsm.Result, *replica, error) {
+func (s *poolsServer) propose(ctx context.Context, cmd *fsm.Command) (*fsm.Result, *cluster.Replica, error) {
 	r, err := s.poolsReplica()
 	if err != nil {
 		return nil, nil, err
 	}
-	res, err := s.proposeTo(ctx, r.id, r, cmd)
+	res, err := s.proposeTo(ctx, r.ID(), r, cmd)
 	return res, r, err
 }
 
 // seal returns the node's token sealer, nil without a key ring.
 func (s *poolsServer) seal() sealFunc {
-	if ring := s.node.cfg.TokenKeys; ring != nil {
+	if ring := s.cfg.TokenKeys; ring != nil {
 		return ring.Encrypt
 	}
 	return nil
 }
 
 // getPool reads pool id from r; NotFound when absent.
-func (s *poolsServer) getPool(r *replica, id string) (*records.Pool, error) {
+func (s *poolsServer) getPool(r *cluster.Replica, id string) (*records.Pool, error) {
 	var p records.Pool
 	if err := getRecord(s.server, r, keys.Pool(id), &p); err != nil {
 		if status.Code(err) == codes.NotFound {
@@ -282,7 +270,7 @@ func (s *poolsServer) getPool(r *replica, id string) (*records.Pool, error) {
 }
 
 // visiblePool reads pool id and checks actor may see it.
-func (s *poolsServer) visiblePool(r *replica, actor, id string) (*records.Pool, error) {
+func (s *poolsServer) visiblePool(r *cluster.Replica, actor, id string) (*records.Pool, error) {
 	p, err := s.getPool(r, id)
 	if err != nil {
 		return nil, err
@@ -294,7 +282,7 @@ func (s *poolsServer) visiblePool(r *replica, actor, id string) (*records.Pool, 
 }
 
 // getBot reads bot agentID from r; NotFound when absent.
-func (s *poolsServer) getBot(r *replica, agentID string) (*records.Bot, error) {
+func (s *poolsServer) getBot(r *cluster.Replica, agentID string) (*records.Bot, error) {
 	var b records.Bot
 	if err := getRecord(s.server, r, keys.Bot(agentID), &b); err != nil {
 		if status.Code(err) == codes.NotFound {
@@ -306,11 +294,11 @@ func (s *poolsServer) getBot(r *replica, agentID string) (*records.Bot, error) {
 }
 
 // poolBots returns the bots of pool id, in agent id order.
-func (s *poolsServer) poolBots(r *replica, id string) ([]*records.Bot, error) {
+func (s *poolsServer) poolBots(r *cluster.Replica, id string) ([]*records.Bot, error) {
 	prefix := keys.BotsByPoolPrefix(id)
-	kvs, err := r.fsm.Scan(prefix, keys.PrefixEnd(prefix), 0)
+	kvs, err := r.FSM().Scan(prefix, keys.PrefixEnd(prefix), 0)
 	if err != nil {
-		return nil, s.statusErr(r.id, err)
+		return nil, s.statusErr(r.ID(), err)
 	}
 	out := make([]*records.Bot, 0, len(kvs))
 	for _, kv := range kvs {
@@ -324,14 +312,14 @@ func (s *poolsServer) poolBots(r *replica, id string) ([]*records.Bot, error) {
 }
 
 // indexedBot reads the bot of a bots_by_pool index key.
-func (s *poolsServer) indexedBot(r *replica, indexKey []byte) (*records.Bot, error) {
+func (s *poolsServer) indexedBot(r *cluster.Replica, indexKey []byte) (*records.Bot, error) {
 	_, agentID, err := keys.DecodeBotByPool(indexKey)
 	if err != nil {
-		return nil, s.statusErr(r.id, err)
+		return nil, s.statusErr(r.ID(), err)
 	}
 	var b records.Bot
 	if err := getRecord(s.server, r, keys.Bot(agentID), &b); err != nil {
-		return nil, s.statusErr(r.id, fmt.Errorf("bots_by_pool entry without its bot %s: %w", agentID, err))
+		return nil, s.statusErr(r.ID(), fmt.Errorf("bots_by_pool entry without its bot %s: %w", agentID, err))
 	}
 	return &b, nil
 }
@@ -349,7 +337,7 @@ func (s *poolsServer) CreatePool(ctx context.Context, req *rpc.CreatePoolRequest
 
 // poolRead validates a pool reference and reads the pool, after the read
 // barrier, if actor may see it (visiblePool).
-func (s *poolsServer) poolRead(ctx context.Context, actor, poolID string, c rpc.Consistency) (*replica, *records.Pool, error) {
+func (s *poolsServer) poolRead(ctx context.Context, actor, poolID string, c rpc.Consistency) (*cluster.Replica, *records.Pool, error) {
 	if err := checkRef(actor, "pool_id", poolID, keys.MaxPoolIDLen); err != nil {
 		return nil, nil, s.statusErr(0, err)
 	}
@@ -413,7 +401,7 @@ func (s *poolsServer) ListPools(ctx context.Context, req *rpc.ListPoolsRequest) 
 	for _, kv := range kvs {
 		var p records.Pool
 		if err := records.Decode(kv.Value, &p); err != nil {
-			return nil, s.statusErr(r.id, fmt.Errorf("stored pool %x: %w", kv.Key, err))
+			return nil, s.statusErr(r.ID(), fmt.Errorf("stored pool %x: %w", kv.Key, err))
 		}
 		if !p.UsableBy(req.GetActor()) {
 			pg.skip(kv.Key)
@@ -475,7 +463,7 @@ func (s *poolsServer) UpdateBot(ctx context.Context, req *rpc.UpdateBotRequest) 
 }
 
 // botRead validates a BotRef and reads the bot after the read barrier.
-func (s *poolsServer) botRead(ctx context.Context, req *rpc.BotRef) (*replica, *records.Bot, error) {
+func (s *poolsServer) botRead(ctx context.Context, req *rpc.BotRef) (*cluster.Replica, *records.Bot, error) {
 	if err := checkRef(req.GetActor(), "agent_id", req.GetAgentId(), keys.MaxStringIDLen); err != nil {
 		return nil, nil, s.statusErr(0, err)
 	}
@@ -489,7 +477,7 @@ func (s *poolsServer) botRead(ctx context.Context, req *rpc.BotRef) (*replica, *
 
 // botPool reads the pool of bot b; nil if it is missing (a stored bot
 // always has its pool; a missing one grants nothing).
-func (s *poolsServer) botPool(r *replica, b *records.Bot) (*records.Pool, error) {
+func (s *poolsServer) botPool(r *cluster.Replica, b *records.Bot) (*records.Pool, error) {
 	p, err := s.getPool(r, b.PoolID)
 	if status.Code(err) == codes.NotFound {
 		return nil, nil
@@ -584,13 +572,13 @@ func (s *poolsServer) GetBotToken(ctx context.Context, req *rpc.BotRef) (*rpc.Ge
 	if b.Token.IsZero() {
 		return nil, status.Errorf(codes.FailedPrecondition, "bot %s has no stored token", b.AgentID)
 	}
-	ring := s.node.cfg.TokenKeys
+	ring := s.cfg.TokenKeys
 	if ring == nil {
-		return nil, s.statusErr(r.id, errNoTokenKeys)
+		return nil, s.statusErr(r.ID(), cluster.ErrNoTokenKeys)
 	}
 	token, err := ring.Decrypt(b.AgentID, b.Token)
 	if err != nil {
-		return nil, s.statusErr(r.id, err)
+		return nil, s.statusErr(r.ID(), err)
 	}
 	return &rpc.GetBotTokenResponse{Token: token}, nil
 }
@@ -623,7 +611,7 @@ func (s *poolsServer) ListRunners(ctx context.Context, req *rpc.ListRunnersReque
 	for _, kv := range kvs {
 		var rn records.Runner
 		if err := records.Decode(kv.Value, &rn); err != nil {
-			return nil, s.statusErr(r.id, fmt.Errorf("stored runner %x: %w", kv.Key, err))
+			return nil, s.statusErr(r.ID(), fmt.Errorf("stored runner %x: %w", kv.Key, err))
 		}
 		// Key order is runner id order, the order staleRunners sorts by.
 		if len(staleRunners([]*records.Runner{&rn}, now, req.GetStaleAfterMs())) == 0 {
@@ -641,7 +629,7 @@ func (s *poolsServer) ListRunners(ctx context.Context, req *rpc.ListRunnersReque
 }
 
 // guildPool returns the pool guild selected, "" if none.
-func (s *poolsServer) guildPool(r *replica, guild string) (string, error) {
+func (s *poolsServer) guildPool(r *cluster.Replica, guild string) (string, error) {
 	var g records.GuildSettings
 	err := getRecord(s.server, r, keys.GuildSettings(guild), &g)
 	if status.Code(err) == codes.NotFound {
@@ -710,56 +698,4 @@ func (s *poolsServer) PlanDeploy(ctx context.Context, req *rpc.PlanDeployRequest
 		return nil, err
 	}
 	return planDeploy(poolID, req.GetDesired(), req.GetPresentAgentIds(), bots), nil
-}
-
-// ensureDefaultPool is the pools shard's onReady hook: once this replica,
-// as a new leader, has applied its leadership no-op, it proposes
-// OpEnsureDefaultPool (create pool_goot27, public, owned by "system"; or
-// make it public) unless the local state, complete at that point, already
-// has it public. A failed proposal is retried with backoff while the
-// replica stays ready in the same term; a deterministic rejection by the
-// state machine is logged and not retried. It returns when the replica
-// closes.
-func ensureDefaultPool(r *replica) {
-	term := r.readyTerm.Load()
-	backoff := retry.Options{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.Backoff()
-	for term != 0 && r.readyTerm.Load() == term {
-		done, err := proposeDefaultPool(r)
-		if done {
-			return
-		}
-		wait := backoff.Next()
-		r.log.Warn("ensuring the default pool failed, retrying", "pool", records.DefaultPoolID, "err", err, "in", wait)
-		select {
-		case <-r.done:
-			return
-		case <-time.After(wait):
-		}
-	}
-}
-
-// proposeDefaultPool makes one attempt; done is false when it should be
-// retried.
-func proposeDefaultPool(r *replica) (done bool, err error) {
-	if b, err := r.fsm.Get(keys.Pool(records.DefaultPoolID)); err == nil {
-		var p records.Pool
-		if records.Decode(b, &p) == nil && p.Visibility == records.VisibilityPublic {
-			return true, nil
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	res, err := r.propose(ctx, &fsm.Command{Op: fsm.OpEnsureDefaultPool, Time: nowMs()})
-	switch {
-	case err == nil:
-	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrOutcomeUnknown), errors.Is(err, ErrClosed),
-		errors.Is(err, context.DeadlineExceeded):
-		return false, err // the proposal did not (or may not) apply: retry
-	default:
-		// A deterministic rejection by the state machine: retrying cannot help.
-		r.log.Error("state machine rejected ensuring the default pool", "pool", records.DefaultPoolID, "err", err)
-		return true, err
-	}
-	r.log.Info("default pool ensured", "pool", records.DefaultPoolID, "index", res.Index)
-	return true, nil
 }

@@ -1,0 +1,66 @@
+// Package api holds the client-facing gRPC services of a swarmkv node:
+// KV and Cluster (server.go), Registry, Billing, Pools, the internal Redis
+// service (redis_service.go) and the Pipeline that carries their unary
+// calls on one stream (pipeline.go); request validation (validate.go,
+// paging.go); and the auth interceptors (auth.go: the method -> permission
+// table, the actor binding of Pools calls). Errors become gRPC statuses
+// through the core's one table (cluster.StatusError).
+//
+// It owns no state: every handler routes through the narrow API of
+// cluster.Node and cluster.Replica (cluster/services.go). It may import
+// cluster, fsm, records, keys, shard, resp, rpc and auth; the
+// core never imports it (cluster's TestImportsOneWay). Package server
+// registers it on a node's gRPC server.
+//
+// Usage:
+//
+//	n, err := cluster.New(cfg, api.Services)
+package api
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+
+	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/rpc"
+)
+
+// Services returns node n's client-facing gRPC services and their auth
+// interceptors for cluster.New, which registers them before its gRPC
+// server serves and stops the Pipeline's streams (Stop) and joins its
+// goroutines (Close) when the node closes.
+func Services(n *cluster.Node) cluster.Services {
+	srv := &server{node: n, cfg: n.Config()}
+	registry, billing, pools, redis := &registryServer{server: srv}, &billingServer{server: srv}, &poolsServer{server: srv}, &redisServer{server: srv}
+	// The client library sends its calls as items of a Pipeline stream
+	// (rpc/pipeline.proto); they run through the same handlers and
+	// interceptors (given to Register). Admin and Cluster calls stay unary.
+	pipe := newPipelineServer(nil, int(srv.cfg.MaxConcurrentStreams),
+		pipelineService{&rpc.KV_ServiceDesc, srv},
+		pipelineService{&rpc.Registry_ServiceDesc, registry},
+		pipelineService{&rpc.Billing_ServiceDesc, billing},
+		pipelineService{&rpc.Pools_ServiceDesc, pools},
+		pipelineService{&rpc.Redis_ServiceDesc, redis})
+	pipe.counted = n.CountPipeline
+	return cluster.Services{
+		Unary: func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			return authUnary(n, ctx, req, info, handler)
+		},
+		Stream: func(s any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			return authStream(n, s, ss, info, handler)
+		},
+		Register: func(gs *grpc.Server, unary grpc.UnaryServerInterceptor) {
+			pipe.intercept = unary
+			rpc.RegisterKVServer(gs, srv)
+			rpc.RegisterClusterServer(gs, srv)
+			rpc.RegisterRegistryServer(gs, registry)
+			rpc.RegisterBillingServer(gs, billing)
+			rpc.RegisterPoolsServer(gs, pools)
+			rpc.RegisterRedisServer(gs, redis)
+			rpc.RegisterPipelineServer(gs, pipe)
+		},
+		Stop:  pipe.stop,  // pipeline streams end once their calls are answered
+		Close: pipe.close, // after the gRPC server stopped
+	}
+}

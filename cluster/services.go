@@ -1,0 +1,159 @@
+package cluster
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/resp"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// The API the gRPC services above the core use (package api): the hook
+// that registers them on the node's gRPC server, a routing key routed to
+// a local replica (or the leader hint to answer NotLeader with), a
+// command proposed to a replica, a read at a consistency level (the
+// replica's read barrier, then its state machine), the node's settings
+// (Config) and shard map (front.go), the callers' identities (auth.go)
+// and the Redis request checks (redis.go). These are concrete types and
+// methods: a KV Put or Get makes the same calls as when the services
+// lived in this package.
+
+// Services is what a package above the core adds to a node's gRPC server
+// (New's services argument; package api builds it). Unary and Stream run
+// after the core's interceptors (the server-side deadline, metrics);
+// Register registers the services before the server serves, given the
+// whole unary chain (for calls a service runs itself: the Pipeline);
+// Close stops the server's goroutines: Stop before the gRPC server
+// stops, Close after. Any field may be nil.
+type Services struct {
+	Unary    grpc.UnaryServerInterceptor
+	Stream   grpc.StreamServerInterceptor
+	Register func(s *grpc.Server, unary grpc.UnaryServerInterceptor)
+	Stop     func()
+	Close    func()
+}
+
+// refuseUnguarded and refuseUnguardedStream answer every call of a node
+// with auth on that was given no Services (no auth interceptors): fail
+// closed.
+func refuseUnguarded(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
+	return nil, status.Error(codes.PermissionDenied, "swarmkv: method not allowed")
+}
+
+func refuseUnguardedStream(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
+	return status.Error(codes.PermissionDenied, "swarmkv: method not allowed")
+}
+
+// chainUnary runs interceptors in order around handler, as
+// grpc.ChainUnaryInterceptor does for the server's own unary calls.
+func chainUnary(ics ...grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		h := handler
+		for i := len(ics) - 1; i >= 0; i-- {
+			ic, next := ics[i], h
+			h = func(ctx context.Context, req any) (any, error) { return ic(ctx, req, info, next) }
+		}
+		return h(ctx, req)
+	}
+}
+
+// Route resolves a routing key to its shard and this node's replica of
+// it: nil when the node holds none (the caller answers NotLeader with
+// LeaderHint), ErrNotBootstrapped before the cluster has a shard map.
+func (n *Node) Route(routingKey []byte) (shard.ID, *Replica, error) {
+	return n.replicaFor(routingKey)
+}
+
+// LocalReplica returns this node's replica of shard id, nil when it holds
+// none.
+func (n *Node) LocalReplica(id shard.ID) *Replica { return n.localReplica(id) }
+
+// LeaderHint is the leader id and gRPC address this node knows for shard
+// id ("" when unknown).
+func (n *Node) LeaderHint(id shard.ID) (leaderID, leaderAddr string) { return n.leaderHint(id) }
+
+// leaderHint is LeaderHint.
+func (n *Node) leaderHint(id shard.ID) (leaderID, leaderAddr string) {
+	if r := n.localReplica(id); r != nil {
+		leaderID = r.leader()
+		if a, ok := n.nodeAddrs(leaderID); ok {
+			leaderAddr = a.GRPCAddr
+		}
+	}
+	return leaderID, leaderAddr
+}
+
+func (n *Node) localReplica(id shard.ID) *Replica {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.mu.replicas[id]
+}
+
+// NodeAddrs returns the addresses of node id: gossip first (fresh), then
+// the cluster state.
+func (n *Node) NodeAddrs(id string) (NodeAddrs, bool) { return n.nodeAddrs(id) }
+
+// LocalState returns this node's copy of the cluster state (nil before
+// bootstrap) with the shard map derived from it; neither is ever changed
+// once published.
+func (n *Node) LocalState() (*State, *shard.Map) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.mu.state, n.mu.smap
+}
+
+// ObserveApply records the time a proposal to shard id took (the
+// swarmkv_apply_seconds metric).
+func (n *Node) ObserveApply(id shard.ID, d time.Duration) { n.metrics.observeApply(uint32(id), d) }
+
+// CountPipeline counts one Pipeline message in direction dir ("in",
+// "out") carrying items calls or results.
+func (n *Node) CountPipeline(dir string, items int) {
+	n.metrics.pipeMsgs.WithLabelValues(dir).Inc()
+	n.metrics.pipeItems.WithLabelValues(dir).Add(float64(items))
+}
+
+// CheckRedis validates a Redis request as the state machine will (so a bad
+// one costs no Raft round) and checks that its keys route to its shard
+// under this node's map. It returns the error reply, or nil.
+func (n *Node) CheckRedis(req *RedisRequest) *resp.Value { return n.checkRedisReq(req) }
+
+// RedisOn runs a request checked by CheckRedis on replica r, which must
+// lead its shard (see RedisLocal); index is the entry's log index (0 for
+// reads).
+func (n *Node) RedisOn(ctx context.Context, r *Replica, req *RedisRequest) (v resp.Value, index uint64, err error) {
+	return n.redisLocal(ctx, r, req)
+}
+
+// WithCaller returns ctx carrying the caller's identity, for the Admin
+// service's MetaState (it tells a non-member node less): the auth
+// interceptor sets it.
+func WithCaller(ctx context.Context, id *Identity) context.Context { return withCaller(ctx, id) }
+
+// ID is the shard r is a replica of.
+func (r *Replica) ID() shard.ID { return r.id }
+
+// FSM is r's state machine. Read it after ReadBarrier for a linearizable
+// read; without, the read is stale (what r has applied).
+func (r *Replica) FSM() *fsm.FSM { return r.fsm }
+
+// Leader is the id of the node r believes leads its shard ("" unknown).
+func (r *Replica) Leader() string { return r.leader() }
+
+// ReadBarrier returns once r, as its shard's leader, has confirmed its
+// leadership and applied every entry committed before the call (a
+// linearizable read may then read FSM); ErrNotLeader, ErrLeaderNotReady
+// or the context's error otherwise.
+func (r *Replica) ReadBarrier(ctx context.Context) error { return r.readBarrier(ctx) }
+
+// Propose proposes cmd to r's shard (r must lead it) and returns the
+// state machine's result once applied; ErrNotLeader, ErrOutcomeUnknown,
+// ErrClosed, the state machine's errors or the context's.
+func (r *Replica) Propose(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error) {
+	return r.propose(ctx, cmd)
+}

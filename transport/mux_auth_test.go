@@ -54,10 +54,18 @@ func TestMuxAuthHandshake(t *testing.T) {
 			if _, acceptErr = b.Read(hdr[:]); acceptErr == nil {
 				_, id, acceptErr = acc.acceptAuth(b, hdr)
 			}
-			b.Close() // the acceptor closes a refused connection
+			if acceptErr != nil {
+				b.Close() // the acceptor closes a refused connection
+			}
+			// An accepted one stays open: closing it here would race the
+			// dialer's last SetDeadline, which net.Pipe fails on a closed
+			// pipe (TCP does not).
 		}()
 		ctx := ctxT(t, 5*time.Second)
 		dialErr = d.dialAuth(ctx, a, 42)
+		if dialErr != nil {
+			a.Close() // the dialer closes a refused connection
+		}
 		<-done
 		return dialErr, acceptErr, id
 	}

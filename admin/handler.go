@@ -57,7 +57,7 @@ func Handler(n *cluster.Node) http.Handler {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	if f := n.Config().Faults; f != nil {
+	if f := n.Config().Testing.Faults; f != nil {
 		faultRoutes(n, f, mux)
 	}
 	return checkHost(n, Authorize(n, mux))

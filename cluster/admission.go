@@ -45,7 +45,7 @@ func (n *Node) proveNodeID(ctx context.Context, id, what, addr string) error {
 	}
 	dial := (&net.Dialer{}).DialContext
 	if what == "raft" {
-		dial = n.cfg.Dial // the Raft network (fault injection in tests)
+		dial = n.cfg.Testing.Dial // the Raft network (fault injection in tests)
 	}
 	raw, err := dial(ctx, "tcp", addr)
 	if err != nil {

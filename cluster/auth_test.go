@@ -47,7 +47,7 @@ func TestAuthTokensRolesAndRefusals(t *testing.T) {
 	tc := newTLSCluster(t, 3, ca, func(c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test_node", c.ID)
 		c.RedisAddr = freePort(t)
-		c.Faults = faultnet.NewLocal(1)
+		c.Testing.Faults = faultnet.NewLocal(1)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -179,10 +179,10 @@ func TestAuthTokensRolesAndRefusals(t *testing.T) {
 	if code, body, _ := ops.do("PUT", faultsURL, strings.NewReader(`{"drop_rate":2}`)); code != 400 || !strings.Contains(body, "drop_rate") {
 		t.Fatalf("PUT /debug/faults with a bad rate: %d %s", code, body)
 	}
-	if f := tc.nodes[2].cfg.Faults.Faults(); f.DropRate != 0.5 {
+	if f := tc.nodes[2].cfg.Testing.Faults.Faults(); f.DropRate != 0.5 {
 		t.Fatalf("a refused document changed the faults: %+v", f)
 	}
-	tc.nodes[2].cfg.Faults.Set(faultnet.Faults{})
+	tc.nodes[2].cfg.Testing.Faults.Set(faultnet.Faults{})
 	code, body, _ := ops.do("GET", "https://"+tc.nodes[1].Addrs().HTTPAddr+"/v1/tokens", nil)
 	if code != 200 || !strings.Contains(body, reader.ID) || strings.Contains(body, "hash") {
 		t.Fatalf("token list: %d %s", code, body)

@@ -239,18 +239,9 @@ type Config struct {
 	// configured"; everything else works.
 	TokenKeys *secrets.Ring
 
-	// Dial dials peers' Raft ports (tests inject faults here). Default
-	// net.Dialer.
-	Dial transport.DialFunc
-	// WrapRaftListener, if set, wraps the Raft listener (tests inject
-	// faults here).
-	WrapRaftListener func(net.Listener) net.Listener
-	// Faults, if set, injects the faults it holds into this node's Raft
-	// port connections (dialed and accepted; peers named by IP) and
-	// serves GET/PUT /debug/faults on the HTTP API to change them
-	// (swarmnode serve --fault-injection; for test clusters such as the
-	// docker-compose one, whose nodes run in separate processes).
-	Faults *faultnet.Local
+	// Testing holds the hooks of tests and fault injection; a production
+	// node leaves it zero (but for --fault-injection, which sets Faults).
+	Testing Testing
 	// GossipProfile selects memberlist's timing: "lan" (default) or
 	// "local" (fast, for loopback clusters and tests).
 	GossipProfile string
@@ -290,10 +281,26 @@ type Config struct {
 	// Logger receives structured logs; default slog.Default(). Records
 	// carry node (and shard) attributes.
 	Logger *slog.Logger
+}
 
-	// protocolVersion overrides the announced protocol version (tests of
+// Testing is the part of Config that tests (and fault-injection runs) set
+// and production leaves alone.
+type Testing struct {
+	// Dial dials peers' Raft ports (tests inject faults here). Default
+	// net.Dialer.
+	Dial transport.DialFunc
+	// WrapRaftListener, if set, wraps the Raft listener (tests inject
+	// faults here).
+	WrapRaftListener func(net.Listener) net.Listener
+	// Faults, if set, injects the faults it holds into this node's Raft
+	// port connections (dialed and accepted; peers named by IP) and
+	// serves GET/PUT /debug/faults on the HTTP API to change them
+	// (swarmnode serve --fault-injection; for test clusters such as the
+	// docker-compose one, whose nodes run in separate processes).
+	Faults *faultnet.Local
+	// ProtocolVersion overrides the announced protocol version (tests of
 	// the version check); 0 means ProtocolVersion.
-	protocolVersion int
+	ProtocolVersion int
 }
 
 // Config.LogStore values.
@@ -453,9 +460,9 @@ func (c Config) WithDefaults() Config {
 	if c.LogStore == "" {
 		c.LogStore = LogStorePebble
 	}
-	if c.Dial == nil {
+	if c.Testing.Dial == nil {
 		d := &net.Dialer{}
-		c.Dial = d.DialContext
+		c.Testing.Dial = d.DialContext
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -146,7 +146,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		{"max keys reply", c.MaxKeysReply, 100000},
 		{"block cache", c.BlockCacheSize, int64(64 << 20)},
 		{"memtable", c.MemTableSize, uint64(4 << 20)},
-		{"dial set", c.Dial != nil, true},
+		{"dial set", c.Testing.Dial != nil, true},
 		{"logger set", c.Logger != nil, true},
 	} {
 		if tc.got != tc.want {

@@ -99,9 +99,9 @@ func newTestCluster(t testing.TB, n, shards int, tweak func(*Config)) *testClust
 			LeaderLeaseTimeout: 100 * time.Millisecond,
 			GossipProfile:      "local",
 			Logger:             testLogger(t).With("test_node", name),
-			Dial:               tc.net.Dialer(name),
+			Testing:            Testing{Dial: tc.net.Dialer(name)},
 		}
-		cfg.WrapRaftListener = func(ln net.Listener) net.Listener { return tc.net.Listen(name, ln) }
+		cfg.Testing.WrapRaftListener = func(ln net.Listener) net.Listener { return tc.net.Listen(name, ln) }
 		if tweak != nil {
 			tweak(&cfg)
 		}

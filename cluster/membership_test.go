@@ -42,8 +42,8 @@ func (tc *testCluster) add(name string, tweak func(*Config)) int {
 	cfg.RaftAddr, cfg.GRPCAddr, cfg.GossipAddr = freePort(tc.t), freePort(tc.t), freePort(tc.t)
 	cfg.BootstrapExpect = 0
 	cfg.Logger = testLogger(tc.t).With("test_node", name)
-	cfg.Dial = tc.net.Dialer(name)
-	cfg.WrapRaftListener = func(ln net.Listener) net.Listener { return tc.net.Listen(name, ln) }
+	cfg.Testing.Dial = tc.net.Dialer(name)
+	cfg.Testing.WrapRaftListener = func(ln net.Listener) net.Listener { return tc.net.Listen(name, ln) }
 	cfg.Join = nil
 	for _, c := range tc.cfgs {
 		cfg.Join = append(cfg.Join, c.GossipAddr)
@@ -399,7 +399,7 @@ func TestRemovedNodeReturns(t *testing.T) {
 func TestVersionMismatchRefused(t *testing.T) {
 	tc := newTestCluster(t, 3, 2, fastMembership)
 	ctx := ctxT(t, 30*time.Second)
-	i := tc.add("n9", func(c *Config) { c.protocolVersion = ProtocolVersion + 1 })
+	i := tc.add("n9", func(c *Config) { c.Testing.ProtocolVersion = ProtocolVersion + 1 })
 	time.Sleep(time.Second) // gossip rounds (local profile)
 	if _, ok := tc.nodes[0].members.get("n9"); ok {
 		t.Fatalf("n9 with protocol version %d is in n1's gossip membership", ProtocolVersion+1)

@@ -105,14 +105,14 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Faults != nil {
-		cfg.Dial = cfg.Faults.Dialer(cfg.Dial)
-		wrap := cfg.WrapRaftListener
-		cfg.WrapRaftListener = func(ln net.Listener) net.Listener {
+	if cfg.Testing.Faults != nil {
+		cfg.Testing.Dial = cfg.Testing.Faults.Dialer(cfg.Testing.Dial)
+		wrap := cfg.Testing.WrapRaftListener
+		cfg.Testing.WrapRaftListener = func(ln net.Listener) net.Listener {
 			if wrap != nil {
 				ln = wrap(ln)
 			}
-			return cfg.Faults.Listen(ln)
+			return cfg.Testing.Faults.Listen(ln)
 		}
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), kick: make(chan struct{}, 1)}
@@ -157,13 +157,13 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: raft listen %s: %w", cfg.RaftAddr, err)
 	}
-	if cfg.WrapRaftListener != nil {
-		raftLn = cfg.WrapRaftListener(raftLn)
+	if cfg.Testing.WrapRaftListener != nil {
+		raftLn = cfg.Testing.WrapRaftListener(raftLn)
 	}
 	raftLn = n.limitRaftConns(raftLn) // limits.go
 	n.addrs.ID = cfg.ID
 	n.addrs.RaftAddr = advertised(cfg.RaftAdvertise, raftLn.Addr())
-	mcfg := transport.MuxConfig{Listener: raftLn, Advertise: n.addrs.RaftAddr, Dial: cfg.Dial,
+	mcfg := transport.MuxConfig{Listener: raftLn, Advertise: n.addrs.RaftAddr, Dial: cfg.Testing.Dial,
 		Logger: lograte.New(n.log, lograte.Every), HandshakeTimeout: cfg.RaftHandshakeTimeout,
 		LocalID: cfg.ID, Secret: n.secret, AllowPeer: n.raftPeerAllowed}
 	if n.tls != nil {
@@ -317,8 +317,8 @@ func (n *Node) localMeta() gossipMeta {
 // protocolVersion is the version this node speaks (ProtocolVersion but in
 // tests of the version check).
 func (n *Node) protocolVersion() int {
-	if n.cfg.protocolVersion != 0 {
-		return n.cfg.protocolVersion
+	if n.cfg.Testing.ProtocolVersion != 0 {
+		return n.cfg.Testing.ProtocolVersion
 	}
 	return ProtocolVersion
 }

@@ -138,9 +138,9 @@ func (d *InProc) newConfig(bootstrapExpect int) (cluster.Config, error) {
 		LeaderLeaseTimeout: 100 * time.Millisecond,
 		GossipProfile:      "local",
 		Logger:             d.logger.With("jepsen_node", name),
-		Dial:               d.fn.Dialer(name),
+		Testing:            cluster.Testing{Dial: d.fn.Dialer(name)},
 	}
-	c.WrapRaftListener = func(ln net.Listener) net.Listener { return d.fn.Listen(name, ln) }
+	c.Testing.WrapRaftListener = func(ln net.Listener) net.Listener { return d.fn.Listen(name, ln) }
 	d.mu.cfgs[name] = c
 	return c, nil
 }

@@ -159,7 +159,7 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error
 	cfg.MaxConcurrentStreams = uint32(o.maxStreams)
 	cfg.Logger = logger
 	if o.faults {
-		cfg.Faults = faultnet.NewLocal(time.Now().UnixNano())
+		cfg.Testing.Faults = faultnet.NewLocal(time.Now().UnixNano())
 		logger.Warn("fault injection on (--fault-injection): PUT /debug/faults can delay, drop and cut this node's Raft traffic; for test clusters only")
 	}
 	if cfg.TokenKeys, err = tokenKeys(o.keysFile); err != nil {

@@ -103,6 +103,29 @@ func (p *pager) next(more bool) []byte {
 	return p.last
 }
 
+// collect lists the stored items of a page: item turns one into its
+// listing item, or reports false when a filter leaves it out (the page
+// still counts it as examined). It stops where the page is full and
+// returns the items and the next page's cursor.
+func collect[T proto.Message](pg *pager, kvs []fsm.KV, more bool, item func(fsm.KV) (T, bool, error)) ([]T, []byte, error) {
+	var out []T
+	for _, kv := range kvs {
+		m, ok, err := item(kv)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !ok {
+			pg.skip(kv.Key)
+			continue
+		}
+		if !pg.take(kv.Key, m) {
+			break
+		}
+		out = append(out, m)
+	}
+	return out, pg.next(more), nil
+}
+
 // page reads one page of the listing under prefix from r, continuing after
 // cursor, asking for limit items: the pager to fill, the stored items, and
 // whether more follow them.

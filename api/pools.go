@@ -397,24 +397,20 @@ func (s *poolsServer) ListPools(ctx context.Context, req *rpc.ListPoolsRequest) 
 	if err != nil {
 		return nil, err
 	}
-	out := &rpc.PoolList{}
-	for _, kv := range kvs {
+	pools, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Pool, bool, error) {
 		var p records.Pool
 		if err := records.Decode(kv.Value, &p); err != nil {
-			return nil, s.statusErr(r.ID(), fmt.Errorf("stored pool %x: %w", kv.Key, err))
+			return nil, false, s.statusErr(r.ID(), fmt.Errorf("stored pool %x: %w", kv.Key, err))
 		}
 		if !p.UsableBy(req.GetActor()) {
-			pg.skip(kv.Key)
-			continue
+			return nil, false, nil
 		}
-		pp := rpc.PoolToProto(&p)
-		if !pg.take(kv.Key, pp) {
-			break
-		}
-		out.Pools = append(out.Pools, pp)
+		return rpc.PoolToProto(&p), true, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	out.NextCursor = pg.next(more)
-	return out, nil
+	return &rpc.PoolList{Pools: pools, NextCursor: next}, nil
 }
 
 func (s *poolsServer) RegisterBot(ctx context.Context, req *rpc.RegisterBotRequest) (*rpc.BotResponse, error) {
@@ -535,20 +531,17 @@ func (s *poolsServer) ListBots(ctx context.Context, req *rpc.ListBotsRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	out := &rpc.BotList{}
-	for _, kv := range kvs {
+	bots, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Bot, bool, error) {
 		b, err := s.indexedBot(r, kv.Key)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		bp := botForReader(b, p, req.GetActor())
-		if !pg.take(kv.Key, bp) {
-			break
-		}
-		out.Bots = append(out.Bots, bp)
+		return botForReader(b, p, req.GetActor()), true, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	out.NextCursor = pg.next(more)
-	return out, nil
+	return &rpc.BotList{Bots: bots, NextCursor: next}, nil
 }
 
 // GetBotToken is the one call that answers a token: decrypted with the
@@ -607,25 +600,21 @@ func (s *poolsServer) ListRunners(ctx context.Context, req *rpc.ListRunnersReque
 		return nil, err
 	}
 	now := nowMs()
-	out := &rpc.RunnerList{}
-	for _, kv := range kvs {
+	runners, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Runner, bool, error) {
 		var rn records.Runner
 		if err := records.Decode(kv.Value, &rn); err != nil {
-			return nil, s.statusErr(r.ID(), fmt.Errorf("stored runner %x: %w", kv.Key, err))
+			return nil, false, s.statusErr(r.ID(), fmt.Errorf("stored runner %x: %w", kv.Key, err))
 		}
 		// Key order is runner id order, the order staleRunners sorts by.
 		if len(staleRunners([]*records.Runner{&rn}, now, req.GetStaleAfterMs())) == 0 {
-			pg.skip(kv.Key)
-			continue
+			return nil, false, nil
 		}
-		rp := rpc.RunnerToProto(&rn)
-		if !pg.take(kv.Key, rp) {
-			break
-		}
-		out.Runners = append(out.Runners, rp)
+		return rpc.RunnerToProto(&rn), true, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	out.NextCursor = pg.next(more)
-	return out, nil
+	return &rpc.RunnerList{Runners: runners, NextCursor: next}, nil
 }
 
 // guildPool returns the pool guild selected, "" if none.

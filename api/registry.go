@@ -259,20 +259,17 @@ func (s *registryServer) ListAgentsByUser(ctx context.Context, req *rpc.ListAgen
 	if err != nil {
 		return nil, err
 	}
-	out := &rpc.AgentList{}
-	for _, kv := range kvs {
+	agents, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Agent, bool, error) {
 		var a records.AgentRecord
 		if err := records.Decode(kv.Value, &a); err != nil {
-			return nil, s.statusErr(r.ID(), err)
+			return nil, false, s.statusErr(r.ID(), err)
 		}
-		p := rpc.AgentToProto(&a)
-		if !pg.take(kv.Key, p) {
-			break
-		}
-		out.Agents = append(out.Agents, p)
+		return rpc.AgentToProto(&a), true, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	out.NextCursor = pg.next(more)
-	return out, nil
+	return &rpc.AgentList{Agents: agents, NextCursor: next}, nil
 }
 
 func (s *registryServer) CountAgentsByUser(ctx context.Context, req *rpc.UserRef) (*rpc.CountResponse, error) {
@@ -337,30 +334,27 @@ func (s *registryServer) ListShardAgents(ctx context.Context, req *rpc.ShardAgen
 	if err != nil {
 		return nil, err
 	}
-	out := &rpc.AgentList{}
-	for _, kv := range kvs {
-		var a records.AgentRecord
+	agents, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Agent, bool, error) {
 		b := kv.Value
 		if req.GetByStatus() {
 			_, user, agent, err := keys.DecodeAgentByStatus(kv.Key)
 			if err != nil {
-				return nil, s.statusErr(id, err)
+				return nil, false, s.statusErr(id, err)
 			}
 			if b, err = r.FSM().Get(keys.Agent(user, agent)); err != nil {
-				return nil, s.statusErr(id, fmt.Errorf("status index entry without its agent: %w", err))
+				return nil, false, s.statusErr(id, fmt.Errorf("status index entry without its agent: %w", err))
 			}
 		}
+		var a records.AgentRecord
 		if err := records.Decode(b, &a); err != nil {
-			return nil, s.statusErr(id, err)
+			return nil, false, s.statusErr(id, err)
 		}
-		p := rpc.AgentToProto(&a)
-		if !pg.take(kv.Key, p) {
-			break
-		}
-		out.Agents = append(out.Agents, p)
+		return rpc.AgentToProto(&a), true, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	out.NextCursor = pg.next(more)
-	return out, nil
+	return &rpc.AgentList{Agents: agents, NextCursor: next}, nil
 }
 
 func (s *registryServer) PutSession(ctx context.Context, req *rpc.PutSessionRequest) (*rpc.PutSessionResponse, error) {
@@ -432,28 +426,24 @@ func (s *registryServer) ListSessionsByAgent(ctx context.Context, req *rpc.ListS
 	if err != nil {
 		return nil, err
 	}
-	out := &rpc.SessionList{}
-	for _, kv := range kvs {
+	sessions, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Session, bool, error) {
 		_, sid, err := keys.DecodeSessionByAgent(kv.Key)
 		if err != nil {
-			return nil, s.statusErr(r.ID(), err)
+			return nil, false, s.statusErr(r.ID(), err)
 		}
 		var sess records.SessionRecord
 		if err := getRecord(s.server, r, keys.Session(sid), &sess); err != nil {
-			return nil, s.statusErr(r.ID(), fmt.Errorf("session index entry without its session: %w", err))
+			return nil, false, s.statusErr(r.ID(), fmt.Errorf("session index entry without its session: %w", err))
 		}
 		if !ownedBy(req.GetTarget(), sess.UserID[:]) {
-			pg.skip(kv.Key)
-			continue
+			return nil, false, nil
 		}
-		p := rpc.SessionToProto(&sess)
-		if !pg.take(kv.Key, p) {
-			break
-		}
-		out.Sessions = append(out.Sessions, p)
+		return rpc.SessionToProto(&sess), true, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	out.NextCursor = pg.next(more)
-	return out, nil
+	return &rpc.SessionList{Sessions: sessions, NextCursor: next}, nil
 }
 
 func (s *registryServer) PutUser(ctx context.Context, req *rpc.PutUserRequest) (*rpc.PutUserResponse, error) {

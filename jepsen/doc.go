@@ -1,0 +1,15 @@
+// Package jepsen is swarmkv's Jepsen-style test harness: workers run
+// workloads (register: porcupine-checked linearizable reads and writes;
+// ledger: money conserved and no usage event charged twice; registry)
+// against a cluster while nemeses inject faults (kill, pause, partition,
+// membership changes, leader transfers), every operation is recorded in a
+// history, and checkers judge the history at the end (Run). A Driver runs
+// the cluster: InProc (nodes in this process over a fault-injecting
+// network, internal/faultnet) or Docker (the compose cluster, faults by
+// killing, pausing and disconnecting containers). MemDB and Broken are
+// deliberately faulty databases that show each checker catches the fault
+// it targets. Command jepsen (cmd/jepsen) is the command-line front.
+//
+// It imports the Go client and the node's composition (server) to run
+// clusters; nothing in the product imports it.
+package jepsen

@@ -10,6 +10,6 @@
 // deliberately faulty databases that show each checker catches the fault
 // it targets. Command jepsen (cmd/jepsen) is the command-line front.
 //
-// It imports the Go client and the node's composition (server) to run
-// clusters; nothing in the product imports it.
+// It imports the Go client, and the core (cluster) with its services (api)
+// to run in-process nodes; nothing in the product imports it.
 package jepsen

@@ -99,7 +99,7 @@ func (rc *reconciler) leaderMoveDue(every time.Duration) bool {
 // gossip and this leader's memory of when it first saw each node down.
 func (n *Node) liveness(st *State) *placement.Liveness {
 	alive, downFor := map[string]bool{}, map[string]time.Duration{}
-	gossip := n.members.all()
+	gossiped := n.members.All()
 	now := time.Now()
 	n.recon.mu.Lock()
 	defer n.recon.mu.Unlock()
@@ -107,8 +107,8 @@ func (n *Node) liveness(st *State) *placement.Liveness {
 		n.recon.downSince = map[string]time.Time{}
 	}
 	for _, m := range st.Nodes {
-		g, ok := gossip[m.ID]
-		up := m.ID == n.cfg.ID || (ok && g.alive && g.meta.Inc == m.Incarnation)
+		g, ok := gossiped[m.ID]
+		up := m.ID == n.cfg.ID || (ok && g.Alive && g.Meta.Inc == m.Incarnation)
 		alive[m.ID] = up
 		if up {
 			delete(n.recon.downSince, m.ID)
@@ -117,8 +117,8 @@ func (n *Node) liveness(st *State) *placement.Liveness {
 		since, seen := n.recon.downSince[m.ID]
 		if !seen {
 			since = now
-			if ok && !g.alive && g.since.Before(now) {
-				since = g.since // gossip has seen it down for longer
+			if ok && !g.Alive && g.Since.Before(now) {
+				since = g.Since // gossip has seen it down for longer
 			}
 			n.recon.downSince[m.ID] = since
 		}

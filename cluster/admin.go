@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/swarmkv/swarmkv/cluster/gossip"
 	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/internal/retry"
 	"github.com/swarmkv/swarmkv/rpc"
@@ -178,36 +179,36 @@ func (n *Node) JoinNode(ctx context.Context, id string) (*State, error) {
 	var out *State
 	err := n.onMetaLeader(ctx, func() error {
 		// With TLS the candidate proves its id first (admission.go).
-		var proven gossipMeta
-		if g, ok := n.members.get(id); ok && g.alive {
-			if err := n.verifyCandidate(ctx, id, g.meta); err != nil {
+		var proven gossip.Meta
+		if g, ok := n.members.Get(id); ok && g.Alive {
+			if err := n.verifyCandidate(ctx, id, g.Meta); err != nil {
 				n.log.Warn("admin: node not admitted", "member", id, "err", status.Convert(err).Message())
 				return err
 			}
-			proven = g.meta
+			proven = g.Meta
 		}
 		var err error
 		out, err = n.metaUpdate(ctx, func(s *State) error {
-			g, ok := n.members.get(id)
+			g, ok := n.members.Get(id)
 			m := s.Member(id)
-			if m != nil && s.Status(id) != StatusRemoved && (!ok || g.meta.Inc == m.Incarnation) {
+			if m != nil && s.Status(id) != StatusRemoved && (!ok || g.Meta.Inc == m.Incarnation) {
 				return errNoChange // already a member
 			}
-			if !ok || !g.alive {
+			if !ok || !g.Alive {
 				return status.Errorf(codes.FailedPrecondition, "node %s is not alive in gossip: start it with --join <gossip address of a member> (a node with an unsupported protocol version is refused and never shows up)", id)
 			}
-			if n.tls != nil && (g.meta.GRPC != proven.GRPC || g.meta.Raft != proven.Raft) {
+			if n.tls != nil && (g.Meta.GRPC != proven.GRPC || g.Meta.Raft != proven.Raft) {
 				return status.Errorf(codes.Unavailable, "node %s changed its addresses during admission; retry", id)
 			}
-			if g.meta.Cluster != "" && g.meta.Cluster != s.ClusterID {
-				return status.Errorf(codes.FailedPrecondition, "node %s belongs to cluster %s, not %s: wipe its data dir first", id, g.meta.Cluster, s.ClusterID)
+			if g.Meta.Cluster != "" && g.Meta.Cluster != s.ClusterID {
+				return status.Errorf(codes.FailedPrecondition, "node %s belongs to cluster %s, not %s: wipe its data dir first", id, g.Meta.Cluster, s.ClusterID)
 			}
-			addrs := NodeAddrs{ID: id, RaftAddr: g.meta.Raft, GRPCAddr: g.meta.GRPC, HTTPAddr: g.meta.HTTP, Incarnation: g.meta.Inc, Status: StatusActive}
+			addrs := NodeAddrs{ID: id, RaftAddr: g.Meta.Raft, GRPCAddr: g.Meta.GRPC, HTTPAddr: g.Meta.HTTP, Incarnation: g.Meta.Inc, Status: StatusActive}
 			if m != nil {
 				if s.Status(id) != StatusRemoved {
 					return status.Errorf(codes.FailedPrecondition, "node %s is a member with another data dir; run `swarmnode remove %s` and wait until it is removed before it joins with a new one", id, id)
 				}
-				if m.Incarnation == g.meta.Inc {
+				if m.Incarnation == g.Meta.Inc {
 					return status.Errorf(codes.FailedPrecondition, "node %s was removed and still has its old data dir: wipe it, restart the node, then join it", id)
 				}
 				*m = addrs
@@ -368,13 +369,13 @@ func (n *Node) Status(ctx context.Context) (*ClusterStatus, error) {
 	}
 	wg.Wait()
 	out := &ClusterStatus{ClusterID: st.ClusterID, Epoch: st.Epoch, ReplicationFactor: st.ReplicationFactor, NumShards: st.NumShards, Shards: infos}
-	gossip := n.members.all()
+	gossiped := n.members.All()
 	for _, m := range st.Nodes {
 		mi := MemberInfo{ID: m.ID, Status: st.Status(m.ID), Gossip: "unknown", RaftAddr: m.RaftAddr, GRPCAddr: m.GRPCAddr, HTTPAddr: m.HTTPAddr,
 			Replicas: st.ReplicaCount(m.ID), MetaVoter: slices.Contains(st.MetaVoters, m.ID)}
-		if g, ok := gossip[m.ID]; ok && g.meta.Inc == m.Incarnation {
-			mi.Gossip, mi.Version = "dead", g.meta.Version
-			if g.alive {
+		if g, ok := gossiped[m.ID]; ok && g.Meta.Inc == m.Incarnation {
+			mi.Gossip, mi.Version = "dead", g.Meta.Version
+			if g.Alive {
 				mi.Gossip = "alive"
 			}
 		}

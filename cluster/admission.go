@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/swarmkv/swarmkv/cluster/gossip"
 	"github.com/swarmkv/swarmkv/internal/pki"
 )
 
@@ -24,7 +25,7 @@ import (
 // verifyCandidate checks that the gRPC and Raft addresses g announces are
 // served by node id with a certificate of the cluster CA. Without TLS it
 // does nothing.
-func (n *Node) verifyCandidate(ctx context.Context, id string, g gossipMeta) error {
+func (n *Node) verifyCandidate(ctx context.Context, id string, g gossip.Meta) error {
 	if n.tls == nil {
 		return nil
 	}

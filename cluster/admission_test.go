@@ -27,7 +27,7 @@ func TestTLSAdmissionNeedsCertificate(t *testing.T) {
 	other := newTestCA(t)
 	bad := tc.add("n8", func(c *Config) { c.TLS, c.HTTPAddr = other.node("n8"), "" })
 	waitFor(t, 10*time.Second, "n8 in gossip", func() error {
-		if _, ok := n1.members.get("n8"); !ok {
+		if _, ok := n1.members.Get("n8"); !ok {
 			return errNotBootstrapped
 		}
 		return nil
@@ -42,8 +42,8 @@ func TestTLSAdmissionNeedsCertificate(t *testing.T) {
 	tc.stop(bad)
 
 	// An address served by another node does not prove the candidate's id.
-	g, _ := n1.members.get("n1")
-	err = n1.verifyCandidate(ctx, "n9", g.meta)
+	g, _ := n1.members.Get("n1")
+	err = n1.verifyCandidate(ctx, "n9", g.Meta)
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `certificate of node "n1", not "n9"`) {
 		t.Fatalf("n1's addresses as n9's: %v", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/swarmkv/swarmkv/cluster/gossip"
 )
 
 // TestPlanBootstrapJoinsPeersOfTheSameBootstrap: a node that sees the
@@ -13,8 +15,8 @@ func TestPlanBootstrapJoinsPeersOfTheSameBootstrap(t *testing.T) {
 	n := &Node{cfg: Config{ID: "n3", DataDir: "x", Shards: 8, BootstrapExpect: 3}.WithDefaults()}
 	n.addrs = NodeAddrs{ID: "n3", RaftAddr: "r3", GRPCAddr: "g3"}
 	announce := func(id, cluster string) {
-		b, _ := json.Marshal(gossipMeta{Version: ProtocolVersion, ID: id, Raft: "r" + id, GRPC: "g" + id, Shards: 8, Expect: 3, Cluster: cluster})
-		n.members.set(id, b, true, ProtocolVersion)
+		b, _ := json.Marshal(gossip.Meta{Version: ProtocolVersion, ID: id, Raft: "r" + id, GRPC: "g" + id, Shards: 8, Expect: 3, Cluster: cluster})
+		n.members.Set(id, b, true, ProtocolVersion)
 	}
 	announce("n1", "")
 	if st, why := n.planBootstrap(); st != nil || !strings.Contains(why, "2 of 3") {

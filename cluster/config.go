@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/swarmkv/swarmkv/cluster/gossip"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/internal/faultnet"
 	"github.com/swarmkv/swarmkv/keys"
@@ -257,7 +258,7 @@ type Config struct {
 	// gossip encryption (trusted networks and tests only).
 	Insecure bool
 	// GossipKeys is memberlist's keyring (16, 24 or 32 bytes each; the
-	// first encrypts, all decrypt; see LoadGossipKeys). Required with TLS
+	// first encrypts, all decrypt; see gossip.LoadKeys). Required with TLS
 	// on a non-loopback gossip address unless Insecure is set. Nodes with
 	// another key are not heard.
 	GossipKeys [][]byte
@@ -608,7 +609,7 @@ func (c Config) Validate() error {
 	if err := c.TLS.Validate(); err != nil {
 		return bad("%v", err)
 	}
-	if err := validGossipKeys(c.GossipKeys); err != nil {
+	if err := gossip.ValidKeys(c.GossipKeys); err != nil {
 		return bad("%v", err)
 	}
 	return c.checkSecure()

@@ -8,25 +8,6 @@ import (
 	"github.com/swarmkv/swarmkv/shard"
 )
 
-// FuzzDecodeGossipMeta: any peer metadata either decodes into a member with
-// the right version, an id and addresses, or is refused; never a panic.
-func FuzzDecodeGossipMeta(f *testing.F) {
-	good, _ := json.Marshal(gossipMeta{Version: ProtocolVersion, ID: "n1", Raft: "127.0.0.1:1", GRPC: "127.0.0.1:2", Shards: 8, Expect: 3, Inc: "00112233445566778899aabbccddeeff"})
-	f.Add(good)
-	f.Add([]byte(`{"v":2,"id":"n1","raft":"a","grpc":"b"}`))
-	f.Add([]byte(`{"id":"n1"}`))
-	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := decodeGossipMeta(b, ProtocolVersion)
-		if err != nil {
-			return
-		}
-		if m.Version != ProtocolVersion || m.ID == "" || m.Raft == "" || m.GRPC == "" {
-			t.Fatalf("accepted %+v", m)
-		}
-	})
-}
-
 // FuzzDecodeState: a cluster state document from the meta group either
 // decodes into a state with a valid shard map, or is rejected.
 func FuzzDecodeState(f *testing.F) {

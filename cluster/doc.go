@@ -10,7 +10,7 @@
 // (redisfront, admin; package server composes them with a node) use its
 // narrow API (services.go, front.go, admin.go, tokens.go, auth.go's
 // identity checks) and it never imports them or the Go client
-// (TestImportsOneWay). It may import cluster/placement,
+// (TestImportsOneWay). It may import cluster/placement, cluster/gossip,
 // transport, internal/..., fsm, raftlog, shard, keys, records, rpc, auth,
 // secrets and resp.
 //

@@ -401,7 +401,7 @@ func TestVersionMismatchRefused(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	i := tc.add("n9", func(c *Config) { c.Testing.ProtocolVersion = ProtocolVersion + 1 })
 	time.Sleep(time.Second) // gossip rounds (local profile)
-	if _, ok := tc.nodes[0].members.get("n9"); ok {
+	if _, ok := tc.nodes[0].members.Get("n9"); ok {
 		t.Fatalf("n9 with protocol version %d is in n1's gossip membership", ProtocolVersion+1)
 	}
 	_, err := tc.nodes[0].JoinNode(ctx, "n9")

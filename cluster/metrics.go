@@ -160,16 +160,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstHistogram(descWALFsync, st.Count, st.Sum.Seconds(), st.Buckets)
 		}
 	}
-	alive, dead := 0, 0
-	n.members.mu.RLock()
-	for _, m := range n.members.nodes {
-		if m.alive {
-			alive++
-		} else {
-			dead++
-		}
-	}
-	n.members.mu.RUnlock()
+	alive, dead := n.members.Count()
 	gauge(descMembers, float64(alive), "alive")
 	gauge(descMembers, float64(dead), "dead")
 	ready := 0.0

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"lukechampine.com/blake3"
 
+	"github.com/swarmkv/swarmkv/cluster/gossip"
 	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/internal/lograte"
@@ -46,7 +48,7 @@ type Node struct {
 
 	mux     *transport.Mux
 	ml      *memberlist.Memberlist
-	members members
+	members gossip.Members
 	metrics *metrics
 	cache   *pebble.Cache
 	grpcSrv *grpc.Server
@@ -201,7 +203,11 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 		}
 	}
 
-	n.ml, err = newMemberlist(n)
+	n.ml, err = gossip.New(gossip.Config{
+		Name: cfg.ID, Bind: cfg.GossipAddr, Advertise: cfg.GossipAdvertise, Profile: cfg.GossipProfile,
+		Keys: cfg.GossipKeys, Members: &n.members, LocalMeta: n.localMeta, Version: n.protocolVersion,
+		Log: n.log, Logger: log.New(logWriter{logger: n.log.With("component", "gossip")}, "", 0),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: gossip on %s: %w", cfg.GossipAddr, err)
 	}
@@ -300,8 +306,8 @@ func (n *Node) Addrs() NodeAddrs { return n.addrs }
 // ID returns the node id.
 func (n *Node) ID() string { return n.cfg.ID }
 
-func (n *Node) localMeta() gossipMeta {
-	m := gossipMeta{
+func (n *Node) localMeta() gossip.Meta {
+	m := gossip.Meta{
 		Version: ProtocolVersion, ID: n.cfg.ID, Raft: n.addrs.RaftAddr, GRPC: n.addrs.GRPCAddr,
 		HTTP: n.addrs.HTTPAddr, Shards: n.cfg.Shards, Expect: n.cfg.BootstrapExpect, Inc: n.inc,
 	}
@@ -342,11 +348,11 @@ func (n *Node) joinLoop() {
 
 // aliveMembers returns the metadata of live gossip members that passed the
 // protocol check, this node included, sorted by id.
-func (n *Node) aliveMembers() []gossipMeta {
-	out := n.members.alive()
-	if !slices.ContainsFunc(out, func(m gossipMeta) bool { return m.ID == n.cfg.ID }) {
+func (n *Node) aliveMembers() []gossip.Meta {
+	out := n.members.Alive()
+	if !slices.ContainsFunc(out, func(m gossip.Meta) bool { return m.ID == n.cfg.ID }) {
 		out = append(out, n.localMeta())
-		slices.SortFunc(out, func(a, b gossipMeta) int { return strings.Compare(a.ID, b.ID) })
+		slices.SortFunc(out, func(a, b gossip.Meta) int { return strings.Compare(a.ID, b.ID) })
 	}
 	return out
 }
@@ -600,8 +606,8 @@ func (n *Node) nodeAddrs(id string) (NodeAddrs, bool) {
 	if id == n.cfg.ID {
 		return n.addrs, true
 	}
-	if m, ok := n.members.get(id); ok {
-		return NodeAddrs{ID: id, RaftAddr: m.meta.Raft, GRPCAddr: m.meta.GRPC, HTTPAddr: m.meta.HTTP}, true
+	if m, ok := n.members.Get(id); ok {
+		return NodeAddrs{ID: id, RaftAddr: m.Meta.Raft, GRPCAddr: m.Meta.GRPC, HTTPAddr: m.Meta.HTTP}, true
 	}
 	n.mu.RLock()
 	defer n.mu.RUnlock()

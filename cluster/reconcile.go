@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -18,18 +17,11 @@ import (
 // The reconciler runs on the meta group's leader. Each round it compares
 // the committed placement with the Raft configuration of every group (the
 // meta group and each shard) and with gossip, and takes at most one step
-// per group:
-//
-//  1. make the placement agree with the group's Raft configuration (the
-//     configuration is the truth; a learner recorded but not yet added is
-//     added);
-//  2. promote a non-voter that has caught up (or remove one whose node is
-//     gone);
-//  3. add a learner on the least loaded live node when the group has fewer
-//     good voters than its target (min(replication factor, active nodes));
-//  4. remove a voter beyond the target, or one on a node that is leaving or
-//     has been dead longer than DeadNodeTimeout, once the group has enough
-//     good voters without it (moving the leadership away first).
+// per group. What to do is decided by package placement, as a function of
+// the state and of what the round observed (placement.Step, the rules at
+// the top of cluster/placement/reconcile.go; BalanceReplicas,
+// BalanceLeaders); this file observes the groups (ReplicaStatus calls) and
+// carries out the decided Action.
 //
 // Placement changes follow a strict order that keeps replicas safe: a node
 // is added to the placement before it is added to the Raft configuration,
@@ -47,10 +39,6 @@ type reconciler struct {
 	// leadership to balance leaders.
 	lastLeaderMove time.Time
 }
-
-// catchUpSlack is how far (in log entries) a non-voter may trail the
-// leader's commit index and still be promoted.
-const catchUpSlack = 512
 
 func (n *Node) reconcileLoop() {
 	defer n.wg.Done()
@@ -111,7 +99,7 @@ func (rc *reconciler) leaderMoveDue(every time.Duration) bool {
 // gossip and this leader's memory of when it first saw each node down.
 func (n *Node) liveness(st *State) *placement.Liveness {
 	alive, downFor := map[string]bool{}, map[string]time.Duration{}
-	gossip := n.members.all()
+	gossiped := n.members.All()
 	now := time.Now()
 	n.recon.mu.Lock()
 	defer n.recon.mu.Unlock()
@@ -119,8 +107,8 @@ func (n *Node) liveness(st *State) *placement.Liveness {
 		n.recon.downSince = map[string]time.Time{}
 	}
 	for _, m := range st.Nodes {
-		g, ok := gossip[m.ID]
-		up := m.ID == n.cfg.ID || (ok && g.alive && g.meta.Inc == m.Incarnation)
+		g, ok := gossiped[m.ID]
+		up := m.ID == n.cfg.ID || (ok && g.Alive && g.Meta.Inc == m.Incarnation)
 		alive[m.ID] = up
 		if up {
 			delete(n.recon.downSince, m.ID)
@@ -129,8 +117,8 @@ func (n *Node) liveness(st *State) *placement.Liveness {
 		since, seen := n.recon.downSince[m.ID]
 		if !seen {
 			since = now
-			if ok && !g.alive && g.since.Before(now) {
-				since = g.since // gossip has seen it down for longer
+			if ok && !g.Alive && g.Since.Before(now) {
+				since = g.Since // gossip has seen it down for longer
 			}
 			n.recon.downSince[m.ID] = since
 		}
@@ -157,6 +145,19 @@ func (o observation) config() (voters, nonvoters []string) {
 		}
 	}
 	return voters, nonvoters
+}
+
+// decide returns o as package placement's decisions take it.
+func (o observation) decide() placement.Observation {
+	d := placement.Observation{Replicas: make(map[string]placement.ReplicaStatus, len(o.replicas))}
+	if o.leader != nil {
+		d.Leader, d.LeaderCommit = o.leader.NodeId, o.leader.CommitIndex
+		d.Voters, d.NonVoters = o.config()
+	}
+	for id, st := range o.replicas {
+		d.Replicas[id] = placement.ReplicaStatus{AppliedIndex: st.AppliedIndex, CommitIndex: st.CommitIndex}
+	}
+	return d
 }
 
 // observe asks every holder of g (and every server of the leader's
@@ -278,8 +279,8 @@ func (n *Node) reconcileOnce(ctx context.Context) error {
 		n.log.Info("node removed: all its replicas moved away", "removed_node", id)
 	}
 	steps := 0
-	leaders := map[string]int{}
-	var settled []shardView
+	var settled []placement.Settled
+	views := map[shard.ID]observation{} // the settled shards' observations, for acting
 	for _, g := range placement.Groups(st) {
 		obs := n.observe(ctx, g)
 		if obs.leader == nil {
@@ -300,110 +301,65 @@ func (n *Node) reconcileOnce(ctx context.Context) error {
 			continue
 		}
 		if !g.Meta {
-			leaders[obs.leader.NodeId]++
-			settled = append(settled, shardView{g: placement.GroupOf(st, g), obs: obs})
+			settled = append(settled, placement.Settled{Group: placement.GroupOf(st, g), Obs: obs.decide()})
+			views[g.Shard] = obs
 		}
 	}
 	if steps > 0 || len(settled) < len(st.Shards) {
 		return nil
 	}
-	if moved, err := n.balanceReplicas(ctx, st, lv); moved || err != nil {
+	if moved, err := n.balanceReplicas(ctx, lv); moved || err != nil {
 		return err
 	}
-	return n.balanceLeaders(ctx, settled, leaders, lv)
+	a := placement.BalanceLeaders(settled, lv)
+	if a.Kind != placement.ActTransferLeader || !n.recon.leaderMoveDue(n.cfg.LeaderBalanceInterval) {
+		return nil
+	}
+	n.log.Info("rebalancing: moving a leadership", "shard", uint32(a.Group.Shard), "from", a.From, "to", a.Target)
+	return n.transferGroup(ctx, a.Group, views[a.Group.Shard], a.Target)
 }
 
-type shardView struct {
-	g   placement.Group
-	obs observation
-}
-
-// stepGroup takes at most one step for g; did reports whether it did.
+// stepGroup takes at most one step for g, the one placement.Step decides;
+// did reports whether it did.
 func (n *Node) stepGroup(ctx context.Context, g placement.Group, obs observation, lv *placement.Liveness) (bool, error) {
-	cfgVoters, cfgNonvoters := obs.config()
-	inCfg := func(id string) bool {
-		return slices.Contains(cfgVoters, id) || slices.Contains(cfgNonvoters, id)
-	}
-	// 1. Placement follows the configuration; pending learners stay while
-	// their node can still take them.
-	voters := slices.Clone(cfgVoters)
-	learners := slices.Clone(cfgNonvoters)
-	var pending []string
-	for _, l := range g.Learners {
-		if !inCfg(l) && lv.Placeable(l) {
-			learners = append(learners, l)
-			pending = append(pending, l)
+	a := placement.Step(g, obs.decide(), lv)
+	if a.Kind == placement.ActSetPlacement {
+		if changed, err := n.updatePlacement(ctx, g, a.Voters, a.Learners); changed || err != nil {
+			return changed, err
 		}
+		// The committed placement already says so (g was read earlier in
+		// the round): decide again from it.
+		g.Voters, g.Learners = a.Voters, a.Learners
+		a = placement.Step(g, obs.decide(), lv)
 	}
-	if changed, err := n.updatePlacement(ctx, g, voters, learners); changed || err != nil {
-		return changed, err
-	}
-	for _, l := range pending {
-		return true, n.changeGroup(ctx, g, obs, rpc.ReplicaChange_REPLICA_CHANGE_ADD_NONVOTER, l)
-	}
-	// 2. Non-voters: promote when caught up, remove when their node is gone.
-	for _, id := range cfgNonvoters {
-		if !lv.Eligible(id) {
-			return true, n.removeFromGroup(ctx, g, obs, id)
-		}
-		st := obs.replicas[id]
-		if st == nil || st.AppliedIndex == 0 || st.AppliedIndex+catchUpSlack < obs.leader.CommitIndex {
-			return false, nil // still catching up: nothing else moves meanwhile
-		}
-		if err := n.changeGroup(ctx, g, obs, rpc.ReplicaChange_REPLICA_CHANGE_ADD_VOTER, id); err != nil {
+	return n.act(ctx, a, obs)
+}
+
+// act carries out a, a step of a group observed as obs; did reports
+// whether it did something.
+func (n *Node) act(ctx context.Context, a placement.Action, obs observation) (bool, error) {
+	g := a.Group
+	switch a.Kind {
+	case placement.ActSetPlacement:
+		return n.updatePlacement(ctx, g, a.Voters, a.Learners)
+	case placement.ActAddNonvoter:
+		return true, n.changeGroup(ctx, g, obs, rpc.ReplicaChange_REPLICA_CHANGE_ADD_NONVOTER, a.Target)
+	case placement.ActAddLearner:
+		return true, n.addLearner(ctx, g, obs, a.Target)
+	case placement.ActPromote:
+		if err := n.changeGroup(ctx, g, obs, rpc.ReplicaChange_REPLICA_CHANGE_ADD_VOTER, a.Target); err != nil {
 			return true, err
 		}
-		_, err := n.updatePlacement(ctx, g, append(slices.Clone(cfgVoters), id), placement.Without(cfgNonvoters, id))
-		n.log.Info("replica promoted to voter", "group", g.String(), "target_node", id)
+		_, err := n.updatePlacement(ctx, g, a.Voters, a.Learners)
+		n.log.Info("replica promoted to voter", "group", g.String(), "target_node", a.Target)
 		return true, err
+	case placement.ActRemove:
+		return true, n.removeFromGroup(ctx, g, obs, a.Target)
+	case placement.ActTransferLeader:
+		n.log.Info("moving leadership off a replica to remove", "group", g.String(), "from", a.From, "to", a.Target)
+		return true, n.transferGroup(ctx, g, obs, a.Target)
 	}
-	// 3. Too few good voters: add a learner on the least loaded live node.
-	target := lv.VoterTarget(g)
-	good := 0
-	for _, v := range cfgVoters {
-		if lv.Eligible(v) {
-			good++
-		}
-	}
-	if good < target {
-		if c := placement.PickCandidate(g, cfgVoters, lv); c != "" {
-			return true, n.addLearner(ctx, g, obs, c)
-		}
-	}
-	// 4. A voter to remove: one on a node that is going away (once the
-	// group has enough good voters without it), or one beyond the target.
-	victim := ""
-	for _, v := range cfgVoters {
-		if !lv.Eligible(v) && good >= target {
-			victim = v
-			break
-		}
-	}
-	if victim == "" && len(cfgVoters) > target && target > 0 {
-		cands := slices.Clone(cfgVoters)
-		slices.SortFunc(cands, func(a, b string) int {
-			return cmp.Or(cmp.Compare(lv.Replicas[b], lv.Replicas[a]), cmp.Compare(b, a))
-		})
-		victim = cands[0]
-	}
-	if victim == "" {
-		return false, nil
-	}
-	if victim == obs.leader.NodeId {
-		to := ""
-		for _, v := range cfgVoters {
-			if v != victim && lv.Placeable(v) {
-				to = v
-				break
-			}
-		}
-		if to == "" {
-			return false, nil
-		}
-		n.log.Info("moving leadership off a replica to remove", "group", g.String(), "from", victim, "to", to)
-		return true, n.transferGroup(ctx, g, obs, to)
-	}
-	return true, n.removeFromGroup(ctx, g, obs, victim)
+	return false, nil
 }
 
 // updatePlacement records voters and learners as g's placement.
@@ -489,63 +445,16 @@ func (n *Node) transferGroup(ctx context.Context, g placement.Group, obs observa
 }
 
 // balanceReplicas moves one replica from the most to the least loaded live
-// node when their counts differ by two or more.
-func (n *Node) balanceReplicas(ctx context.Context, st *State, lv *placement.Liveness) (bool, error) {
-	var ids []string
-	for _, m := range st.Nodes {
-		if lv.Placeable(m.ID) {
-			ids = append(ids, m.ID)
+// node when their counts differ by two or more (placement.BalanceReplicas),
+// in the first shard that has a leader.
+func (n *Node) balanceReplicas(ctx context.Context, lv *placement.Liveness) (bool, error) {
+	for _, a := range placement.BalanceReplicas(lv) {
+		obs := n.observe(ctx, a.Group)
+		if obs.leader == nil {
+			continue
 		}
-	}
-	if len(ids) < 2 {
-		return false, nil
-	}
-	slices.SortFunc(ids, func(a, b string) int { return cmp.Or(cmp.Compare(lv.Replicas[a], lv.Replicas[b]), cmp.Compare(a, b)) })
-	lo, hi := ids[0], ids[len(ids)-1]
-	if lv.Replicas[hi]-lv.Replicas[lo] < 2 {
-		return false, nil
-	}
-	for _, p := range st.Shards {
-		if p.Holds(hi) && !p.Holds(lo) {
-			g := placement.Group{Shard: p.Shard, Voters: p.Voters, Learners: p.Learners}
-			obs := n.observe(ctx, g)
-			if obs.leader == nil {
-				continue
-			}
-			n.log.Info("rebalancing: moving a replica", "shard", uint32(p.Shard), "from", hi, "to", lo)
-			return true, n.addLearner(ctx, g, obs, lo)
-		}
+		n.log.Info("rebalancing: moving a replica", "shard", uint32(a.Group.Shard), "from", a.From, "to", a.Target)
+		return true, n.addLearner(ctx, a.Group, obs, a.Target)
 	}
 	return false, nil
-}
-
-// balanceLeaders moves one leadership from the node leading the most
-// shards to a voter of that shard leading at least two fewer.
-func (n *Node) balanceLeaders(ctx context.Context, settled []shardView, leaders map[string]int, lv *placement.Liveness) error {
-	slices.SortFunc(settled, func(a, b shardView) int {
-		return cmp.Or(cmp.Compare(leaders[b.obs.leader.NodeId], leaders[a.obs.leader.NodeId]), cmp.Compare(a.g.Shard, b.g.Shard))
-	})
-	for _, sv := range settled {
-		from := sv.obs.leader.NodeId
-		best := ""
-		for _, v := range sv.g.Voters {
-			if v == from || !lv.Placeable(v) {
-				continue
-			}
-			if st := sv.obs.replicas[v]; st == nil || st.AppliedIndex+catchUpSlack < sv.obs.leader.CommitIndex {
-				continue
-			}
-			if best == "" || leaders[v] < leaders[best] {
-				best = v
-			}
-		}
-		if best != "" && leaders[from]-leaders[best] >= 2 {
-			if !n.recon.leaderMoveDue(n.cfg.LeaderBalanceInterval) {
-				return nil
-			}
-			n.log.Info("rebalancing: moving a leadership", "shard", uint32(sv.g.Shard), "from", from, "to", best)
-			return n.transferGroup(ctx, sv.g, sv.obs, best)
-		}
-	}
-	return nil
 }

@@ -111,7 +111,7 @@ func (n *Node) metaCandidates() []string {
 		out = append(out, n.mu.state.MetaVoters...)
 	}
 	n.mu.RUnlock()
-	for _, m := range n.members.alive() {
+	for _, m := range n.members.Alive() {
 		if m.Cluster != "" {
 			out = append(out, m.ID)
 		}

@@ -49,7 +49,7 @@ func TestGossipWrongKeyIgnored(t *testing.T) {
 	// primary) still talks to nodes on the current one.
 	start("rotated", [][]byte{good, key()})
 	start("friend", [][]byte{good})
-	seen := func(id string) bool { _, ok := tc.nodes[0].members.get(id); return ok }
+	seen := func(id string) bool { _, ok := tc.nodes[0].members.Get(id); return ok }
 	waitFor(t, 20*time.Second, "friend and rotated seen", func() error {
 		for _, id := range []string{"friend", "rotated"} {
 			if !seen(id) {
@@ -59,7 +59,7 @@ func TestGossipWrongKeyIgnored(t *testing.T) {
 		return nil
 	})
 	for _, n := range tc.nodes {
-		if _, ok := n.members.get("intruder"); ok {
+		if _, ok := n.members.Get("intruder"); ok {
 			t.Fatalf("%s sees the node with the wrong gossip key", n.ID())
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/cluster/gossip"
 )
 
 func TestServeRefusesInsecureListener(t *testing.T) {
@@ -79,7 +80,7 @@ func TestCertsCommand(t *testing.T) {
 			}
 		}
 	}
-	if _, err := cluster.LoadGossipKeys(filepath.Join(dir, "gossip.key")); err != nil {
+	if _, err := gossip.LoadKeys(filepath.Join(dir, "gossip.key")); err != nil {
 		t.Fatal(err)
 	}
 }

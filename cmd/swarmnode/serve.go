@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/cluster/gossip"
 	"github.com/swarmkv/swarmkv/internal/faultnet"
 	"github.com/swarmkv/swarmkv/secrets"
 	"github.com/swarmkv/swarmkv/server"
@@ -141,7 +142,7 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error
 		}
 	}
 	if o.gossipKey != "" {
-		if cfg.GossipKeys, err = cluster.LoadGossipKeys(o.gossipKey); err != nil {
+		if cfg.GossipKeys, err = gossip.LoadKeys(o.gossipKey); err != nil {
 			return usageError{err}
 		}
 	}

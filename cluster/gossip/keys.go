@@ -1,4 +1,4 @@
-package cluster
+package gossip
 
 import (
 	"encoding/base64"
@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// ParseGossipKeys parses a gossip keyring: one base64 key (16, 24 or 32
+// ParseKeys parses a gossip keyring: one base64 key (16, 24 or 32
 // bytes: AES-128/192/256) per line, the first encrypts outgoing gossip and
 // every key decrypts incoming gossip. Blank lines and '#' comments are
 // skipped. Errors name the line, never its content.
@@ -16,7 +16,7 @@ import (
 // Rotation, on every node one step at a time (each step a rolling restart
 // or config reload): add the new key as the second line; make it the first;
 // remove the old one.
-func ParseGossipKeys(text string) ([][]byte, error) {
+func ParseKeys(text string) ([][]byte, error) {
 	var keys [][]byte
 	for i, line := range strings.Split(text, "\n") {
 		line = strings.TrimSpace(line)
@@ -27,7 +27,7 @@ func ParseGossipKeys(text string) ([][]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cluster: gossip key on line %d is not base64", i+1)
 		}
-		if !validGossipKeyLen(len(k)) {
+		if !validKeyLen(len(k)) {
 			return nil, fmt.Errorf("cluster: gossip key on line %d has %d bytes: want 16, 24 or 32", i+1, len(k))
 		}
 		keys = append(keys, k)
@@ -38,24 +38,26 @@ func ParseGossipKeys(text string) ([][]byte, error) {
 	return keys, nil
 }
 
-// LoadGossipKeys reads a gossip keyring file (ParseGossipKeys).
-func LoadGossipKeys(path string) ([][]byte, error) {
+// LoadKeys reads a gossip keyring file (ParseKeys).
+func LoadKeys(path string) ([][]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: gossip key file: %w", err)
 	}
-	keys, err := ParseGossipKeys(string(b))
+	keys, err := ParseKeys(string(b))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return keys, nil
 }
 
-func validGossipKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
+func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
 
-func validGossipKeys(keys [][]byte) error {
+// ValidKeys checks the length of every key of a keyring (16, 24 or 32
+// bytes).
+func ValidKeys(keys [][]byte) error {
 	for i, k := range keys {
-		if !validGossipKeyLen(len(k)) {
+		if !validKeyLen(len(k)) {
 			return fmt.Errorf("gossip key %d has %d bytes: want 16, 24 or 32", i+1, len(k))
 		}
 	}

@@ -1,0 +1,285 @@
+// Package gossip owns the node's memberlist glue: the metadata a node
+// announces (Meta, DecodeMeta: protocol version, id, addresses, bootstrap
+// settings), the node's copy of gossip membership fed by memberlist's
+// events (Members), the delegate that announces the metadata and refuses
+// peers with another protocol version or a name that is not their id, the
+// memberlist configuration (New: profile, bind and advertise addresses,
+// keyring) and the gossip keyring file (ParseKeys, LoadKeys).
+//
+// Gossip is a hint: it tells nodes where peers are and whether they can
+// bootstrap together; it never changes Raft configuration by itself. What
+// gossip needs of the node is passed in as Config's function fields
+// (LocalMeta, Version). It is part of the core: package cluster imports
+// it; it imports hashicorp/memberlist and the standard library only, never
+// cluster.
+//
+// Usage, as a node wires it:
+//
+//	ml, err := gossip.New(gossip.Config{Name: "n1", Bind: "0.0.0.0:7103",
+//		Members: &members, LocalMeta: localMeta, Version: version,
+//		Log: log, Logger: memberlistLogger})
+//	for _, m := range members.Alive() { ... } // sorted by id
+package gossip
+
+import (
+	"encoding/json"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Meta is what a node announces in memberlist's node metadata (at most
+// memberlist.MetaMaxSize = 512 bytes of JSON).
+type Meta struct {
+	// Version is the node's protocol version; peers without a supported
+	// version are refused.
+	Version int    `json:"v"`
+	ID      string `json:"id"`
+	Raft    string `json:"raft"`
+	GRPC    string `json:"grpc"`
+	HTTP    string `json:"http,omitempty"`
+	// Shards and Expect are the node's bootstrap settings; nodes only
+	// bootstrap together when they agree.
+	Shards int `json:"shards"`
+	Expect int `json:"expect"`
+	// Cluster is the id of the cluster the node belongs to, empty until
+	// it has bootstrapped or been admitted.
+	Cluster string `json:"cluster,omitempty"`
+	// Inc is the node's data dir incarnation (State.Nodes[].Incarnation).
+	Inc string `json:"inc,omitempty"`
+}
+
+// DecodeMeta decodes a peer's metadata and checks that it speaks protocol
+// version want (the local node's).
+func DecodeMeta(b []byte, want int) (Meta, error) {
+	var m Meta
+	if len(b) == 0 {
+		return m, fmt.Errorf("cluster: peer announced no metadata (missing protocol version)")
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("cluster: peer metadata: %w", err)
+	}
+	if m.Version == 0 {
+		return m, fmt.Errorf("cluster: peer %q announced no protocol version", m.ID)
+	}
+	if m.Version != want {
+		return m, fmt.Errorf("cluster: peer %q speaks protocol version %d, this node supports %d: refused", m.ID, m.Version, want)
+	}
+	if m.ID == "" || m.Raft == "" || m.GRPC == "" {
+		return m, fmt.Errorf("cluster: peer metadata lacks id or addresses")
+	}
+	return m, nil
+}
+
+// Members is the node's copy of gossip membership, fed by memberlist's
+// event callbacks (memberlist's own Node structs must not be read outside
+// its callbacks: it updates them in place). The zero value is empty and
+// ready.
+type Members struct {
+	mu    sync.RWMutex
+	nodes map[string]Member
+}
+
+// Member is one node gossip has seen.
+type Member struct {
+	Meta  Meta
+	Alive bool
+	Since time.Time // when Alive last changed (or the member was first seen)
+}
+
+// Set records member name's metadata and liveness; metadata that does not
+// decode for protocol version is ignored.
+func (ms *Members) Set(name string, meta []byte, alive bool, version int) {
+	m, err := DecodeMeta(meta, version)
+	if err != nil {
+		return
+	}
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if ms.nodes == nil {
+		ms.nodes = map[string]Member{}
+	}
+	since := time.Now()
+	if old, ok := ms.nodes[name]; ok && old.Alive == alive {
+		since = old.Since
+	}
+	ms.nodes[name] = Member{Meta: m, Alive: alive, Since: since}
+}
+
+// All returns a copy of every member gossip has seen, by id.
+func (ms *Members) All() map[string]Member {
+	ms.mu.RLock()
+	defer ms.mu.RUnlock()
+	out := make(map[string]Member, len(ms.nodes))
+	for k, v := range ms.nodes {
+		out[k] = v
+	}
+	return out
+}
+
+// Get returns member id.
+func (ms *Members) Get(id string) (Member, bool) {
+	ms.mu.RLock()
+	defer ms.mu.RUnlock()
+	m, ok := ms.nodes[id]
+	return m, ok
+}
+
+// Alive returns the metadata of live members, sorted by id.
+func (ms *Members) Alive() []Meta {
+	ms.mu.RLock()
+	defer ms.mu.RUnlock()
+	var out []Meta
+	for _, m := range ms.nodes {
+		if m.Alive {
+			out = append(out, m.Meta)
+		}
+	}
+	slices.SortFunc(out, func(a, b Meta) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Count returns the number of members alive and not.
+func (ms *Members) Count() (alive, dead int) {
+	ms.mu.RLock()
+	defer ms.mu.RUnlock()
+	for _, m := range ms.nodes {
+		if m.Alive {
+			alive++
+		} else {
+			dead++
+		}
+	}
+	return alive, dead
+}
+
+// Config is how a node runs gossip.
+type Config struct {
+	// Name is the node id (memberlist's node name).
+	Name string
+	// Bind is the host:port to listen on; Advertise, if set, the host:port
+	// peers reach.
+	Bind, Advertise string
+	// Profile "local" uses memberlist's local-network timings, anything
+	// else its LAN ones.
+	Profile string
+	// Keys is the keyring (ParseKeys): the first encrypts, all decrypt;
+	// nil sends gossip in clear.
+	Keys [][]byte
+	// Members is fed by memberlist's join, update and leave events.
+	Members *Members
+	// LocalMeta returns the metadata this node announces now.
+	LocalMeta func() Meta
+	// Version returns the protocol version this node speaks; peers
+	// announcing another are refused.
+	Version func() int
+	// Log receives refusals; Logger is memberlist's own logger.
+	Log    *slog.Logger
+	Logger *log.Logger
+}
+
+// delegate implements memberlist's Delegate (our metadata), AliveDelegate
+// (refuse peers with a bad protocol version or a name that differs from
+// their id) and EventDelegate (feed Members).
+type delegate struct {
+	c *Config
+}
+
+var (
+	_ memberlist.Delegate      = delegate{}
+	_ memberlist.AliveDelegate = delegate{}
+	_ memberlist.EventDelegate = delegate{}
+)
+
+func (d delegate) NotifyJoin(n *memberlist.Node) {
+	d.c.Members.Set(n.Name, n.Meta, true, d.c.Version())
+}
+func (d delegate) NotifyUpdate(n *memberlist.Node) {
+	d.c.Members.Set(n.Name, n.Meta, true, d.c.Version())
+}
+func (d delegate) NotifyLeave(n *memberlist.Node) {
+	d.c.Members.Set(n.Name, n.Meta, false, d.c.Version())
+}
+
+func (d delegate) NodeMeta(limit int) []byte {
+	b, _ := json.Marshal(d.c.LocalMeta())
+	if len(b) > limit {
+		d.c.Log.Error("gossip metadata exceeds limit", "size", len(b), "limit", limit)
+		return nil
+	}
+	return b
+}
+
+func (d delegate) NotifyMsg([]byte)                           {}
+func (d delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d delegate) LocalState(join bool) []byte                { return nil }
+func (d delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+func (d delegate) NotifyAlive(peer *memberlist.Node) error {
+	m, err := DecodeMeta(peer.Meta, d.c.Version())
+	if err != nil {
+		d.c.Log.Warn("refusing gossip peer", "peer", peer.Name, "addr", peer.Address(), "err", err)
+		return err
+	}
+	if m.ID != peer.Name {
+		err := fmt.Errorf("cluster: peer name %q differs from its id %q", peer.Name, m.ID)
+		d.c.Log.Warn("refusing gossip peer", "err", err)
+		return err
+	}
+	return nil
+}
+
+// New starts memberlist as c says (it does not join anyone yet).
+func New(c Config) (*memberlist.Memberlist, error) {
+	var mc *memberlist.Config
+	if c.Profile == "local" {
+		mc = memberlist.DefaultLocalConfig()
+	} else {
+		mc = memberlist.DefaultLANConfig()
+	}
+	mc.Name = c.Name
+	host, port, err := splitHostPort(c.Bind)
+	if err != nil {
+		return nil, err
+	}
+	mc.BindAddr, mc.BindPort = host, port
+	if c.Advertise != "" {
+		ah, ap, err := splitHostPort(c.Advertise)
+		if err != nil {
+			return nil, err
+		}
+		mc.AdvertiseAddr, mc.AdvertisePort = ah, ap
+	}
+	d := delegate{c: &c}
+	mc.Delegate, mc.Alive, mc.Events = d, d, d
+	mc.Logger = c.Logger
+	if len(c.Keys) > 0 { // encrypt and verify every message (keys.go)
+		kr, err := memberlist.NewKeyring(c.Keys[1:], c.Keys[0])
+		if err != nil {
+			return nil, err
+		}
+		mc.Keyring = kr
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	}
+	return memberlist.Create(mc)
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return "", 0, fmt.Errorf("port %q: %w", p, err)
+	}
+	return h, port, nil
+}

@@ -12,10 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/cluster"
 )
 
-// The token admin API (cluster/auth.go has the rules, cluster/tokens.go
+// The token admin API (package auth/authn has the rules, cluster/tokens.go
 // the tokens):
 //
 //	POST /v1/tokens               {"name": "ci", "roles": ["registry:read"], "actor": "u1"}
@@ -95,7 +96,7 @@ func tokenHandler(n *cluster.Node, fn func(ctx context.Context, r *http.Request)
 		if err != nil {
 			code := http.StatusInternalServerError
 			switch {
-			case errors.Is(err, cluster.ErrInvalidArgument):
+			case errors.Is(err, cluster.ErrInvalidArgument), errors.Is(err, authn.ErrInvalidArgument):
 				code = http.StatusBadRequest
 			case errors.Is(err, cluster.ErrTokenNotFound):
 				code = http.StatusNotFound
@@ -108,7 +109,7 @@ func tokenHandler(n *cluster.Node, fn func(ctx context.Context, r *http.Request)
 		}
 		if r.Method == http.MethodPost {
 			what := r.Method + " " + r.URL.Path
-			if ti, ok := v.(*cluster.TokenInfo); ok {
+			if ti, ok := v.(*authn.TokenInfo); ok {
 				what += " id=" + ti.ID + " name=" + ti.Name + " roles=" + strings.Join(ti.Roles, ",")
 				if ti.Actor != "" {
 					what += " actor=" + ti.Actor

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/internal/faultnet"
 	"github.com/swarmkv/swarmkv/keys"
@@ -250,14 +251,14 @@ type Config struct {
 	// With it every listener speaks TLS 1.3 (client gRPC, admin HTTP,
 	// RESP), the Raft port and node-to-node gRPC require a node
 	// certificate of the CA on both sides, and client authentication is on
-	// (auth.go). Without it, every listen address must be loopback unless
+	// (package auth/authn). Without it, every listen address must be loopback unless
 	// Insecure is set.
 	TLS transport.TLSFiles
 	// Insecure allows listening on non-loopback addresses without TLS and
 	// gossip encryption (trusted networks and tests only).
 	Insecure bool
 	// GossipKeys is memberlist's keyring (16, 24 or 32 bytes each; the
-	// first encrypts, all decrypt; see LoadGossipKeys). Required with TLS
+	// first encrypts, all decrypt; see authn.LoadGossipKeys). Required with TLS
 	// on a non-loopback gossip address unless Insecure is set. Nodes with
 	// another key are not heard.
 	GossipKeys [][]byte
@@ -265,7 +266,7 @@ type Config struct {
 	// tokens only; tests). It is always on with TLS. Without TLS it is
 	// refused on a non-loopback listener (even with Insecure), and nodes
 	// prove to each other that they know the cluster secret
-	// (ClusterSecretFile, nodeauth.go).
+	// (ClusterSecretFile, authn.LoadClusterSecret).
 	Auth bool
 	// ClusterSecretFile is the cluster secret of Auth without TLS: a file
 	// of at least 32 bytes of random text (e.g. `head -c 32 /dev/urandom |
@@ -608,7 +609,7 @@ func (c Config) Validate() error {
 	if err := c.TLS.Validate(); err != nil {
 		return bad("%v", err)
 	}
-	if err := validGossipKeys(c.GossipKeys); err != nil {
+	if err := authn.ValidGossipKeys(c.GossipKeys); err != nil {
 		return bad("%v", err)
 	}
 	return c.checkSecure()

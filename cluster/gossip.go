@@ -197,7 +197,7 @@ func newMemberlist(n *Node) (*memberlist.Memberlist, error) {
 	c.Alive = gossipDelegate{node: n}
 	c.Events = gossipDelegate{node: n}
 	c.Logger = log.New(logWriter{logger: n.log.With("component", "gossip")}, "", 0)
-	if len(n.cfg.GossipKeys) > 0 { // encrypt and verify every message (tls_gossip.go)
+	if len(n.cfg.GossipKeys) > 0 { // encrypt and verify every message (authn.ParseGossipKeys)
 		kr, err := memberlist.NewKeyring(n.cfg.GossipKeys[1:], n.cfg.GossipKeys[0])
 		if err != nil {
 			return nil, err

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	"errors"
 	"io"
 	"net"
@@ -305,21 +304,6 @@ func TestSecureByDefault(t *testing.T) {
 			if !errors.Is(err, ErrInsecure) || !errors.Is(err, ErrConfig) || strings.Contains(err.Error(), "\n") {
 				t.Errorf("%s: %v: want one line matching ErrInsecure", tt.name, err)
 			}
-		}
-	}
-}
-
-func TestParseGossipKeys(t *testing.T) {
-	good := "# ring\n" + base64.StdEncoding.EncodeToString(make([]byte, 32)) + "\n\n" + base64.StdEncoding.EncodeToString(make([]byte, 16)) + "\n"
-	keys, err := ParseGossipKeys(good)
-	if err != nil || len(keys) != 2 || len(keys[0]) != 32 || len(keys[1]) != 16 {
-		t.Fatalf("%d keys, %v", len(keys), err)
-	}
-	for _, bad := range []string{"", "# only\n", "not base64!\n", "QUJD\n"} {
-		if _, err := ParseGossipKeys(bad); err == nil {
-			t.Errorf("%q: accepted", bad)
-		} else if bad != "" && strings.Contains(err.Error(), strings.TrimSpace(bad)) && bad != "# only\n" {
-			t.Errorf("%q: error quotes the key: %v", bad, err)
 		}
 	}
 }

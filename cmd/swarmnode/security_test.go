@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/cluster"
 )
 
@@ -79,7 +80,7 @@ func TestCertsCommand(t *testing.T) {
 			}
 		}
 	}
-	if _, err := cluster.LoadGossipKeys(filepath.Join(dir, "gossip.key")); err != nil {
+	if _, err := authn.LoadGossipKeys(filepath.Join(dir, "gossip.key")); err != nil {
 		t.Fatal(err)
 	}
 }

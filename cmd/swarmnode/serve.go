@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/internal/faultnet"
 	"github.com/swarmkv/swarmkv/secrets"
@@ -141,7 +142,7 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error
 		}
 	}
 	if o.gossipKey != "" {
-		if cfg.GossipKeys, err = cluster.LoadGossipKeys(o.gossipKey); err != nil {
+		if cfg.GossipKeys, err = authn.LoadGossipKeys(o.gossipKey); err != nil {
 			return usageError{err}
 		}
 	}

@@ -1,4 +1,4 @@
-package cluster
+package authn
 
 import (
 	"encoding/base64"
@@ -53,7 +53,9 @@ func LoadGossipKeys(path string) ([][]byte, error) {
 
 func validGossipKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
 
-func validGossipKeys(keys [][]byte) error {
+// ValidGossipKeys checks the lengths of a keyring's keys (16, 24 or 32
+// bytes each).
+func ValidGossipKeys(keys [][]byte) error {
 	for i, k := range keys {
 		if !validGossipKeyLen(len(k)) {
 			return fmt.Errorf("gossip key %d has %d bytes: want 16, 24 or 32", i+1, len(k))

@@ -188,7 +188,7 @@ func bindActor(id caller, req any) error {
 		}
 		return nil
 	case id.node || auth.Allows(id.roles, auth.Perm{Keyspace: auth.PoolsImpersonate}):
-		// id.node: the caller passed Node.allows, so it is a member
+		// id.node: the caller passed Authenticator.Allows, so it is a member
 		return nil
 	case claimed == "":
 		return nil // nothing to act as: the handler refuses the empty actor

@@ -8,15 +8,15 @@ import (
 	"github.com/swarmkv/swarmkv/cluster"
 )
 
-// Authorize guards the admin HTTP API of node n (cluster/auth.go has the
+// Authorize guards the admin HTTP API of node n (package auth/authn has the
 // rules of callers): /healthz, /readyz and /metrics are open; everything
 // else (the admin API /v1, /debug/pprof) needs the admin role (or a node
 // certificate, or, with Auth without TLS, a request signed with the
-// cluster secret), checked with n.IdentifyHTTP and n.Allows. A caller
-// without a good credential gets 401, one without the role 403, before
-// next runs. Admin calls other than GETs and every refusal are
-// audit-logged (n.Audit). Without auth (n.AuthOn false) every request
-// passes.
+// cluster secret), checked with the node's authenticator (n.Authn():
+// IdentifyHTTP and Allows). A caller without a good credential gets 401,
+// one without the role 403, before next runs. Admin calls other than GETs
+// and every refusal are audit-logged (Audit). Without auth (On false)
+// every request passes.
 func Authorize(n *cluster.Node, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -24,21 +24,22 @@ func Authorize(n *cluster.Node, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if !n.AuthOn() {
+		a := n.Authn()
+		if !a.On() {
 			next.ServeHTTP(w, r)
 			return
 		}
 		what := r.Method + " " + r.URL.Path
-		id, msg := n.IdentifyHTTP(r)
+		id, msg := a.IdentifyHTTP(r)
 		w.Header().Set("Content-Type", "application/json")
 		if id == nil {
-			n.Audit("http", nil, what, false, msg)
+			a.Audit("http", nil, what, false, msg)
 			w.WriteHeader(http.StatusUnauthorized)
 			writeJSONError(w, msg)
 			return
 		}
-		if allowed, why := n.Allows(id, auth.Perm{Keyspace: auth.Admin}); !allowed {
-			n.Audit("http", id, what, false, why)
+		if allowed, why := a.Allows(id, auth.Perm{Keyspace: auth.Admin}); !allowed {
+			a.Audit("http", id, what, false, why)
 			w.WriteHeader(http.StatusForbidden)
 			if id.IsNode() {
 				writeJSONError(w, why)
@@ -48,7 +49,7 @@ func Authorize(n *cluster.Node, next http.Handler) http.Handler {
 			return
 		}
 		if r.Method != http.MethodGet && !id.IsNode() {
-			n.Audit("http", id, what, true, "")
+			a.Audit("http", id, what, true, "")
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -6,9 +6,11 @@
 // their JSON, the HTTP server and its timeouts, the Host check of a
 // loopback listener (DNS rebinding) and the HTTP auth rules (who may call
 // what); the operations themselves and the identification of callers are
-// the node's (cluster.Node: Status, JoinNode, CreateToken, IdentifyHTTP...).
+// the node's (cluster.Node: Status, JoinNode, CreateToken...; its
+// authenticator, Node.Authn: IdentifyHTTP, Allows, Audit).
 //
-// It may import cluster (and internal helpers); cluster never imports it.
+// It may import cluster, auth, auth/authn (and internal helpers); cluster
+// never imports it.
 // Package server starts it with the node.
 //
 // Usage:

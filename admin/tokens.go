@@ -12,10 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/cluster"
 )
 
-// The token admin API (cluster/auth.go has the rules, cluster/tokens.go
+// The token admin API (package auth/authn has the rules, cluster/tokens.go
 // the tokens):
 //
 //	POST /v1/tokens               {"name": "ci", "roles": ["registry:read"], "actor": "u1"}
@@ -57,7 +58,10 @@ func tokenRoutes(n *cluster.Node, mux *http.ServeMux) {
 }
 
 // tokenHandler runs fn, forwarding to the meta leader when fn answers
-// cluster.ErrMetaNotLeader.
+// cluster.ErrMetaNotLeader. An error answers the status the node's error
+// table gives it (cluster.HTTPStatus: a bad request 400, an unknown token
+// 404, no meta leader reached 409, a leader not ready yet 503...) and
+// {"error": its text}.
 func tokenHandler(n *cluster.Node, fn func(ctx context.Context, r *http.Request) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
@@ -93,22 +97,13 @@ func tokenHandler(n *cluster.Node, fn func(ctx context.Context, r *http.Request)
 			}
 		}
 		if err != nil {
-			code := http.StatusInternalServerError
-			switch {
-			case errors.Is(err, cluster.ErrInvalidArgument):
-				code = http.StatusBadRequest
-			case errors.Is(err, cluster.ErrTokenNotFound):
-				code = http.StatusNotFound
-			case errors.Is(err, cluster.ErrMetaNotLeader), errors.Is(err, cluster.ErrLeaderNotReady), errors.Is(err, cluster.ErrNotLeader):
-				code = http.StatusServiceUnavailable
-			}
-			w.WriteHeader(code)
+			w.WriteHeader(cluster.HTTPStatus(err)) // the node's one table, as routes
 			writeJSONError(w, err.Error())
 			return
 		}
 		if r.Method == http.MethodPost {
 			what := r.Method + " " + r.URL.Path
-			if ti, ok := v.(*cluster.TokenInfo); ok {
+			if ti, ok := v.(*authn.TokenInfo); ok {
 				what += " id=" + ti.ID + " name=" + ti.Name + " roles=" + strings.Join(ti.Roles, ",")
 				if ti.Actor != "" {
 					what += " actor=" + ti.Actor

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/swarmkv/swarmkv/auth"
+	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/rpc"
@@ -84,40 +85,41 @@ var grpcPerms = map[string]auth.Perm{
 
 // authUnary guards every unary gRPC call (see grpcPerms).
 func authUnary(n *cluster.Node, ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if !n.AuthOn() {
+	a := n.Authn()
+	if !a.On() {
 		return handler(ctx, req)
 	}
 	perm, ok := grpcPerms[info.FullMethod]
 	if r, isRedis := req.(*rpc.RedisExecRequest); isRedis {
 		perm = redisPerm(r)
 	}
-	id, msg := n.IdentifyGRPC(ctx, info.FullMethod)
+	id, msg := a.IdentifyGRPC(ctx, info.FullMethod)
 	if !ok {
-		n.Audit("grpc", id, info.FullMethod, false, "method not in the permission table")
+		a.Audit("grpc", id, info.FullMethod, false, "method not in the permission table")
 		return nil, status.Error(codes.PermissionDenied, "swarmkv: method not allowed")
 	}
 	if id == nil {
-		n.Audit("grpc", id, info.FullMethod, false, msg)
+		a.Audit("grpc", id, info.FullMethod, false, msg)
 		return nil, status.Error(codes.PermissionDenied, msg)
 	}
-	if allowed, why := n.Allows(id, perm); !allowed {
+	if allowed, why := a.Allows(id, perm); !allowed {
 		if id.IsNode() && info.FullMethod == rpc.Admin_MetaState_FullMethodName {
 			// A node that is not (or no longer) a member learns its own
 			// membership record only (adminServer.MetaState).
-			return handler(cluster.WithCaller(ctx, id), req)
+			return handler(authn.WithCaller(ctx, id), req)
 		}
-		n.Audit("grpc", id, info.FullMethod, false, why)
+		a.Audit("grpc", id, info.FullMethod, false, why)
 		if id.IsNode() {
 			return nil, status.Error(codes.PermissionDenied, why)
 		}
 		return nil, status.Errorf(codes.PermissionDenied, "swarmkv: %s may not call %s (needs %s)", id.Name(), info.FullMethod, perm)
 	}
 	if info.FullMethod == rpc.Admin_MetaState_FullMethodName {
-		ctx = cluster.WithCaller(ctx, id) // adminServer.MetaState tells non-members less
+		ctx = authn.WithCaller(ctx, id) // adminServer.MetaState tells non-members less
 	}
 	if strings.HasPrefix(info.FullMethod, poolsMethodPrefix) {
 		if err := bindActor(callerOf(id), req); err != nil {
-			n.Audit("grpc", id, info.FullMethod, false, "actor not bound to the credential")
+			a.Audit("grpc", id, info.FullMethod, false, "actor not bound to the credential")
 			return nil, err
 		}
 	}
@@ -150,7 +152,7 @@ type caller struct {
 	actor string
 }
 
-func callerOf(id *cluster.Identity) caller {
+func callerOf(id *authn.Identity) caller {
 	return caller{name: id.Name(), node: id.IsNode(), roles: id.Roles(), actor: id.Actor()}
 }
 
@@ -186,7 +188,7 @@ func bindActor(id caller, req any) error {
 		}
 		return nil
 	case id.node || auth.Allows(id.roles, auth.Perm{Keyspace: auth.PoolsImpersonate}):
-		// id.node: the caller passed Node.allows, so it is a member
+		// id.node: the caller passed Authenticator.Allows, so it is a member
 		return nil
 	case claimed == "":
 		return nil // nothing to act as: the handler refuses the empty actor

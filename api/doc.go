@@ -8,7 +8,7 @@
 //
 // It owns no state: every handler routes through the narrow API of
 // cluster.Node and cluster.Replica (cluster/services.go). It may import
-// cluster, fsm, records, keys, shard, resp, rpc and auth; the
+// cluster, fsm, records, keys, shard, resp, rpc, auth and auth/authn; the
 // core never imports it (cluster's TestImportsOneWay). Package server
 // registers it on a node's gRPC server.
 //

@@ -326,9 +326,10 @@ func (p *pipelineServer) call(ctx context.Context, call *rpc.PipelineCall) (any,
 // credentials when authentication is on. Every pipelined call is
 // authorized on its own as well, by authUnary.
 func authStream(n *cluster.Node, srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if n.AuthOn() {
-		if id, msg := n.IdentifyGRPC(ss.Context(), info.FullMethod); id == nil {
-			n.Audit("grpc", nil, info.FullMethod, false, msg)
+	a := n.Authn()
+	if a.On() {
+		if id, msg := a.IdentifyGRPC(ss.Context(), info.FullMethod); id == nil {
+			a.Audit("grpc", nil, info.FullMethod, false, msg)
 			return status.Error(codes.PermissionDenied, msg)
 		}
 	}

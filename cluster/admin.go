@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/cluster/gossip"
 	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/internal/retry"
@@ -83,14 +84,14 @@ func (s *adminServer) MetaState(ctx context.Context, _ *rpc.MetaStateRequest) (*
 	}
 	// A node identity that the committed state does not list as a member
 	// (a removed node, a node waiting to be admitted) learns its own
-	// record only (nodeauth.go).
-	if id := callerOf(ctx); id != nil && id.node {
+	// record only (auth.go).
+	if id := authn.CallerOf(ctx); id != nil && id.IsNode() {
 		st, err := decodeState(resp.StateJson)
 		if err != nil {
 			return nil, StatusError(err, 0, nil)
 		}
-		if !stateHasMember(st, id.nodeID) {
-			b, err := json.Marshal(redactForNonMember(st, id.nodeID))
+		if !stateHasMember(st, id.NodeID()) {
+			b, err := json.Marshal(redactForNonMember(st, id.NodeID()))
 			if err != nil {
 				return nil, StatusError(err, 0, nil)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/swarmkv/swarmkv/auth"
+	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/client"
 )
 
@@ -35,14 +36,14 @@ func TestAuthTokenSecrecy(t *testing.T) {
 	plain := ca.client("")
 
 	secrets := map[string]string{} // what must never be found: tokens and raw secrets
-	create := func(node int, name string, roles ...string) TokenInfo {
+	create := func(node int, name string, roles ...string) authn.TokenInfo {
 		t.Helper()
 		b, _ := json.Marshal(map[string]any{"name": name, "roles": roles})
 		code, body, err := ops.do("POST", "https://"+tc.nodes[node].Addrs().HTTPAddr+"/v1/tokens", strings.NewReader(string(b)))
 		if err != nil || code != 200 {
 			t.Fatalf("create token on %d: %d %s %v", node, code, body, err)
 		}
-		var ti TokenInfo
+		var ti authn.TokenInfo
 		if err := json.Unmarshal([]byte(body), &ti); err != nil || ti.Token == "" {
 			t.Fatalf("create answer %q: %v", body, err)
 		}
@@ -59,8 +60,8 @@ func TestAuthTokenSecrecy(t *testing.T) {
 	revoked := create(2, "revoked", "kv:write", "assets:write")
 	waitFor(t, 10*time.Second, "tokens on every node", func() error {
 		for _, n := range tc.nodes {
-			for _, ti := range []TokenInfo{kvw, assets, revoked} {
-				if _, ok := n.IdentifyToken(ti.Token); !ok {
+			for _, ti := range []authn.TokenInfo{kvw, assets, revoked} {
+				if _, ok := n.Authn().IdentifyToken(ti.Token); !ok {
 					return errors.New(n.ID() + " does not know a token yet")
 				}
 			}
@@ -118,7 +119,7 @@ func TestAuthTokenSecrecy(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "revoked everywhere", func() error {
 		for _, n := range tc.nodes {
-			if _, ok := n.IdentifyToken(revoked.Token); ok {
+			if _, ok := n.Authn().IdentifyToken(revoked.Token); ok {
 				return errors.New(n.ID() + " still accepts the token")
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/swarmkv/swarmkv/auth"
+	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/client"
 	"github.com/swarmkv/swarmkv/internal/faultnet"
 	"github.com/swarmkv/swarmkv/rpc"
@@ -56,14 +57,14 @@ func TestAuthTokensRolesAndRefusals(t *testing.T) {
 
 	// Tokens are made through any node (a non-leader forwards to the meta leader).
 	var secrets []string
-	create := func(node int, name string, roles ...string) TokenInfo {
+	create := func(node int, name string, roles ...string) authn.TokenInfo {
 		t.Helper()
 		b, _ := json.Marshal(map[string]any{"name": name, "roles": roles})
 		code, body, err := ops.do("POST", "https://"+tc.nodes[node].Addrs().HTTPAddr+"/v1/tokens", strings.NewReader(string(b)))
 		if err != nil || code != 200 {
 			t.Fatalf("create token on %d: %d %s %v", node, code, body, err)
 		}
-		var ti TokenInfo
+		var ti authn.TokenInfo
 		if err := json.Unmarshal([]byte(body), &ti); err != nil || ti.Token == "" {
 			t.Fatalf("create answer %q: %v", body, err)
 		}
@@ -76,7 +77,7 @@ func TestAuthTokensRolesAndRefusals(t *testing.T) {
 	// Every node learns the tokens through the sync loop.
 	waitFor(t, 10*time.Second, "tokens on every node", func() error {
 		for _, n := range tc.nodes {
-			if _, ok := n.IdentifyToken(writer.Token); !ok {
+			if _, ok := n.Authn().IdentifyToken(writer.Token); !ok {
 				return errors.New(n.ID() + " does not know the token yet")
 			}
 		}
@@ -146,7 +147,7 @@ func TestAuthTokensRolesAndRefusals(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "revoked everywhere", func() error {
 		for _, n := range tc.nodes {
-			if _, ok := n.IdentifyToken(writer.Token); ok {
+			if _, ok := n.Authn().IdentifyToken(writer.Token); ok {
 				return errors.New(n.ID() + " still accepts the token")
 			}
 		}
@@ -209,7 +210,7 @@ func TestAuthTokensRolesAndRefusals(t *testing.T) {
 	}
 	full := create(0, "assets", "assets:write")
 	waitFor(t, 10*time.Second, "assets token known", func() error {
-		if _, ok := tc.nodes[1].IdentifyToken(full.Token); !ok {
+		if _, ok := tc.nodes[1].Authn().IdentifyToken(full.Token); !ok {
 			return errors.New("not yet")
 		}
 		return nil
@@ -256,15 +257,15 @@ func TestRedisRevokedTokenOnOpenConn(t *testing.T) {
 	ops := &tlsHTTP{cfg: ca.client("ops", "admin")}
 	plain := ca.client("")
 	n := tc.nodes[0]
-	create := func(name string) TokenInfo {
+	create := func(name string) authn.TokenInfo {
 		t.Helper()
 		code, body, err := ops.do("POST", "https://"+n.Addrs().HTTPAddr+"/v1/tokens", strings.NewReader(`{"name":"`+name+`","roles":["assets:write"]}`))
-		var ti TokenInfo
+		var ti authn.TokenInfo
 		if err != nil || code != 200 || json.Unmarshal([]byte(body), &ti) != nil {
 			t.Fatalf("create token: %d %s %v", code, body, err)
 		}
 		waitFor(t, 10*time.Second, "token known", func() error {
-			if _, ok := n.IdentifyToken(ti.Token); !ok {
+			if _, ok := n.Authn().IdentifyToken(ti.Token); !ok {
 				return errors.New("not yet")
 			}
 			return nil
@@ -292,7 +293,7 @@ func TestRedisRevokedTokenOnOpenConn(t *testing.T) {
 		t.Fatalf("revoke: %d %s %v", code, body, err)
 	}
 	waitFor(t, 10*time.Second, "revocation applied", func() error {
-		if _, ok := n.IdentifyToken(tok.Token); ok {
+		if _, ok := n.Authn().IdentifyToken(tok.Token); ok {
 			return errors.New("not yet")
 		}
 		return nil

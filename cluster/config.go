@@ -251,7 +251,7 @@ type Config struct {
 	// With it every listener speaks TLS 1.3 (client gRPC, admin HTTP,
 	// RESP), the Raft port and node-to-node gRPC require a node
 	// certificate of the CA on both sides, and client authentication is on
-	// (auth.go). Without it, every listen address must be loopback unless
+	// (package auth/authn). Without it, every listen address must be loopback unless
 	// Insecure is set.
 	TLS transport.TLSFiles
 	// Insecure allows listening on non-loopback addresses without TLS and
@@ -266,7 +266,7 @@ type Config struct {
 	// tokens only; tests). It is always on with TLS. Without TLS it is
 	// refused on a non-loopback listener (even with Insecure), and nodes
 	// prove to each other that they know the cluster secret
-	// (ClusterSecretFile, nodeauth.go).
+	// (ClusterSecretFile, authn.LoadClusterSecret).
 	Auth bool
 	// ClusterSecretFile is the cluster secret of Auth without TLS: a file
 	// of at least 32 bytes of random text (e.g. `head -c 32 /dev/urandom |

@@ -8,11 +8,12 @@
 //
 // It is the core: the gRPC services (api) and the fronts above it
 // (redisfront, admin; package server composes them with a node) use its
-// narrow API (services.go, front.go, admin.go, tokens.go, auth.go's
-// identity checks) and it never imports them or the Go client
+// narrow API (services.go, front.go, admin.go, tokens.go, and Authn, the
+// authenticator of package auth/authn it builds in auth.go) and it never
+// imports them or the Go client
 // (TestImportsOneWay). It may import cluster/placement, cluster/gossip,
 // transport, internal/..., fsm, raftlog, shard, keys, records, rpc, auth,
-// secrets and resp.
+// auth/authn, secrets and resp.
 //
 // Usage (package server composes a node with the gRPC services of package
 // api and its fronts; cmd/swarmnode is the real composition root):

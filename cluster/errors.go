@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
@@ -44,6 +45,8 @@ var errKinds = []struct {
 	{secrets.ErrUnknownKey, rpc.KindFailedPrecondition, ""},
 	{secrets.ErrDecrypt, rpc.KindUnknown, ""},
 	{ErrInvalidArgument, rpc.KindInvalidArgument, ""},
+	{authn.ErrInvalidArgument, rpc.KindInvalidArgument, ""}, // token requests
+	{ErrTokenNotFound, rpc.KindNotFound, ""},
 	{fsm.ErrInvalidCommand, rpc.KindInvalidArgument, ""},
 	{ErrNotLeader, rpc.KindNotLeader, "not the leader of shard"},
 	{errMetaNotLeader, rpc.KindNotLeader, ""},

@@ -14,8 +14,8 @@ import (
 // The API the fronts above the core use (redisfront, admin, and the
 // composition in package server): the node's settings and identity, its
 // shard map, a Redis request run on a local leader, the admin HTTP
-// listener and metrics, and the checks of callers (auth.go: AuthOn,
-// IdentifyCert, IdentifyToken, IdentifyHTTP, TokenLive, Allows, Audit).
+// listener and metrics, and the checks of callers (Authn: package
+// auth/authn's Authenticator, built in auth.go).
 // The admin operations are in admin.go and tokens.go. The fronts never
 // reach into a Node's fields.
 
@@ -79,10 +79,6 @@ var ErrMetaNotLeader = errMetaNotLeader
 // ErrNotBootstrapped is returned by calls that need the shard map before
 // the cluster has one.
 var ErrNotBootstrapped = errNotBootstrapped
-
-// MsgBadToken is what a caller with an unknown, revoked or malformed token
-// is told (and what the audit log records); it never quotes the token.
-const MsgBadToken = msgBadToken
 
 // RedisRequest is one Redis request on a shard: one command, or a
 // MULTI/EXEC block with its WATCH guards.

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"lukechampine.com/blake3"
 
+	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/cluster/gossip"
 	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/fsm"
@@ -58,8 +59,9 @@ type Node struct {
 	grpcLn            net.Listener
 	tls               *transport.NodeTLS // the node's TLS identity; nil without Config.TLS
 	// secret is the cluster secret of Config.Auth without TLS
-	// (nodeauth.go); nil otherwise.
+	// (authn.LoadClusterSecret); nil otherwise.
 	secret []byte
+	authn  *authn.Authenticator // identifies callers (auth.go)
 	// httpLn is the admin HTTP listener, bound here (its address is
 	// gossiped) and served by package admin, which takes it
 	// (HTTPListener); nil once taken or without Config.HTTPAddr.
@@ -149,6 +151,7 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 	if n.secret != nil {
 		pcfg.Unary = transport.NodeCredUnary(n.secret, cfg.ID)
 	}
+	n.authn = n.newAuthn()
 	n.peers = transport.NewPeers(pcfg)
 	n.cache = pebble.NewCache(cfg.cacheCapacity())
 	if n.cfg.logStore, err = openLogStore(n.cfg, n.cache); err != nil { // shared by every replica; closed after them
@@ -227,7 +230,7 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 			stream = append(stream, svcs[i].Stream)
 		}
 	}
-	if n.AuthOn() && len(services) == 0 {
+	if n.authn.On() && len(services) == 0 {
 		// Nothing guards the calls (the auth interceptors are package
 		// api's): refuse every one rather than serve the Admin service open.
 		unary = append(unary, refuseUnguarded)
@@ -277,7 +280,7 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 	go n.reconcileLoop()
 	n.log.Info("node started", "raft", n.addrs.RaftAddr, "grpc", n.addrs.GRPCAddr,
 		"http", n.addrs.HTTPAddr, "gossip", n.addrs.GossipAddr, "data_dir", cfg.DataDir,
-		"bootstrapped", st != nil && st.Bootstrapped, "tls", n.tls != nil, "gossip_encrypted", len(cfg.GossipKeys) > 0, "auth", n.AuthOn())
+		"bootstrapped", st != nil && st.Bootstrapped, "tls", n.tls != nil, "gossip_encrypted", len(cfg.GossipKeys) > 0, "auth", n.authn.On())
 	return n, nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/client"
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/transport"
@@ -96,11 +97,11 @@ func TestAuthWithoutTLSRefusesAnonymousNodeCalls(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 
 	// A one-node cluster made its own secret, 0600, and keeps it.
-	secretFile := filepath.Join(tc.cfgs[0].DataDir, clusterSecretName)
+	secretFile := filepath.Join(tc.cfgs[0].DataDir, "cluster-secret")
 	if st, err := os.Stat(secretFile); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("generated secret: %v %v", st, err)
 	}
-	secret, err := readClusterSecret(secretFile)
+	secret, err := authn.ReadClusterSecret(secretFile)
 	if err != nil || !slices.Equal(secret, n1.secret) {
 		t.Fatalf("secret in use is not the file's: %v", err)
 	}
@@ -192,7 +193,7 @@ func TestAuthWithoutTLSCluster(t *testing.T) {
 	// The operator's first token, signed with the cluster secret, made
 	// through a node that does not lead the meta group: forwarded with
 	// the signature to the leader, which checks it again.
-	secret, err := ReadClusterSecret(secretFile)
+	secret, err := authn.ReadClusterSecret(secretFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,7 @@ func TestAuthWithoutTLSCluster(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		req.Header.Set("Authorization", AdminSecretAuth(secret, "POST", "/v1/tokens", "", time.Now()))
+		req.Header.Set("Authorization", authn.AdminSecretAuth(secret, "POST", "/v1/tokens", "", time.Now()))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err
@@ -218,7 +219,7 @@ func TestAuthWithoutTLSCluster(t *testing.T) {
 		}
 		return nil
 	})
-	var tok *TokenInfo
+	var tok *authn.TokenInfo
 	waitFor(t, 20*time.Second, "token created", func() error {
 		var err error
 		tok, err = tc.nodes[0].CreateToken(ctx, "app", []string{"kv:write"}, "")
@@ -274,40 +275,16 @@ func (tc *testCluster) metaLeaderIndex() int {
 	return 0
 }
 
-// TestClusterSecretFile: the secret file must be private and long enough,
-// and a node that joins others needs one.
+// TestClusterSecretFile: a node that joins others needs a cluster secret
+// file, one with auth only and without TLS, and a node refuses to start
+// with a file others may read (the file's own checks:
+// authn.TestReadClusterSecret).
 func TestClusterSecretFile(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good")
 	os.WriteFile(good, []byte(strings.Repeat("s", 32)+"\n"), 0o600)
-	if b, err := readClusterSecret(good); err != nil || len(b) != 32 {
-		t.Fatalf("good secret: %d bytes, %v", len(b), err)
-	}
 	open := filepath.Join(dir, "open")
 	os.WriteFile(open, []byte(strings.Repeat("s", 40)), 0o640)
-	if _, err := readClusterSecret(open); !errors.Is(err, ErrClusterSecret) || !strings.Contains(err.Error(), "chmod 600") {
-		t.Fatalf("group-readable secret: %v", err)
-	}
-	short := filepath.Join(dir, "short")
-	os.WriteFile(short, []byte("  tooshort-secret-value  \n"), 0o600)
-	if _, err := readClusterSecret(short); !errors.Is(err, ErrClusterSecret) || strings.Contains(err.Error(), "tooshort") {
-		t.Fatalf("short secret: %v (must not quote it)", err)
-	}
-	// Made once, then reused.
-	gen := filepath.Join(dir, "gen")
-	if err := makeClusterSecret(gen); err != nil {
-		t.Fatal(err)
-	}
-	a, err := readClusterSecret(gen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := makeClusterSecret(gen); err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := readClusterSecret(gen); !slices.Equal(a, b) {
-		t.Fatal("the generated secret changed")
-	}
 
 	base := Config{ID: "n1", DataDir: t.TempDir(), Auth: true}
 	for _, tt := range []struct {
@@ -334,7 +311,7 @@ func TestClusterSecretFile(t *testing.T) {
 	cfg := base
 	cfg.ClusterSecretFile = open
 	cfg.RaftAddr, cfg.GRPCAddr, cfg.GossipAddr = freePort(t), freePort(t), freePort(t)
-	if n, err := New(cfg); !errors.Is(err, ErrClusterSecret) {
+	if n, err := New(cfg); !errors.Is(err, authn.ErrClusterSecret) {
 		if n != nil {
 			n.Close()
 		}

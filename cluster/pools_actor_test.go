@@ -23,7 +23,7 @@ import (
 // Actors bound to credentials in the Pools service (issue 22, item 2;
 // docs/security.md, "Pools: actors").
 
-// tokenWithActor is the admin API's token record as JSON (TokenInfo).
+// tokenWithActor is the admin API's token record as JSON (authn.TokenInfo).
 type tokenWithActor struct {
 	ID    string `json:"id"`
 	Token string `json:"token"`
@@ -96,7 +96,7 @@ func TestPoolsActorBinding(t *testing.T) {
 		t.Fatalf("token list does not show the owner token's actor: %s", body)
 	}
 	waitFor(t, 10*time.Second, "tokens known", func() error {
-		if _, ok := tc.nodes[0].IdentifyToken(frontend.Token); !ok {
+		if _, ok := tc.nodes[0].Authn().IdentifyToken(frontend.Token); !ok {
 			return errors.New("not yet")
 		}
 		return nil

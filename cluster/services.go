@@ -18,7 +18,7 @@ import (
 // a local replica (or the leader hint to answer NotLeader with), a
 // command proposed to a replica, a read at a consistency level (the
 // replica's read barrier, then its state machine), the node's settings
-// (Config) and shard map (front.go), the callers' identities (auth.go)
+// (Config) and shard map (front.go), the callers' identities (Authn, auth.go)
 // and the Redis request checks (redis.go). These are concrete types and
 // methods: a KV Put or Get makes the same calls as when the services
 // lived in this package.
@@ -129,11 +129,6 @@ func (n *Node) CheckRedis(req *RedisRequest) *resp.Value { return n.checkRedisRe
 func (n *Node) RedisOn(ctx context.Context, r *Replica, req *RedisRequest) (v resp.Value, index uint64, err error) {
 	return n.redisLocal(ctx, r, req)
 }
-
-// WithCaller returns ctx carrying the caller's identity, for the Admin
-// service's MetaState (it tells a non-member node less): the auth
-// interceptor sets it.
-func WithCaller(ctx context.Context, id *Identity) context.Context { return withCaller(ctx, id) }
 
 // ID is the shard r is a replica of.
 func (r *Replica) ID() shard.ID { return r.id }

@@ -5,35 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/swarmkv/swarmkv/auth"
-	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/rpc"
 )
 
-// The tokens of the cluster state (auth.go has the rules; package admin
+// The tokens of the cluster state (package auth/authn has the rules, the
+// request checks and the listed form, authn.TokenInfo; package admin
 // serves them as /v1/tokens). Changes run on the meta leader (through
 // n.metaUpdate): elsewhere they answer ErrMetaNotLeader and the caller
 // runs them on MetaLeader. Every node learns the tokens through the sync
 // loop (within about a second), so a new token works, and a revoked one
 // stops working, on every node shortly after the call returns.
 
-// TokenInfo is a token as the admin API lists it (no hash, no secret).
-type TokenInfo struct {
-	ID      string     `json:"id"`
-	Name    string     `json:"name"`
-	Roles   []string   `json:"roles"`
-	Actor   string     `json:"actor,omitempty"` // the user id a bound token acts for
-	Created time.Time  `json:"created"`
-	Revoked *time.Time `json:"revoked,omitempty"`
-	// Token is set only in the answer to a create.
-	Token string `json:"token,omitempty"`
-}
-
-func tokenInfo(t Token) TokenInfo {
-	return TokenInfo{ID: t.ID, Name: t.Name, Roles: t.Roles, Actor: t.Actor, Created: t.Created, Revoked: t.Revoked}
+// tokenInfo is t as the admin API lists it (no hash, no secret).
+func tokenInfo(t Token) authn.TokenInfo {
+	return authn.TokenInfo{ID: t.ID, Name: t.Name, Roles: t.Roles, Actor: t.Actor, Created: t.Created, Revoked: t.Revoked}
 }
 
 // maxTokens bounds the tokens kept in the cluster state (revoked included).
@@ -41,12 +30,12 @@ const maxTokens = 1000
 
 // Tokens lists the tokens of the committed cluster state (no hashes, no
 // secrets).
-func (n *Node) Tokens(ctx context.Context) ([]TokenInfo, error) {
+func (n *Node) Tokens(ctx context.Context) ([]authn.TokenInfo, error) {
 	st, err := n.fetchMeta(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := []TokenInfo{}
+	out := []authn.TokenInfo{}
 	for _, t := range st.Tokens {
 		out = append(out, tokenInfo(t))
 	}
@@ -104,38 +93,11 @@ func redactTokenHashes(st *State) *State {
 	return c
 }
 
-// CheckTokenRequest validates a token request (POST /v1/tokens) and
-// returns its name trimmed and its roles in canonical form. actor, when
-// set, must be a valid user id (keys.ValidateStringID) and cannot be
-// combined with pools:impersonate (a bound token acts only as its actor).
-func CheckTokenRequest(name string, roles []string, actor string) (string, []string, error) {
-	name = strings.TrimSpace(name)
-	if name == "" || len(name) > 64 || strings.ContainsFunc(name, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		return "", nil, fmt.Errorf("%w: token name: want 1-64 printable characters", ErrInvalidArgument)
-	}
-	canon, err := auth.ParseRoles(strings.Join(roles, ","))
-	if err != nil {
-		return "", nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
-	}
-	if len(canon) == 0 {
-		return "", nil, fmt.Errorf("%w: a token needs at least one role", ErrInvalidArgument)
-	}
-	if actor != "" {
-		if err := keys.ValidateStringID("actor", actor, keys.MaxStringIDLen); err != nil {
-			return "", nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
-		}
-		if slices.Contains(canon, auth.RolePoolsImpersonate) {
-			return "", nil, fmt.Errorf("%w: a token bound to an actor cannot have the %s role", ErrInvalidArgument, auth.RolePoolsImpersonate)
-		}
-	}
-	return name, canon, nil
-}
-
 // CreateToken makes a token with roles, bound to actor unless actor is "",
 // on the meta leader (ErrMetaNotLeader elsewhere) and returns it with its
 // secret, shown this once.
-func (n *Node) CreateToken(ctx context.Context, name string, roles []string, actor string) (*TokenInfo, error) {
-	name, canon, err := CheckTokenRequest(name, roles, actor)
+func (n *Node) CreateToken(ctx context.Context, name string, roles []string, actor string) (*authn.TokenInfo, error) {
+	name, canon, err := authn.CheckTokenRequest(name, roles, actor)
 	if err != nil {
 		return nil, err
 	}
@@ -157,11 +119,11 @@ func (n *Node) CreateToken(ctx context.Context, name string, roles []string, act
 
 // RevokeToken marks token id revoked (idempotent) on the meta leader
 // (ErrMetaNotLeader elsewhere; ErrTokenNotFound for an unknown id).
-func (n *Node) RevokeToken(ctx context.Context, id string) (*TokenInfo, error) {
-	if !auth.ValidID(id) {
-		return nil, fmt.Errorf("%w: token id %q: want 16 hex digits", ErrInvalidArgument, clipID(id))
+func (n *Node) RevokeToken(ctx context.Context, id string) (*authn.TokenInfo, error) {
+	if err := authn.CheckTokenID(id); err != nil {
+		return nil, err
 	}
-	var out TokenInfo
+	var out authn.TokenInfo
 	_, err := n.metaUpdate(ctx, func(st *State) error {
 		i := slices.IndexFunc(st.Tokens, func(t Token) bool { return t.ID == id })
 		if i < 0 {
@@ -180,11 +142,4 @@ func (n *Node) RevokeToken(ctx context.Context, id string) (*TokenInfo, error) {
 		return nil, err
 	}
 	return &out, nil
-}
-
-func clipID(s string) string {
-	if len(s) > 20 {
-		return s[:20] + "..."
-	}
-	return s
 }

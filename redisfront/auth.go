@@ -7,12 +7,12 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/swarmkv/swarmkv/auth"
-	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/resp"
 )
 
-// RESP authentication (cluster/auth.go has the rules). With auth on, a connection
+// RESP authentication (package auth/authn has the rules). With auth on, a connection
 // authenticates with its TLS client certificate, or with
 //
 //	AUTH <user> <token>    (or AUTH <token>; HELLO 3 AUTH <user> <token>)
@@ -23,7 +23,7 @@ import (
 // WATCH) or assets:write (writes, queued or not); a refused one answers
 // NOPERM and a MULTI block it was queued in is aborted.
 //
-// A token is checked again before every command (cluster.Node.TokenLive: an id
+// A token is checked again before every command (authn.Authenticator.TokenLive: an id
 // lookup in the node's current cluster state): once the sync loop brings
 // a revocation (within about a second, as for gRPC) every open connection
 // authenticated with that token is logged out, its MULTI block dropped,
@@ -31,7 +31,7 @@ import (
 
 // redisAuth is a connection's authentication state.
 type redisAuth struct {
-	id      *cluster.Identity
+	id      *authn.Identity
 	token   string // kept to forward calls without TLS (memory only)
 	tokenID string // the token's id, checked before each command
 }
@@ -46,7 +46,8 @@ const (
 // answered=false when the command may run. (A TLS client certificate's
 // identity is set when the connection opens: serveConn.)
 func (f *Front) authGate(st *redisConn, argv [][]byte) (resp.Value, bool) {
-	if !f.n.AuthOn() {
+	an := f.n.Authn()
+	if !an.On() {
 		return resp.Value{}, false
 	}
 	a := &st.auth
@@ -70,8 +71,8 @@ func (f *Front) authGate(st *redisConn, argv [][]byte) (resp.Value, bool) {
 	case "quit":
 		return resp.Value{}, false
 	}
-	if a.tokenID != "" && !f.n.TokenLive(a.tokenID) {
-		f.n.Audit("redis", a.id, strings.ToUpper(name), false, "token revoked")
+	if a.tokenID != "" && !an.TokenLive(a.tokenID) {
+		an.Audit("redis", a.id, strings.ToUpper(name), false, "token revoked")
 		*a = redisAuth{}
 		st.resetTx()
 	}
@@ -82,8 +83,8 @@ func (f *Front) authGate(st *redisConn, argv [][]byte) (resp.Value, bool) {
 	if !ok {
 		return resp.Value{}, false // answered by the front without data
 	}
-	if allowed, why := f.n.Allows(a.id, perm); !allowed {
-		f.n.Audit("redis", a.id, strings.ToUpper(name), false, why)
+	if allowed, why := an.Allows(a.id, perm); !allowed {
+		an.Audit("redis", a.id, strings.ToUpper(name), false, why)
 		if st.multi {
 			st.dirty = true
 		}
@@ -94,9 +95,9 @@ func (f *Front) authGate(st *redisConn, argv [][]byte) (resp.Value, bool) {
 
 // login checks a token for AUTH; the reply never quotes it.
 func (f *Front) login(a *redisAuth, tok string) resp.Value {
-	id, ok := f.n.IdentifyToken(tok)
+	id, ok := f.n.Authn().IdentifyToken(tok)
 	if !ok {
-		f.n.Audit("redis", nil, "AUTH", false, cluster.MsgBadToken)
+		f.n.Authn().Audit("redis", nil, "AUTH", false, authn.MsgBadToken)
 		return errReply(redisWrongPass)
 	}
 	tokID, _, _ := auth.ParseToken(tok)

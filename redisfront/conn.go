@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/resp"
 )
 
@@ -39,7 +39,7 @@ var redisPreAuthLimits = resp.Limits{MaxArgs: 10, MaxBulk: 16 << 10, MaxCommand:
 func (f *Front) readLimits(st *redisConn) resp.Limits {
 	cfg := &f.cfg
 	lim := resp.Limits{MaxArgs: cfg.RedisMaxArgs, MaxBulk: cfg.RedisMaxBulk, MaxCommand: cfg.RedisMaxCommandBytes}
-	if f.n.AuthOn() && st.auth.id == nil {
+	if f.n.Authn().On() && st.auth.id == nil {
 		lim.MaxArgs = min(lim.MaxArgs, redisPreAuthLimits.MaxArgs)
 		lim.MaxBulk = min(lim.MaxBulk, redisPreAuthLimits.MaxBulk)
 		lim.MaxCommand = min(lim.MaxCommand, redisPreAuthLimits.MaxCommand)
@@ -101,7 +101,7 @@ func (f *Front) serveConn(nc net.Conn) {
 			return
 		}
 		cs := tc.ConnectionState()
-		st.auth.id = cluster.IdentifyCert(&cs)
+		st.auth.id = authn.IdentifyCert(&cs)
 	}
 	rd := resp.NewReader(nc, f.readLimits(st))
 	wr := bufio.NewWriterSize(nc, 16<<10)

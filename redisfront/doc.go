@@ -7,9 +7,10 @@
 // authentication (auth.go: AUTH, client certificates, roles per command).
 //
 // It owns no state of the cluster: it uses the narrow API of
-// cluster.Node (ShardMap, RedisLocal, Config, the identity checks). It
-// may import cluster, client, rpc, resp, fsm, keys, shard and auth; the
-// core never imports it. Package server composes it with a node.
+// cluster.Node (ShardMap, RedisLocal, Config, the identity checks of its
+// authenticator, Node.Authn). It may import cluster, client, rpc, resp,
+// fsm, keys, shard, auth and auth/authn; the core never imports it.
+// Package server composes it with a node.
 //
 // Usage:
 //

@@ -95,7 +95,7 @@ type State struct {
 	// after that a replica with empty Raft state is never bootstrapped
 	// again (it waits for its leader to send it the log).
 	Bootstrapped bool `json:"bootstrapped"`
-	// Tokens are the clients' bearer tokens (cluster/auth.go,
+	// Tokens are the clients' bearer tokens (auth/authn,
 	// cluster/tokens.go): only the SHA-256 of each secret is stored.
 	Tokens []Token `json:"tokens,omitempty"`
 }
@@ -106,7 +106,7 @@ type Token struct {
 	Name  string   `json:"name"`
 	Roles []string `json:"roles"`
 	// Actor is the user id the token acts for in the Pools service ("":
-	// not bound). A bound token may only act as Actor (cluster/auth.go,
+	// not bound). A bound token may only act as Actor (api/auth.go,
 	// bindActor).
 	Actor   string     `json:"actor,omitempty"`
 	Hash    string     `json:"hash,omitempty"` // hex SHA-256 of the secret (never empty in the state; blanked in /v1/state)

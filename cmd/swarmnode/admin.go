@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/cluster"
 )
 
@@ -59,13 +60,13 @@ func (f *adminFlags) authorize(req *http.Request) error {
 		return usageError{errors.New("--cluster-secret-file is for a node with --auth without TLS; with TLS use a client certificate (--tls-cert, --tls-key)")}
 	}
 	if f.secret == nil {
-		b, err := cluster.ReadClusterSecret(f.secretFile)
+		b, err := authn.ReadClusterSecret(f.secretFile)
 		if err != nil {
 			return usageError{err}
 		}
 		f.secret = b
 	}
-	req.Header.Set("Authorization", cluster.AdminSecretAuth(f.secret, req.Method, req.URL.Path, req.URL.RawQuery, time.Now()))
+	req.Header.Set("Authorization", authn.AdminSecretAuth(f.secret, req.Method, req.URL.Path, req.URL.RawQuery, time.Now()))
 	return nil
 }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/swarmkv/swarmkv/auth"
-	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/auth/authn"
 )
 
 const tokenLong = `Bearer tokens and their roles.
@@ -74,14 +74,14 @@ func (f *tokenFlags) run(ctx context.Context, verb string, pos []string, stdout,
 		if f.name == "" || len(f.roles) == 0 {
 			return usageError{errors.New("token create: want --name and at least one --role")}
 		}
-		if _, _, err := cluster.CheckTokenRequest(f.name, f.roles, f.actor); err != nil {
+		if _, _, err := authn.CheckTokenRequest(f.name, f.roles, f.actor); err != nil {
 			return usageError{err}
 		}
 		req := map[string]any{"name": f.name, "roles": []string(f.roles)}
 		if f.actor != "" {
 			req["actor"] = f.actor
 		}
-		var ti cluster.TokenInfo
+		var ti authn.TokenInfo
 		body, err := f.callBody(ctx, "POST", "/v1/tokens", req, &ti)
 		if err != nil {
 			return err
@@ -97,7 +97,7 @@ func (f *tokenFlags) run(ctx context.Context, verb string, pos []string, stdout,
 		fmt.Fprintf(stdout, "token %s (%s, roles %s%s); shown only now, store it safely:\n%s\n", ti.ID, ti.Name, strings.Join(ti.Roles, ","), bound, ti.Token)
 		return nil
 	case "list":
-		var ts []cluster.TokenInfo
+		var ts []authn.TokenInfo
 		body, err := f.call(ctx, "GET", "/v1/tokens", &ts)
 		if err != nil {
 			return err
@@ -121,7 +121,7 @@ func (f *tokenFlags) run(ctx context.Context, verb string, pos []string, stdout,
 		}
 		return tw.Flush()
 	case "revoke":
-		var ti cluster.TokenInfo
+		var ti authn.TokenInfo
 		body, err := f.call(ctx, "POST", "/v1/tokens/"+pos[0]+"/revoke", &ti)
 		if err != nil {
 			return err

@@ -1,4 +1,4 @@
-package cluster
+package authn
 
 import (
 	"errors"
@@ -13,7 +13,8 @@ import (
 // FuzzCheckTokenRequest: an accepted token request has a printable name of
 // 1-64 bytes, at least one canonical role, and an actor that is empty or a
 // valid user id, never combined with pools:impersonate; a refusal is
-// ErrInvalidArgument.
+// ErrInvalidArgument (authn's; cluster's error table gives it the kind of
+// cluster.ErrInvalidArgument).
 func FuzzCheckTokenRequest(f *testing.F) {
 	f.Add("ci", "pools:write,pools:secrets", "u1")
 	f.Add("ci", "pools:impersonate", "u1")

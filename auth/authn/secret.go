@@ -1,8 +1,7 @@
-package cluster
+package authn
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -12,33 +11,24 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/metadata"
-
 	"github.com/swarmkv/swarmkv/transport"
 )
 
 // Node identities (who may make node-to-node calls).
 //
 // With TLS a node proves its id with its node certificate (transport/tls.go).
-// With Config.Auth and no TLS (loopback only, config.go checkSecure) nodes
-// share a cluster secret (Config.ClusterSecretFile) and prove that they
-// know it:
+// With Config.Auth and no TLS (loopback only, cluster/config.go
+// checkSecure) nodes share a cluster secret (Config.ClusterSecretFile) and
+// prove that they know it:
 //
 //	gRPC       every node-to-node call carries a node credential for its
-//	           method (transport/nodecred.go)
+//	           method (transport/nodecred.go; identifySecret checks it)
 //	Raft port  a challenge/response on the connection preface
 //	           (transport/mux_auth.go)
 //
 // Either way an identity counts only while the cluster state lists that
-// node id as a member (active or leaving; isMemberNode): a removed node's
-// certificate, or a removed node that kept the secret and claims its old
-// id, is refused on the Raft port, on Admin and on the client API. A node
-// that is in no cluster yet (no state: waiting to be admitted, or before
-// bootstrap) accepts every valid node identity: it holds no data, and the
-// meta leader that admits it must reach it before it is listed anywhere.
-// Admin/MetaState is the one call a non-member node may still make: it is
-// answered with that node's own membership record only (redactForNonMember),
-// which is how a removed node learns it was removed and stops.
+// node id as a member (State.IsMember; package cluster's auth.go has the
+// rule and what a non-member may still do).
 
 const (
 	// clusterSecretName is the secret a one-node cluster makes in its data
@@ -51,29 +41,28 @@ const (
 // ErrClusterSecret is wrapped by every cluster secret file error.
 var ErrClusterSecret = errors.New("cluster: cluster secret")
 
-// loadClusterSecret returns the cluster secret of cfg (Auth without TLS),
-// or nil when none is needed. A secret file must be readable by its owner
-// only and hold at least minClusterSecret bytes (surrounding white space
-// is not part of the secret). Errors never quote the secret.
-func loadClusterSecret(cfg Config) ([]byte, error) {
-	if !cfg.Auth || cfg.TLS.Enabled() {
-		return nil, nil
-	}
-	path := cfg.ClusterSecretFile
+// LoadClusterSecret returns the cluster secret of a node with Auth and
+// without TLS: the file path names, or, when path is "", the one a lone
+// node makes (once) and keeps in dataDir; a node that joins others (joins)
+// needs a path. A secret file must be readable by its owner only and hold
+// at least minClusterSecret bytes (surrounding white space is not part of
+// the secret). Errors never quote the secret.
+func LoadClusterSecret(path, dataDir string, joins bool) ([]byte, error) {
 	if path == "" {
-		if len(cfg.Join) > 0 { // Validate refuses this too
+		if joins { // Config.Validate refuses this too
 			return nil, fmt.Errorf("%w: a node that joins others needs --cluster-secret-file", ErrClusterSecret)
 		}
-		path = filepath.Join(cfg.DataDir, clusterSecretName)
+		path = filepath.Join(dataDir, clusterSecretName)
 		if err := makeClusterSecret(path); err != nil {
 			return nil, err
 		}
 	}
-	return readClusterSecret(path)
+	return ReadClusterSecret(path)
 }
 
-// readClusterSecret reads and checks a cluster secret file.
-func readClusterSecret(path string) ([]byte, error) {
+// ReadClusterSecret reads and checks a cluster secret file (owner-only
+// mode, at least 32 bytes): the node's check, and the operator CLI's.
+func ReadClusterSecret(path string) ([]byte, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrClusterSecret, err)
@@ -143,10 +132,6 @@ const adminSecretScheme = "SwarmkvSecret"
 // the cluster secret.
 const adminSecretIdentity = "operator:cluster-secret"
 
-// ReadClusterSecret reads and checks a cluster secret file (the node's
-// checks: owner-only mode, at least 32 bytes) for the operator CLI.
-func ReadClusterSecret(path string) ([]byte, error) { return readClusterSecret(path) }
-
 // AdminSecretAuth returns the Authorization header value that signs an
 // admin HTTP request (method, decoded URL path, raw query) at time now
 // with the cluster secret.
@@ -170,75 +155,4 @@ func checkAdminSecretAuth(secret []byte, method, path, rawQuery, h string, now t
 		return false
 	}
 	return transport.CheckTimedMAC(secret, cred, now, "swarmkv admin http", method, path, rawQuery)
-}
-
-// identifySecret returns the node identity of a call that carries a valid
-// cluster-secret credential for method, or nil.
-func (n *Node) identifySecret(md metadata.MD, method string) *Identity {
-	if n.secret == nil {
-		return nil
-	}
-	id, ok := transport.CheckNodeCred(md, n.secret, method, time.Now())
-	if !ok {
-		return nil
-	}
-	return &Identity{name: "node:" + id, node: true, nodeID: id}
-}
-
-// isMemberNode reports whether node id may act as a node: the cluster state
-// this node knows lists it as active or leaving, or this node has no state
-// yet (see the comment at the top of this file).
-func (n *Node) isMemberNode(id string) bool {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	if n.mu.state == nil {
-		return true
-	}
-	return stateHasMember(n.mu.state, id)
-}
-
-// stateHasMember reports whether st lists node id as active or leaving.
-func stateHasMember(st *State, id string) bool {
-	s := st.Status(id)
-	return s == StatusActive || s == StatusLeaving
-}
-
-// errNotMember is why a node identity that is not a member is refused.
-func errNotMember(id string) string {
-	return "swarmkv: node " + id + " is not a member of the cluster (removed or never admitted)"
-}
-
-// raftPeerAllowed is the Mux's check of a peer's node id (Raft port).
-func (n *Node) raftPeerAllowed(id string) error {
-	if !n.isMemberNode(id) {
-		return errors.New(errNotMember(id))
-	}
-	return nil
-}
-
-// redactForNonMember returns the state a non-member node is told: the
-// cluster id, the epoch, the shard map (public: Cluster/ClusterMap) and
-// its own membership record, if any. No other member, no placement, no
-// token.
-func redactForNonMember(st *State, id string) *State {
-	out := &State{FormatVersion: st.FormatVersion, ClusterID: st.ClusterID, Epoch: st.Epoch,
-		MapVersion: st.MapVersion, NumShards: st.NumShards, Slots: st.Slots}
-	if m := st.Member(id); m != nil {
-		out.Nodes = []NodeAddrs{*m}
-	}
-	return out
-}
-
-// callerKey carries the caller's identity in a call's context (package
-// api's auth interceptor, through WithCaller).
-type callerKey struct{}
-
-func withCaller(ctx context.Context, id *Identity) context.Context {
-	return context.WithValue(ctx, callerKey{}, id)
-}
-
-// callerOf returns the identity the auth interceptor found for the call, or nil.
-func callerOf(ctx context.Context) *Identity {
-	id, _ := ctx.Value(callerKey{}).(*Identity)
-	return id
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/swarmkv/swarmkv/internal/linelog"
 )
 
 // gossipMeta is what a node announces in memberlist's node metadata
@@ -196,7 +198,7 @@ func newMemberlist(n *Node) (*memberlist.Memberlist, error) {
 	c.Delegate = gossipDelegate{node: n}
 	c.Alive = gossipDelegate{node: n}
 	c.Events = gossipDelegate{node: n}
-	c.Logger = log.New(logWriter{logger: n.log.With("component", "gossip")}, "", 0)
+	c.Logger = log.New(linelog.Writer{Logger: n.log.With("component", "gossip")}, "", 0)
 	if len(n.cfg.GossipKeys) > 0 { // encrypt and verify every message (tls_gossip.go)
 		kr, err := memberlist.NewKeyring(n.cfg.GossipKeys[1:], n.cfg.GossipKeys[0])
 		if err != nil {

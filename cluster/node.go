@@ -509,10 +509,10 @@ func (n *Node) openShard(st *State, p Placement, bootstrap bool) error {
 	if err != nil {
 		return err
 	}
-	// The leader of the pools shard ensures the default pool (seed 004).
 	rc := n.cfg.replicaConfig(p.Shard)
 	rc.Dir, rc.Layer, rc.Cache, rc.Checker = n.shardDir(p.Shard), layer, n.cache, n.checker
 	rc.Voters, rc.Bootstrap = servers, bootstrap
+	// The leader of the pools shard ensures the default pool (seed 004).
 	if p.Shard == smap.ShardOf(poolsRoutingKey) {
 		rc.OnReady = replica.EnsureDefaultPool
 	}

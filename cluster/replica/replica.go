@@ -38,7 +38,8 @@ var (
 	// ErrOutcomeUnknown: a proposal was handed to Raft but leadership was
 	// lost before it committed; it may or may not be applied.
 	ErrOutcomeUnknown = errors.New("cluster: leadership lost, outcome unknown")
-	// ErrClosed: the node is shutting down.
+	// ErrClosed: the replica is closed (the node is shutting down, or the
+	// replica moved away).
 	ErrClosed = errors.New("cluster: node closed")
 	// ErrInvalidArgument is wrapped by every request validation error (the
 	// core's and package api's; cluster.ErrInvalidArgument is this error).
@@ -147,8 +148,8 @@ type Config struct {
 	// Checker is the node's batched leadership check (nil: every read
 	// round runs VerifyLeader).
 	Checker *transport.LeaderChecker
-	// Logger is the node's; the replica's messages carry the group's
-	// "shard" attribute.
+	// Logger is the node's (required); the replica's messages carry the
+	// group's "shard" attribute.
 	Logger *slog.Logger
 }
 

@@ -7,9 +7,10 @@
 // through the core's one table (cluster.StatusError).
 //
 // It owns no state: every handler routes through the narrow API of
-// cluster.Node and cluster.Replica (cluster/services.go). It may import
-// cluster, fsm, records, keys, shard, resp, rpc, auth and auth/authn; the
-// core never imports it (cluster's TestImportsOneWay). Package server
+// cluster.Node (cluster/services.go) and replica.Replica (its ID, FSM,
+// Leader, ReadBarrier and Propose; package cluster/replica). It may import
+// cluster, cluster/replica, fsm, records, keys, shard, resp, rpc, auth and auth/authn;
+// the core never imports it (cluster's TestImportsOneWay). Package server
 // registers it on a node's gRPC server.
 //
 // Usage:

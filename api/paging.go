@@ -3,7 +3,7 @@ package api
 import (
 	"bytes"
 
-	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 
@@ -129,7 +129,7 @@ func collect[T proto.Message](pg *pager, kvs []fsm.KV, more bool, item func(fsm.
 // page reads one page of the listing under prefix from r, continuing after
 // cursor, asking for limit items: the pager to fill, the stored items, and
 // whether more follow them.
-func (s *server) page(r *cluster.Replica, prefix, cursor []byte, limit uint32) (*pager, []fsm.KV, bool, error) {
+func (s *server) page(r *replica.Replica, prefix, cursor []byte, limit uint32) (*pager, []fsm.KV, bool, error) {
 	start, err := cursorStart(prefix, cursor)
 	if err != nil {
 		return nil, nil, false, s.statusErr(r.ID(), err)

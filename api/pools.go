@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
@@ -224,13 +225,13 @@ func permissionDenied(format string, a ...any) error {
 }
 
 // poolsReplica routes to the pools shard's local replica.
-func (s *poolsServer) poolsReplica() (*cluster.Replica, error) {
+func (s *poolsServer) poolsReplica() (*replica.Replica, error) {
 	_, r, err := s.route(poolsRoutingKey)
 	return r, err
 }
 
 // read routes to the pools shard and passes the read barrier for c.
-func (s *poolsServer) read(ctx context.Context, c rpc.Consistency) (*cluster.Replica, error) {
+func (s *poolsServer) read(ctx context.Context, c rpc.Consistency) (*replica.Replica, error) {
 	r, err := s.poolsReplica()
 	if err != nil {
 		return nil, err
@@ -240,7 +241,7 @@ func (s *poolsServer) read(ctx context.Context, c rpc.Consistency) (*cluster.Rep
 
 // propose proposes cmd to the pools shard and returns the replica it went
 // to, for reading the result back.
-func (s *poolsServer) propose(ctx context.Context, cmd *fsm.Command) (*fsm.Result, *cluster.Replica, error) {
+func (s *poolsServer) propose(ctx context.Context, cmd *fsm.Command) (*fsm.Result, *replica.Replica, error) {
 	r, err := s.poolsReplica()
 	if err != nil {
 		return nil, nil, err
@@ -258,7 +259,7 @@ func (s *poolsServer) seal() sealFunc {
 }
 
 // getPool reads pool id from r; NotFound when absent.
-func (s *poolsServer) getPool(r *cluster.Replica, id string) (*records.Pool, error) {
+func (s *poolsServer) getPool(r *replica.Replica, id string) (*records.Pool, error) {
 	var p records.Pool
 	if err := getRecord(s.server, r, keys.Pool(id), &p); err != nil {
 		if status.Code(err) == codes.NotFound {
@@ -270,7 +271,7 @@ func (s *poolsServer) getPool(r *cluster.Replica, id string) (*records.Pool, err
 }
 
 // visiblePool reads pool id and checks actor may see it.
-func (s *poolsServer) visiblePool(r *cluster.Replica, actor, id string) (*records.Pool, error) {
+func (s *poolsServer) visiblePool(r *replica.Replica, actor, id string) (*records.Pool, error) {
 	p, err := s.getPool(r, id)
 	if err != nil {
 		return nil, err
@@ -282,7 +283,7 @@ func (s *poolsServer) visiblePool(r *cluster.Replica, actor, id string) (*record
 }
 
 // getBot reads bot agentID from r; NotFound when absent.
-func (s *poolsServer) getBot(r *cluster.Replica, agentID string) (*records.Bot, error) {
+func (s *poolsServer) getBot(r *replica.Replica, agentID string) (*records.Bot, error) {
 	var b records.Bot
 	if err := getRecord(s.server, r, keys.Bot(agentID), &b); err != nil {
 		if status.Code(err) == codes.NotFound {
@@ -294,7 +295,7 @@ func (s *poolsServer) getBot(r *cluster.Replica, agentID string) (*records.Bot, 
 }
 
 // poolBots returns the bots of pool id, in agent id order.
-func (s *poolsServer) poolBots(r *cluster.Replica, id string) ([]*records.Bot, error) {
+func (s *poolsServer) poolBots(r *replica.Replica, id string) ([]*records.Bot, error) {
 	prefix := keys.BotsByPoolPrefix(id)
 	kvs, err := r.FSM().Scan(prefix, keys.PrefixEnd(prefix), 0)
 	if err != nil {
@@ -312,7 +313,7 @@ func (s *poolsServer) poolBots(r *cluster.Replica, id string) ([]*records.Bot, e
 }
 
 // indexedBot reads the bot of a bots_by_pool index key.
-func (s *poolsServer) indexedBot(r *cluster.Replica, indexKey []byte) (*records.Bot, error) {
+func (s *poolsServer) indexedBot(r *replica.Replica, indexKey []byte) (*records.Bot, error) {
 	_, agentID, err := keys.DecodeBotByPool(indexKey)
 	if err != nil {
 		return nil, s.statusErr(r.ID(), err)
@@ -337,7 +338,7 @@ func (s *poolsServer) CreatePool(ctx context.Context, req *rpc.CreatePoolRequest
 
 // poolRead validates a pool reference and reads the pool, after the read
 // barrier, if actor may see it (visiblePool).
-func (s *poolsServer) poolRead(ctx context.Context, actor, poolID string, c rpc.Consistency) (*cluster.Replica, *records.Pool, error) {
+func (s *poolsServer) poolRead(ctx context.Context, actor, poolID string, c rpc.Consistency) (*replica.Replica, *records.Pool, error) {
 	if err := checkRef(actor, "pool_id", poolID, keys.MaxPoolIDLen); err != nil {
 		return nil, nil, s.statusErr(0, err)
 	}
@@ -459,7 +460,7 @@ func (s *poolsServer) UpdateBot(ctx context.Context, req *rpc.UpdateBotRequest) 
 }
 
 // botRead validates a BotRef and reads the bot after the read barrier.
-func (s *poolsServer) botRead(ctx context.Context, req *rpc.BotRef) (*cluster.Replica, *records.Bot, error) {
+func (s *poolsServer) botRead(ctx context.Context, req *rpc.BotRef) (*replica.Replica, *records.Bot, error) {
 	if err := checkRef(req.GetActor(), "agent_id", req.GetAgentId(), keys.MaxStringIDLen); err != nil {
 		return nil, nil, s.statusErr(0, err)
 	}
@@ -473,7 +474,7 @@ func (s *poolsServer) botRead(ctx context.Context, req *rpc.BotRef) (*cluster.Re
 
 // botPool reads the pool of bot b; nil if it is missing (a stored bot
 // always has its pool; a missing one grants nothing).
-func (s *poolsServer) botPool(r *cluster.Replica, b *records.Bot) (*records.Pool, error) {
+func (s *poolsServer) botPool(r *replica.Replica, b *records.Bot) (*records.Pool, error) {
 	p, err := s.getPool(r, b.PoolID)
 	if status.Code(err) == codes.NotFound {
 		return nil, nil
@@ -618,7 +619,7 @@ func (s *poolsServer) ListRunners(ctx context.Context, req *rpc.ListRunnersReque
 }
 
 // guildPool returns the pool guild selected, "" if none.
-func (s *poolsServer) guildPool(r *cluster.Replica, guild string) (string, error) {
+func (s *poolsServer) guildPool(r *replica.Replica, guild string) (string, error) {
 	var g records.GuildSettings
 	err := getRecord(s.server, r, keys.GuildSettings(guild), &g)
 	if status.Code(err) == codes.NotFound {

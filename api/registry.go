@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
@@ -31,7 +32,7 @@ func nowMs() int64 { return time.Now().UnixMilli() }
 
 // shardReplica returns the local replica of shard id for a request that
 // addresses a shard directly (fan-out).
-func (s *server) shardReplica(id uint32) (shard.ID, *cluster.Replica, error) {
+func (s *server) shardReplica(id uint32) (shard.ID, *replica.Replica, error) {
 	smap := s.node.ShardMap()
 	if smap == nil {
 		return 0, nil, s.statusErr(0, cluster.ErrNotBootstrapped)
@@ -48,7 +49,7 @@ func (s *server) shardReplica(id uint32) (shard.ID, *cluster.Replica, error) {
 
 // target resolves a Target: a shard, or the shard of a user id of
 // idLen bytes.
-func (s *server) target(t *rpc.Target, idLen int) (shard.ID, *cluster.Replica, error) {
+func (s *server) target(t *rpc.Target, idLen int) (shard.ID, *replica.Replica, error) {
 	if t.GetHasShard() {
 		if len(t.GetUserId()) > 0 {
 			return 0, nil, s.statusErr(0, invalid("target names both a shard and a user id"))
@@ -62,7 +63,7 @@ func (s *server) target(t *rpc.Target, idLen int) (shard.ID, *cluster.Replica, e
 }
 
 // readTarget resolves t and passes the read barrier.
-func (s *server) readTarget(ctx context.Context, t *rpc.Target, idLen int, c rpc.Consistency) (*cluster.Replica, error) {
+func (s *server) readTarget(ctx context.Context, t *rpc.Target, idLen int, c rpc.Consistency) (*replica.Replica, error) {
 	id, r, err := s.target(t, idLen)
 	if err != nil {
 		return nil, err
@@ -73,7 +74,7 @@ func (s *server) readTarget(ctx context.Context, t *rpc.Target, idLen int, c rpc
 // userRead parses the user (or account) id b with parse (InvalidArgument
 // when malformed), routes by it and passes the read barrier for c. It
 // routes by b itself: parse accepts only the id's exact bytes.
-func userRead[ID any](ctx context.Context, s *server, b []byte, parse func([]byte) (ID, error), c rpc.Consistency) (ID, *cluster.Replica, error) {
+func userRead[ID any](ctx context.Context, s *server, b []byte, parse func([]byte) (ID, error), c rpc.Consistency) (ID, *replica.Replica, error) {
 	user, err := parse(b)
 	if err != nil {
 		return user, nil, s.statusErr(0, badInput(err))
@@ -87,7 +88,7 @@ func userRead[ID any](ctx context.Context, s *server, b []byte, parse func([]byt
 
 // readAt passes the read barrier of replica r of shard id when c asks for
 // a linearizable read.
-func (s *server) readAt(ctx context.Context, id shard.ID, r *cluster.Replica, c rpc.Consistency) error {
+func (s *server) readAt(ctx context.Context, id shard.ID, r *replica.Replica, c rpc.Consistency) error {
 	if err := validateConsistency(c); err != nil {
 		return s.statusErr(id, err)
 	}
@@ -101,7 +102,7 @@ func (s *server) readAt(ctx context.Context, id shard.ID, r *cluster.Replica, c 
 
 // proposeTo validates cmd at the edge (so bad input costs no Raft round)
 // and proposes it to replica r of shard id.
-func (s *server) proposeTo(ctx context.Context, id shard.ID, r *cluster.Replica, cmd *fsm.Command) (*fsm.Result, error) {
+func (s *server) proposeTo(ctx context.Context, id shard.ID, r *replica.Replica, cmd *fsm.Command) (*fsm.Result, error) {
 	start := time.Now()
 	res, err := r.Propose(ctx, cmd)
 	if err != nil {
@@ -122,7 +123,7 @@ func (s *server) proposeRouted(ctx context.Context, rk []byte, cmd *fsm.Command)
 
 // getRecord reads key from r and decodes it into rec; codes.NotFound when
 // absent.
-func getRecord[R records.Record](s *server, r *cluster.Replica, key []byte, rec R) error {
+func getRecord[R records.Record](s *server, r *replica.Replica, key []byte, rec R) error {
 	b, err := r.FSM().Get(key)
 	if errors.Is(err, fsm.ErrNotFound) {
 		return status.Error(codes.NotFound, "not found")
@@ -191,7 +192,7 @@ func (s *registryServer) PutAgent(ctx context.Context, req *rpc.PutAgentRequest)
 
 // agentOwner resolves the user of an agent: from the request when routed,
 // else from the shard's agent_owners index.
-func (s *server) agentOwner(r *cluster.Replica, t *rpc.Target, agent keys.AgentID) (keys.UserID, error) {
+func (s *server) agentOwner(r *replica.Replica, t *rpc.Target, agent keys.AgentID) (keys.UserID, error) {
 	if !t.GetHasShard() {
 		return rpc.UserIDFromBytes(t.GetUserId())
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/rpc"
@@ -31,7 +32,7 @@ func (s *server) notLeader(id shard.ID) error { return s.statusErr(id, cluster.E
 
 // route resolves the routing key to a local replica; a node without a
 // replica of the shard answers NotLeader so the client refreshes its map.
-func (s *server) route(rk []byte) (shard.ID, *cluster.Replica, error) {
+func (s *server) route(rk []byte) (shard.ID, *replica.Replica, error) {
 	id, r, err := s.node.Route(rk)
 	if err != nil {
 		return id, nil, s.statusErr(id, err)
@@ -44,7 +45,7 @@ func (s *server) route(rk []byte) (shard.ID, *cluster.Replica, error) {
 
 // readReplica routes a read and, for linearizable reads, waits for the
 // read barrier.
-func (s *server) readReplica(ctx context.Context, rk []byte, c rpc.Consistency) (*cluster.Replica, error) {
+func (s *server) readReplica(ctx context.Context, rk []byte, c rpc.Consistency) (*replica.Replica, error) {
 	id, r, err := s.route(rk)
 	if err != nil {
 		return nil, err

@@ -122,7 +122,7 @@ func (s *adminServer) ReplicaStatus(ctx context.Context, req *rpc.ReplicaStatusR
 	if r == nil {
 		return &rpc.ReplicaStatusResponse{NodeId: s.node.cfg.ID}, nil
 	}
-	return r.status(s.node.cfg.ID), nil
+	return r.Status(s.node.cfg.ID), nil
 }
 
 func (s *adminServer) ChangeReplica(ctx context.Context, req *rpc.ChangeReplicaRequest) (*rpc.ChangeReplicaResponse, error) {
@@ -130,7 +130,7 @@ func (s *adminServer) ChangeReplica(ctx context.Context, req *rpc.ChangeReplicaR
 	if r == nil {
 		return nil, StatusError(ErrNotLeader, 0, nil)
 	}
-	idx, err := r.changeConfig(ctx, req.Change, req.NodeId, req.RaftAddr)
+	idx, err := r.ChangeConfig(ctx, req.Change, req.NodeId, req.RaftAddr)
 	if err != nil {
 		return nil, StatusError(err, 0, nil)
 	}
@@ -150,10 +150,10 @@ func (s *adminServer) TransferLeader(ctx context.Context, req *rpc.TransferLeade
 		}
 		addr = a.RaftAddr
 	}
-	if err := r.transferLeadership(ctx, req.ToNode, addr); err != nil {
+	if err := r.TransferLeadership(ctx, req.ToNode, addr); err != nil {
 		return nil, StatusError(err, 0, nil)
 	}
-	return &rpc.TransferLeaderResponse{LeaderId: r.leader()}, nil
+	return &rpc.TransferLeaderResponse{LeaderId: r.Leader()}, nil
 }
 
 func (s *adminServer) Snapshot(ctx context.Context, req *rpc.SnapshotRequest) (*rpc.SnapshotResponse, error) {
@@ -161,7 +161,7 @@ func (s *adminServer) Snapshot(ctx context.Context, req *rpc.SnapshotRequest) (*
 	if r == nil {
 		return nil, status.Errorf(codes.NotFound, "cluster: node %s holds no replica of shard %d", s.node.cfg.ID, req.Shard)
 	}
-	idx, err := r.snapshot(ctx)
+	idx, err := r.Snapshot(ctx)
 	if err != nil {
 		return nil, StatusError(err, 0, nil)
 	}
@@ -515,7 +515,7 @@ func (n *Node) Snapshot(ctx context.Context, name string) ([]SnapshotResult, err
 				if r == nil {
 					err = fmt.Errorf("no local replica")
 				} else {
-					out[i].Index, err = r.snapshot(ctx)
+					out[i].Index, err = r.Snapshot(ctx)
 				}
 			} else if c, cerr := n.adminClient(id); cerr != nil {
 				err = cerr

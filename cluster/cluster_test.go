@@ -157,12 +157,12 @@ func TestLeaderKill(t *testing.T) {
 	r := tc.nodes[victim].localReplica(sh)
 	want := tc.nodes[(victim+1)%3].localReplica(sh)
 	waitFor(t, 20*time.Second, "restarted node catches up", func() error {
-		if got, w := r.fsm.AppliedIndex(), want.fsm.AppliedIndex(); got < w {
+		if got, w := r.FSM().AppliedIndex(), want.FSM().AppliedIndex(); got < w {
 			return fmt.Errorf("applied %d < %d", got, w)
 		}
 		return nil
 	})
-	if v, err := r.fsm.Get(kvKey(rk, "after")); err != nil || string(v) != "2" {
+	if v, err := r.FSM().Get(kvKey(rk, "after")); err != nil || string(v) != "2" {
 		t.Fatalf("restarted node lacks the write made while it was down: %q %v", v, err)
 	}
 }
@@ -188,7 +188,7 @@ func TestCatchUpBySnapshot(t *testing.T) {
 	}
 	leader := tc.nodes[tc.leaderOf(sh)].localReplica(sh)
 	waitFor(t, 20*time.Second, "leader snapshot", func() error {
-		if s := leader.raft.Stats()["last_snapshot_index"]; s == "0" || s == "" {
+		if s := leader.Raft().Stats()["last_snapshot_index"]; s == "0" || s == "" {
 			return fmt.Errorf("last snapshot index %s", s)
 		}
 		return nil
@@ -196,16 +196,16 @@ func TestCatchUpBySnapshot(t *testing.T) {
 	tc.start(down)
 	r := tc.nodes[down].localReplica(sh)
 	waitFor(t, 30*time.Second, "catch up", func() error {
-		if got, w := r.fsm.AppliedIndex(), leader.fsm.AppliedIndex(); got < w {
+		if got, w := r.FSM().AppliedIndex(), leader.FSM().AppliedIndex(); got < w {
 			return fmt.Errorf("applied %d < %d", got, w)
 		}
 		return nil
 	})
-	if s := r.raft.Stats()["last_snapshot_index"]; s == "0" {
+	if s := r.Raft().Stats()["last_snapshot_index"]; s == "0" {
 		t.Fatalf("restarted follower did not install a snapshot")
 	}
 	for i := range 400 {
-		v, err := r.fsm.Get(kvKey(rk, fmt.Sprintf("k%03d", i)))
+		v, err := r.FSM().Get(kvKey(rk, fmt.Sprintf("k%03d", i)))
 		if err != nil || string(v) != strconv.Itoa(i) {
 			t.Fatalf("k%03d on restarted node: %q %v", i, v, err)
 		}
@@ -238,7 +238,7 @@ func TestPartitionedLeader(t *testing.T) {
 	tc.net.Heal()
 	r := tc.nodes[old].localReplica(sh)
 	waitFor(t, 20*time.Second, "healed node catches up", func() error {
-		v, err := r.fsm.Get(kvKey(rk, "during"))
+		v, err := r.FSM().Get(kvKey(rk, "during"))
 		if err != nil || string(v) != "1" {
 			return fmt.Errorf("%q %v", v, err)
 		}

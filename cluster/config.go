@@ -7,8 +7,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/swarmkv/swarmkv/cluster/gossip"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/internal/faultnet"
@@ -530,7 +528,7 @@ func (c Config) Validate() error {
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		return bad("leader lease %v exceeds heartbeat timeout %v", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
 	}
-	if err := raft.ValidateConfig(c.raftConfig(0, c.ID)); err != nil {
+	if err := c.replicaConfig(0).ValidateRaft(); err != nil {
 		return bad("raft: %v", err)
 	}
 	if c.GossipProfile != "lan" && c.GossipProfile != "local" {

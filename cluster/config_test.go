@@ -155,15 +155,15 @@ func TestConfigWithDefaults(t *testing.T) {
 	}
 	// A shard group replicates with the configured commit timeout; the
 	// meta group with at most metaCommitTimeout.
-	if got := c.raftConfig(3, "n1").CommitTimeout; got != c.CommitTimeout {
+	if got := c.replicaConfig(3).Raft.CommitTimeout; got != c.CommitTimeout {
 		t.Errorf("shard group commit timeout %v, want %v", got, c.CommitTimeout)
 	}
-	if got := c.raftConfig(metaShardID, "n1").CommitTimeout; got != metaCommitTimeout {
+	if got := c.replicaConfig(metaShardID).Raft.CommitTimeout; got != metaCommitTimeout {
 		t.Errorf("meta group commit timeout %v, want %v", got, metaCommitTimeout)
 	}
 	fast := c
 	fast.CommitTimeout = 5 * time.Millisecond
-	if got := fast.raftConfig(metaShardID, "n1").CommitTimeout; got != fast.CommitTimeout {
+	if got := fast.replicaConfig(metaShardID).Raft.CommitTimeout; got != fast.CommitTimeout {
 		t.Errorf("meta group commit timeout %v with a configured %v, want the lower", got, fast.CommitTimeout)
 	}
 	// Set fields are kept; the lease follows the heartbeat.

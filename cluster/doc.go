@@ -1,6 +1,7 @@
 // Package cluster runs a swarmkv node: gossip discovery (memberlist),
-// bootstrap and replica placement, one hashicorp/raft instance per local
-// shard replica (all sharing one TCP port through Mux), the gRPC server
+// bootstrap and replica placement, one hashicorp/raft group replica per
+// local shard and for the meta group (package cluster/replica runs each;
+// all share one TCP port through Mux), the gRPC server
 // (the node-to-node Admin service; package api's client services are
 // registered on it through New's services argument, services.go) and the
 // admin operations (admin.go, tokens.go). It binds the admin HTTP
@@ -12,6 +13,7 @@
 // authenticator of package auth/authn it builds in auth.go) and it never
 // imports them or the Go client
 // (TestImportsOneWay). It may import cluster/placement, cluster/gossip,
+// cluster/replica,
 // transport, internal/..., fsm, raftlog, shard, keys, records, rpc, auth,
 // auth/authn, secrets and resp.
 //

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/swarmkv/swarmkv/auth/authn"
+	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
@@ -18,8 +19,24 @@ import (
 
 // ErrInvalidArgument is wrapped by every request validation error (the
 // core's and package api's); the table below answers it with
-// codes.InvalidArgument and the message.
-var ErrInvalidArgument = errors.New("invalid argument")
+// codes.InvalidArgument and the message. It is the replica's error of the
+// same name (a bad ChangeConfig).
+var ErrInvalidArgument = replica.ErrInvalidArgument
+
+// Errors a replica returns (package cluster/replica defines them; these
+// are the same values, so errors.Is matches either name).
+var (
+	// ErrNotLeader: this replica is not the shard leader.
+	ErrNotLeader = replica.ErrNotLeader
+	// ErrLeaderNotReady: this replica just became leader and has not yet
+	// committed an entry of its term; linearizable reads must wait.
+	ErrLeaderNotReady = replica.ErrLeaderNotReady
+	// ErrOutcomeUnknown: a proposal was handed to Raft but leadership was
+	// lost before it committed; it may or may not be applied.
+	ErrOutcomeUnknown = replica.ErrOutcomeUnknown
+	// ErrClosed: the node is shutting down.
+	ErrClosed = replica.ErrClosed
+)
 
 // errKinds is the one table from a node's Go errors to their kinds
 // (rpc.Kind gives each its gRPC code, detail, HTTP status and retry rule).

@@ -97,7 +97,7 @@ type RedisRequest struct {
 // leader), fsm.ErrInvalidCommand for a command the state machine refuses.
 func (n *Node) RedisLocal(ctx context.Context, req *RedisRequest) (resp.Value, error) {
 	r := n.localReplica(req.Shard)
-	if r == nil || !r.isLeader() {
+	if r == nil || !r.IsLeader() {
 		return resp.Value{}, ErrNotLeader
 	}
 	v, _, err := n.redisLocal(ctx, r, req)

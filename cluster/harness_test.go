@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/internal/freeport"
 
 	"github.com/swarmkv/swarmkv/client"
@@ -219,9 +220,9 @@ func (tc *testCluster) leaderReady(id shard.ID) bool {
 		if n == nil {
 			continue
 		}
-		if r := n.localReplica(id); r != nil && r.raft.State().String() == "Leader" {
-			t := r.readyTerm.Load()
-			return t != 0 && t == r.raft.CurrentTerm()
+		if r := n.localReplica(id); r != nil && r.Raft().State().String() == "Leader" {
+			t := r.ReadyTerm()
+			return t != 0 && t == r.Raft().CurrentTerm()
 		}
 	}
 	return false
@@ -261,7 +262,7 @@ func (tc *testCluster) leaderOf(id shard.ID) int {
 
 // leaderReplica returns the index of the node leading shard id and its
 // replica, failing the test when no leader shows within 10 s.
-func (tc *testCluster) leaderReplica(id shard.ID) (int, *Replica) {
+func (tc *testCluster) leaderReplica(id shard.ID) (int, *replica.Replica) {
 	tc.t.Helper()
 	i := tc.leaderOf(id)
 	if i < 0 {
@@ -276,7 +277,7 @@ func (tc *testCluster) currentLeaderOf(id shard.ID) int {
 		if n == nil {
 			continue
 		}
-		if r := n.localReplica(id); r != nil && r.leader() == n.ID() && r.raft.State().String() == "Leader" {
+		if r := n.localReplica(id); r != nil && r.Leader() == n.ID() && r.Raft().State().String() == "Leader" {
 			return i
 		}
 	}

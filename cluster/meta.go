@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/swarmkv/swarmkv/cluster/placement"
+	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/shard"
@@ -97,18 +98,10 @@ func (n *Node) openMeta(st *State, bootstrap bool) error {
 	if err != nil {
 		return err
 	}
-	r, err := openReplica(replicaConfig{
-		id:        metaShardID,
-		dir:       n.metaDir(),
-		localID:   n.cfg.ID,
-		layer:     layer,
-		cache:     n.cache,
-		node:      n.cfg,
-		voters:    servers,
-		bootstrap: bootstrap,
-		onReady:   n.metaReady,
-		checker:   n.checker,
-	})
+	rc := n.cfg.replicaConfig(metaShardID)
+	rc.Dir, rc.Layer, rc.Cache, rc.Checker = n.metaDir(), layer, n.cache, n.checker
+	rc.Voters, rc.Bootstrap, rc.OnReady = servers, bootstrap, n.metaReady
+	r, err := replica.Open(rc)
 	if err != nil {
 		layer.Close()
 		return fmt.Errorf("cluster: meta group: %w", err)
@@ -122,7 +115,7 @@ func (n *Node) openMeta(st *State, bootstrap bool) error {
 func (n *Node) metaDir() string { return filepath.Join(n.cfg.DataDir, "meta") }
 
 // metaReplica returns the local meta replica or nil.
-func (n *Node) metaReplica() *Replica {
+func (n *Node) metaReplica() *replica.Replica {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	return n.mu.meta
@@ -132,10 +125,10 @@ func (n *Node) metaReplica() *Replica {
 // meta state machine holds no cluster state yet (a new cluster), it commits
 // the state this node bootstrapped with (every bootstrap node computed the
 // same one).
-func (n *Node) metaReady(r *Replica) {
+func (n *Node) metaReady(r *replica.Replica) {
 	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 	defer cancel()
-	if _, err := r.fsm.Get(metaStateKey); !errors.Is(err, fsm.ErrNotFound) {
+	if _, err := r.FSM().Get(metaStateKey); !errors.Is(err, fsm.ErrNotFound) {
 		return
 	}
 	n.mu.RLock()
@@ -152,7 +145,7 @@ func (n *Node) metaReady(r *Replica) {
 		n.log.Error("meta: encode initial state", "err", err)
 		return
 	}
-	res, err := r.propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
+	res, err := r.Propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
 		Guards:    []fsm.Guard{{Kind: fsm.GuardAbsent, Key: metaStateKey}},
 		Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: metaStateKey, Value: b}},
 	}})
@@ -175,13 +168,13 @@ func (n *Node) metaRead(ctx context.Context) (*State, []byte, error) {
 	if r == nil {
 		return nil, nil, errMetaNotLeader
 	}
-	if err := r.readBarrier(ctx); err != nil {
+	if err := r.ReadBarrier(ctx); err != nil {
 		if errors.Is(err, ErrNotLeader) {
 			return nil, nil, errMetaNotLeader
 		}
 		return nil, nil, err
 	}
-	b, err := r.fsm.Get(metaStateKey)
+	b, err := r.FSM().Get(metaStateKey)
 	if errors.Is(err, fsm.ErrNotFound) {
 		return nil, nil, fmt.Errorf("%w: meta group has no cluster state yet", ErrLeaderNotReady)
 	}
@@ -233,7 +226,7 @@ func (n *Node) metaUpdate(ctx context.Context, fn func(*State) error) (*State, e
 		if err != nil {
 			return nil, err
 		}
-		res, err := n.metaReplica().propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
+		res, err := n.metaReplica().Propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
 			Guards:    []fsm.Guard{{Kind: fsm.GuardEquals, Key: metaStateKey, Value: old}},
 			Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: metaStateKey, Value: b}},
 		}})

@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/swarmkv/swarmkv/cluster/replica"
 )
 
 // metrics is a node's Prometheus registry (one per node, never global, so
@@ -105,7 +107,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	n := c.n
 	n.mu.RLock()
-	replicas := make([]*Replica, 0, len(n.mu.replicas))
+	replicas := make([]*replica.Replica, 0, len(n.mu.replicas))
 	for _, r := range n.mu.replicas {
 		replicas = append(replicas, r)
 	}
@@ -117,31 +119,32 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	for _, r := range replicas {
-		s := strconv.FormatUint(uint64(r.id), 10)
-		if r.id == metaShardID {
+		s := strconv.FormatUint(uint64(r.ID()), 10)
+		if r.ID() == metaShardID {
 			s = "meta"
 		}
-		state := r.raft.State()
+		rf, st := r.Raft(), r.Stats()
+		state := rf.State()
 		gauge(descRaftState, float64(state), s)
-		gauge(descRaftTerm, float64(r.raft.CurrentTerm()), s)
-		commit, applied := r.raft.CommitIndex(), r.fsm.AppliedIndex()
+		gauge(descRaftTerm, float64(rf.CurrentTerm()), s)
+		commit, applied := rf.CommitIndex(), r.FSM().AppliedIndex()
 		gauge(descCommit, float64(commit), s)
 		gauge(descApplied, float64(applied), s)
 		gauge(descApplyLag, float64(max(commit, applied)-applied), s)
-		gauge(descLastIndex, float64(r.raft.LastIndex()), s)
+		gauge(descLastIndex, float64(rf.LastIndex()), s)
 		contact := 0.0
 		if state != raft.Leader {
-			if lc := r.raft.LastContact(); !lc.IsZero() {
+			if lc := rf.LastContact(); !lc.IsZero() {
 				contact = time.Since(lc).Seconds()
 			}
 		}
 		gauge(descContact, contact, s)
-		ch <- prometheus.MustNewConstMetric(descPropEntries, prometheus.CounterValue, float64(r.propEntries.Load()), s)
-		ch <- prometheus.MustNewConstMetric(descPropCmds, prometheus.CounterValue, float64(r.propCmds.Load()), s)
-		ch <- prometheus.MustNewConstMetric(descReadRounds, prometheus.CounterValue, float64(r.readStats.checked.Load()), s, "batched")
-		ch <- prometheus.MustNewConstMetric(descReadRounds, prometheus.CounterValue, float64(r.readStats.verified.Load()), s, "verify_leader")
-		ch <- prometheus.MustNewConstMetric(descReads, prometheus.CounterValue, float64(r.readStats.reads.Load()), s)
-		if m, ok := r.fsm.Metrics(); ok {
+		ch <- prometheus.MustNewConstMetric(descPropEntries, prometheus.CounterValue, float64(st.Entries), s)
+		ch <- prometheus.MustNewConstMetric(descPropCmds, prometheus.CounterValue, float64(st.Commands), s)
+		ch <- prometheus.MustNewConstMetric(descReadRounds, prometheus.CounterValue, float64(st.ReadsChecked), s, "batched")
+		ch <- prometheus.MustNewConstMetric(descReadRounds, prometheus.CounterValue, float64(st.ReadsVerified), s, "verify_leader")
+		ch <- prometheus.MustNewConstMetric(descReads, prometheus.CounterValue, float64(st.Reads), s)
+		if m, ok := r.FSM().Metrics(); ok {
 			gauge(descDisk, float64(m.DiskBytes), s)
 			gauge(descMemtable, float64(m.MemTableBytes), s)
 			gauge(descL0, float64(m.L0Files), s)

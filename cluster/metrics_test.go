@@ -35,7 +35,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	// The meta group elects its leader on its own schedule.
 	waitFor(t, 10*time.Second, "meta group leader", func() error {
-		if r := tc.nodes[0].metaReplica(); r == nil || r.readyTerm.Load() == 0 {
+		if r := tc.nodes[0].metaReplica(); r == nil || r.ReadyTerm() == 0 {
 			return fmt.Errorf("meta replica not a ready leader")
 		}
 		return nil

@@ -25,7 +25,9 @@ import (
 	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/cluster/gossip"
 	"github.com/swarmkv/swarmkv/cluster/placement"
+	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/internal/linelog"
 	"github.com/swarmkv/swarmkv/internal/lograte"
 	"github.com/swarmkv/swarmkv/internal/retry"
 	"github.com/swarmkv/swarmkv/keys"
@@ -91,9 +93,9 @@ type Node struct {
 		sync.RWMutex
 		state    *State
 		smap     *shard.Map
-		replicas map[shard.ID]*Replica
-		meta     *Replica // the local meta group replica, if any
-		refused  error    // set when the cluster state says this data dir is stale
+		replicas map[shard.ID]*replica.Replica
+		meta     *replica.Replica // the local meta group replica, if any
+		refused  error            // set when the cluster state says this data dir is stale
 	}
 	closeOnce sync.Once
 	closeErr  error
@@ -121,7 +123,7 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), kick: make(chan struct{}, 1)}
 	n.cfg.Logger = n.log // every component logs with the node attribute
-	n.mu.replicas = make(map[shard.ID]*Replica)
+	n.mu.replicas = make(map[shard.ID]*replica.Replica)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -209,7 +211,7 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 	n.ml, err = gossip.New(gossip.Config{
 		Name: cfg.ID, Bind: cfg.GossipAddr, Advertise: cfg.GossipAdvertise, Profile: cfg.GossipProfile,
 		Keys: cfg.GossipKeys, Members: &n.members, LocalMeta: n.localMeta, Version: n.protocolVersion,
-		Log: n.log, Logger: log.New(logWriter{logger: n.log.With("component", "gossip")}, "", 0),
+		Log: n.log, Logger: log.New(linelog.Writer{Logger: n.log.With("component", "gossip")}, "", 0),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: gossip on %s: %w", cfg.GossipAddr, err)
@@ -517,23 +519,14 @@ func (n *Node) openShard(st *State, p Placement, bootstrap bool) error {
 	if err != nil {
 		return err
 	}
+	rc := n.cfg.replicaConfig(p.Shard)
+	rc.Dir, rc.Layer, rc.Cache, rc.Checker = n.shardDir(p.Shard), layer, n.cache, n.checker
+	rc.Voters, rc.Bootstrap = servers, bootstrap
 	// The leader of the pools shard ensures the default pool (seed 004).
-	var onReady func(*Replica)
 	if p.Shard == smap.ShardOf(poolsRoutingKey) {
-		onReady = ensureDefaultPool
+		rc.OnReady = replica.EnsureDefaultPool
 	}
-	r, err := openReplica(replicaConfig{
-		id:        p.Shard,
-		dir:       n.shardDir(p.Shard),
-		localID:   n.cfg.ID,
-		layer:     layer,
-		cache:     n.cache,
-		node:      n.cfg,
-		voters:    servers,
-		bootstrap: bootstrap,
-		onReady:   onReady,
-		checker:   n.checker,
-	})
+	r, err := replica.Open(rc)
 	if err != nil {
 		layer.Close()
 		return err
@@ -553,10 +546,10 @@ func (n *Node) raftOf(group uint32) transport.TermReader {
 	if group == MetaGroup {
 		r = n.mu.meta
 	}
-	if r == nil || r.raft == nil {
+	if r == nil {
 		return nil // not a typed nil
 	}
-	return r.raft
+	return r.Raft()
 }
 
 // Ready returns nil when the node can serve: the cluster is bootstrapped
@@ -575,7 +568,7 @@ func (n *Node) Ready() error {
 	}
 	var missing []string
 	for id, r := range n.mu.replicas {
-		if r.leader() == "" {
+		if r.Leader() == "" {
 			missing = append(missing, fmt.Sprint(id))
 		}
 	}
@@ -588,7 +581,7 @@ func (n *Node) Ready() error {
 
 // replicaFor resolves a routing key to its shard and the local replica (nil
 // when this node holds none).
-func (n *Node) replicaFor(routingKey []byte) (shard.ID, *Replica, error) {
+func (n *Node) replicaFor(routingKey []byte) (shard.ID, *replica.Replica, error) {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	if n.mu.smap == nil {
@@ -654,7 +647,7 @@ func (n *Node) Close() error {
 		}
 		n.mu.Lock()
 		replicas := n.mu.replicas
-		n.mu.replicas = map[shard.ID]*Replica{}
+		n.mu.replicas = map[shard.ID]*replica.Replica{}
 		if n.mu.meta != nil {
 			replicas[metaShardID] = n.mu.meta
 			n.mu.meta = nil
@@ -672,7 +665,7 @@ func (n *Node) Close() error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := r.close(); err != nil {
+				if err := r.Close(); err != nil {
 					emu.Lock()
 					n.closeErr = errors.Join(n.closeErr, err)
 					emu.Unlock()
@@ -680,7 +673,7 @@ func (n *Node) Close() error {
 			}()
 		}
 		wg.Wait()
-		if n.cfg.logStore != nil { // after every replica (r.close leaves it open)
+		if n.cfg.logStore != nil { // after every replica (Replica.Close leaves it open)
 			n.closeErr = errors.Join(n.closeErr, n.cfg.logStore.Close())
 		}
 		if n.mux != nil {

@@ -199,7 +199,7 @@ func TestAuthWithoutTLSCluster(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "signed token create through a follower", func() error {
 		li := tc.metaLeaderIndex()
-		if m := tc.nodes[li].metaReplica(); m == nil || m.leader() != tc.nodes[li].ID() {
+		if m := tc.nodes[li].metaReplica(); m == nil || m.Leader() != tc.nodes[li].ID() {
 			return errors.New("no meta leader yet")
 		}
 		follower := tc.nodes[(li+1)%3]
@@ -267,7 +267,7 @@ func TestAuthWithoutTLSCluster(t *testing.T) {
 func (tc *testCluster) metaLeaderIndex() int {
 	for i, n := range tc.nodes {
 		if n != nil {
-			if m := n.metaReplica(); m != nil && m.leader() == n.ID() {
+			if m := n.metaReplica(); m != nil && m.Leader() == n.ID() {
 				return i
 			}
 		}

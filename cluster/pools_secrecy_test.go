@@ -100,7 +100,7 @@ func poolsStoredKeyID(t *testing.T, tc *testCluster, c *client.Client, agentID s
 			if r == nil {
 				continue
 			}
-			v, err := r.fsm.Get(keys.Bot(agentID))
+			v, err := r.FSM().Get(keys.Bot(agentID))
 			if err != nil {
 				return fmt.Errorf("%s: %w", n.ID(), err)
 			}
@@ -209,7 +209,7 @@ func TestPoolsTokenSecrecy(t *testing.T) {
 	// Enough further commands for snapshots after the registrations, on
 	// every replica of the pools shard.
 	sh := c.ShardOf([]byte("pools"))
-	applied := tc.nodes[max(tc.leaderOf(sh), 0)].localReplica(sh).fsm.AppliedIndex()
+	applied := tc.nodes[max(tc.leaderOf(sh), 0)].localReplica(sh).FSM().AppliedIndex()
 	for i := range 20 {
 		if _, err := p.Heartbeat(ctx, fmt.Sprintf("sec-runner-%d", i), ""); err != nil {
 			t.Fatal(err)
@@ -218,7 +218,7 @@ func TestPoolsTokenSecrecy(t *testing.T) {
 	waitFor(t, 20*time.Second, "snapshots past the registrations", func() error {
 		for _, n := range tc.nodes {
 			if r := n.localReplica(sh); r != nil {
-				if s, _ := strconv.ParseUint(r.raft.Stats()["last_snapshot_index"], 10, 64); s < applied {
+				if s, _ := strconv.ParseUint(r.Raft().Stats()["last_snapshot_index"], 10, 64); s < applied {
 					return fmt.Errorf("%s: last snapshot %d < %d", n.ID(), s, applied)
 				}
 			}

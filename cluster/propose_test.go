@@ -23,7 +23,7 @@ func TestProposeCoalesced(t *testing.T) {
 	_, r := tc.leaderReplica(sh)
 	rk := []byte("coalesce")
 	race := kvKey(rk, "race")
-	before := r.fsm.AppliedIndex()
+	before := r.FSM().AppliedIndex()
 
 	const n = 96
 	type outcome struct {
@@ -55,7 +55,7 @@ func TestProposeCoalesced(t *testing.T) {
 				}}
 			}
 			<-start
-			res, err := r.propose(ctx, cmd)
+			res, err := r.Propose(ctx, cmd)
 			out[j] = outcome{res, err}
 		}()
 	}
@@ -88,11 +88,11 @@ func TestProposeCoalesced(t *testing.T) {
 		t.Fatalf("%d racing puts succeeded, want 1", won)
 	}
 	for j := 2; j < n; j += 3 {
-		if _, err := r.fsm.Get(kvKey(rk, fmt.Sprint("g", j))); !errors.Is(err, fsm.ErrNotFound) {
+		if _, err := r.FSM().Get(kvKey(rk, fmt.Sprint("g", j))); !errors.Is(err, fsm.ErrNotFound) {
 			t.Fatalf("a put whose guard failed was written: %v", err)
 		}
 	}
-	entries := r.fsm.AppliedIndex() - before
+	entries := r.FSM().AppliedIndex() - before
 	t.Logf("%d proposals in %d log entries", n, entries)
 	if entries >= n {
 		t.Fatalf("%d proposals took %d log entries: nothing coalesced", n, entries)
@@ -111,7 +111,7 @@ func TestProposeReturnsOnClose(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = r.propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
+			_, _ = r.Propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
 				Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: kvKey([]byte("c"), fmt.Sprint(j)), Value: []byte("v")}},
 			}})
 		}()
@@ -136,20 +136,20 @@ func TestProposeLoneWriter(t *testing.T) {
 	sh := 1 - tc.nodes[0].smapNow().ShardOf(poolsRoutingKey)
 	_, r := tc.leaderReplica(sh)
 	key := kvKey([]byte("lone"), "k")
-	entries0, cmds0 := r.propEntries.Load(), r.propCmds.Load()
+	entries0, cmds0 := r.Stats().Entries, r.Stats().Commands
 	const n = 20
 	for j := range n {
-		res, err := r.propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
+		res, err := r.Propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
 			Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: key, Value: []byte(fmt.Sprint(j))}},
 		}})
 		if err != nil || !res.Succeeded {
 			t.Fatalf("put %d: %+v, %v", j, res, err)
 		}
 	}
-	if e, c := r.propEntries.Load()-entries0, r.propCmds.Load()-cmds0; e != n || c != n {
+	if e, c := r.Stats().Entries-entries0, r.Stats().Commands-cmds0; e != n || c != n {
 		t.Fatalf("%d sequential proposals: %d entries, %d commands; want %d each", n, e, c, n)
 	}
-	v, err := r.fsm.Get(key)
+	v, err := r.FSM().Get(key)
 	if err != nil || string(v) != fmt.Sprint(n-1) {
 		t.Fatalf("key holds %q, %v; want the last put %q", v, err, fmt.Sprint(n-1))
 	}

@@ -14,8 +14,8 @@ func TestLeaderCheckRealGroups(t *testing.T) {
 	tc := newTestCluster(t, 3, 2, nil)
 	const sh = shard.ID(1)
 	i, r := tc.leaderReplica(sh)
-	cfg := r.raft.GetConfiguration().Configuration()
-	term := r.raft.CurrentTerm()
+	cfg := r.Raft().GetConfiguration().Configuration()
+	term := r.Raft().CurrentTerm()
 	if !tc.nodes[i].checker.Confirm(uint32(sh), term, cfg) {
 		t.Fatalf("leader of term %d not confirmed", term)
 	}
@@ -23,11 +23,11 @@ func TestLeaderCheckRealGroups(t *testing.T) {
 		t.Fatalf("term %d confirmed while the group is at %d", term-1, term)
 	}
 	// Reads go through the check, not VerifyLeader.
-	before := r.readStats.checked.Load()
-	if err := r.readBarrier(ctxT(t, 10*time.Second)); err != nil {
+	before := r.Stats().ReadsChecked
+	if err := r.ReadBarrier(ctxT(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if r.readStats.checked.Load() == before {
+	if r.Stats().ReadsChecked == before {
 		t.Fatal("read round not confirmed by the batched check")
 	}
 }
@@ -47,10 +47,10 @@ func TestIsolatedLeaderReads(t *testing.T) {
 	tc.net.Isolate(tc.cfgs[i].ID)
 	defer tc.net.Heal()
 	start := time.Now()
-	err := r.readBarrier(ctxT(t, 10*time.Second))
+	err := r.ReadBarrier(ctxT(t, 10*time.Second))
 	if err == nil {
-		t.Fatalf("isolated leader served a linearizable read (state %v)", r.raft.State())
+		t.Fatalf("isolated leader served a linearizable read (state %v)", r.Raft().State())
 	}
 	t.Logf("isolated leader's read: %v after %v; rounds confirmed %d, verified %d",
-		err, time.Since(start).Round(time.Millisecond), r.readStats.checked.Load(), r.readStats.verified.Load())
+		err, time.Since(start).Round(time.Millisecond), r.Stats().ReadsChecked, r.Stats().ReadsVerified)
 }

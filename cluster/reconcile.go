@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/swarmkv/swarmkv/cluster/placement"
+	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
 )
@@ -52,7 +53,7 @@ func (n *Node) reconcileLoop() {
 		case <-tick.C:
 		}
 		r := n.metaReplica()
-		if r == nil || r.raft.State() != raft.Leader || r.readyTerm.Load() == 0 {
+		if r == nil || r.Raft().State() != raft.Leader || r.ReadyTerm() == 0 {
 			n.recon.reset()
 			continue
 		}
@@ -228,7 +229,7 @@ func (n *Node) observe(ctx context.Context, g placement.Group, extra ...string) 
 func (n *Node) replicaStatus(ctx context.Context, id string, g placement.Group) *rpc.ReplicaStatusResponse {
 	if id == n.cfg.ID {
 		if r := n.groupReplica(g.Meta, g.Shard); r != nil {
-			return r.status(n.cfg.ID)
+			return r.Status(n.cfg.ID)
 		}
 		return nil
 	}
@@ -246,7 +247,7 @@ func (n *Node) replicaStatus(ctx context.Context, id string, g placement.Group) 
 }
 
 // groupReplica returns the local replica of the meta group or of a shard.
-func (n *Node) groupReplica(meta bool, id shard.ID) *Replica {
+func (n *Node) groupReplica(meta bool, id shard.ID) *replica.Replica {
 	if meta {
 		return n.metaReplica()
 	}
@@ -415,7 +416,7 @@ func (n *Node) changeGroup(ctx context.Context, g placement.Group, obs observati
 		if r == nil {
 			return ErrNotLeader
 		}
-		_, err := r.changeConfig(ctx, change, id, a.RaftAddr)
+		_, err := r.ChangeConfig(ctx, change, id, a.RaftAddr)
 		return err
 	}
 	c, err := n.adminClient(obs.leader.NodeId)
@@ -434,7 +435,7 @@ func (n *Node) transferGroup(ctx context.Context, g placement.Group, obs observa
 			return ErrNotLeader
 		}
 		a, _ := n.nodeAddrs(to)
-		return r.transferLeadership(ctx, to, a.RaftAddr)
+		return r.TransferLeadership(ctx, to, a.RaftAddr)
 	}
 	c, err := n.adminClient(obs.leader.NodeId)
 	if err != nil {

@@ -4,8 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/hashicorp/raft"
-
+	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/resp"
@@ -73,24 +72,21 @@ func (n *Node) checkRedisReq(req *RedisRequest) *resp.Value {
 // shard: a block or a write is proposed (one log entry), a single read is
 // answered from the state machine after the read barrier. index is the
 // entry's log index (0 for reads).
-func (n *Node) redisLocal(ctx context.Context, r *Replica, req *RedisRequest) (resp.Value, uint64, error) {
+func (n *Node) redisLocal(ctx context.Context, r *replica.Replica, req *RedisRequest) (resp.Value, uint64, error) {
 	if req.Multi || fsm.LookupRedis(req.Cmds[0][0]).Write {
 		op := fsm.OpRedis
 		if req.Multi {
 			op = fsm.OpRedisMulti
 		}
-		res, err := r.propose(ctx, &fsm.Command{Op: op, Redis: &fsm.RedisTx{Cmds: req.Cmds, Watch: req.Watches}})
+		res, err := r.Propose(ctx, &fsm.Command{Op: op, Redis: &fsm.RedisTx{Cmds: req.Cmds, Watch: req.Watches}})
 		if err != nil {
 			return resp.Value{}, 0, err
 		}
 		return *res.Reply, res.Index, nil
 	}
-	if err := r.readBarrier(ctx); err != nil {
+	if err := r.ReadBarrier(ctx); err != nil {
 		return resp.Value{}, 0, err
 	}
-	v, err := r.fsm.RedisRead(req.Cmds[0])
+	v, err := r.FSM().RedisRead(req.Cmds[0])
 	return v, 0, err
 }
-
-// isLeader reports whether r is its shard's leader right now.
-func (r *Replica) isLeader() bool { return r.raft.State() == raft.Leader }

@@ -470,7 +470,7 @@ func TestRedisSeedLayout(t *testing.T) {
 	if err != nil || r == nil {
 		t.Fatalf("replica of asset: %v", err)
 	}
-	kvs, err := r.fsm.Dump()
+	kvs, err := r.FSM().Dump()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -562,7 +562,7 @@ func TestRedisMultiSurvivesLeaderChange(t *testing.T) {
 		if li < 0 {
 			continue
 		}
-		if err := tc.nodes[li].localReplica(0).raft.LeadershipTransfer().Error(); err != nil {
+		if err := tc.nodes[li].localReplica(0).Raft().LeadershipTransfer().Error(); err != nil {
 			t.Logf("round %d: transfer: %v", round, err)
 			continue
 		}
@@ -603,7 +603,7 @@ func TestRedisMultiSurvivesLeaderChange(t *testing.T) {
 		var ref string
 		for _, n := range tc.nodes {
 			r := n.localReplica(0)
-			kvs, err := r.fsm.Dump()
+			kvs, err := r.FSM().Dump()
 			if err != nil {
 				return err
 			}

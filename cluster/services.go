@@ -8,16 +8,16 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/resp"
 	"github.com/swarmkv/swarmkv/shard"
 )
 
 // The API the gRPC services above the core use (package api): the hook
 // that registers them on the node's gRPC server, a routing key routed to
-// a local replica (or the leader hint to answer NotLeader with), a
-// command proposed to a replica, a read at a consistency level (the
-// replica's read barrier, then its state machine), the node's settings
+// a local replica (or the leader hint to answer NotLeader with; the
+// replica's own methods, package cluster/replica, propose commands and
+// serve reads: its read barrier, then its state machine), the node's settings
 // (Config) and shard map (front.go), the callers' identities (Authn, auth.go)
 // and the Redis request checks (redis.go). These are concrete types and
 // methods: a KV Put or Get makes the same calls as when the services
@@ -65,13 +65,13 @@ func chainUnary(ics ...grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor 
 // Route resolves a routing key to its shard and this node's replica of
 // it: nil when the node holds none (the caller answers NotLeader with
 // LeaderHint), ErrNotBootstrapped before the cluster has a shard map.
-func (n *Node) Route(routingKey []byte) (shard.ID, *Replica, error) {
+func (n *Node) Route(routingKey []byte) (shard.ID, *replica.Replica, error) {
 	return n.replicaFor(routingKey)
 }
 
 // LocalReplica returns this node's replica of shard id, nil when it holds
 // none.
-func (n *Node) LocalReplica(id shard.ID) *Replica { return n.localReplica(id) }
+func (n *Node) LocalReplica(id shard.ID) *replica.Replica { return n.localReplica(id) }
 
 // LeaderHint is the leader id and gRPC address this node knows for shard
 // id ("" when unknown).
@@ -80,7 +80,7 @@ func (n *Node) LeaderHint(id shard.ID) (leaderID, leaderAddr string) { return n.
 // leaderHint is LeaderHint.
 func (n *Node) leaderHint(id shard.ID) (leaderID, leaderAddr string) {
 	if r := n.localReplica(id); r != nil {
-		leaderID = r.leader()
+		leaderID = r.Leader()
 		if a, ok := n.nodeAddrs(leaderID); ok {
 			leaderAddr = a.GRPCAddr
 		}
@@ -88,7 +88,7 @@ func (n *Node) leaderHint(id shard.ID) (leaderID, leaderAddr string) {
 	return leaderID, leaderAddr
 }
 
-func (n *Node) localReplica(id shard.ID) *Replica {
+func (n *Node) localReplica(id shard.ID) *replica.Replica {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	return n.mu.replicas[id]
@@ -126,29 +126,6 @@ func (n *Node) CheckRedis(req *RedisRequest) *resp.Value { return n.checkRedisRe
 // RedisOn runs a request checked by CheckRedis on replica r, which must
 // lead its shard (see RedisLocal); index is the entry's log index (0 for
 // reads).
-func (n *Node) RedisOn(ctx context.Context, r *Replica, req *RedisRequest) (v resp.Value, index uint64, err error) {
+func (n *Node) RedisOn(ctx context.Context, r *replica.Replica, req *RedisRequest) (v resp.Value, index uint64, err error) {
 	return n.redisLocal(ctx, r, req)
-}
-
-// ID is the shard r is a replica of.
-func (r *Replica) ID() shard.ID { return r.id }
-
-// FSM is r's state machine. Read it after ReadBarrier for a linearizable
-// read; without, the read is stale (what r has applied).
-func (r *Replica) FSM() *fsm.FSM { return r.fsm }
-
-// Leader is the id of the node r believes leads its shard ("" unknown).
-func (r *Replica) Leader() string { return r.leader() }
-
-// ReadBarrier returns once r, as its shard's leader, has confirmed its
-// leadership and applied every entry committed before the call (a
-// linearizable read may then read FSM); ErrNotLeader, ErrLeaderNotReady
-// or the context's error otherwise.
-func (r *Replica) ReadBarrier(ctx context.Context) error { return r.readBarrier(ctx) }
-
-// Propose proposes cmd to r's shard (r must lead it) and returns the
-// state machine's result once applied; ErrNotLeader, ErrOutcomeUnknown,
-// ErrClosed, the state machine's errors or the context's.
-func (r *Replica) Propose(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error) {
-	return r.propose(ctx, cmd)
 }

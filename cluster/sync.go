@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
 )
@@ -102,7 +103,7 @@ func (n *Node) fetchMeta(ctx context.Context) (*State, error) {
 func (n *Node) metaCandidates() []string {
 	var out []string
 	if r := n.metaReplica(); r != nil {
-		if l := r.leader(); l != "" {
+		if l := r.Leader(); l != "" {
 			out = append(out, l)
 		}
 	}
@@ -183,7 +184,7 @@ func (n *Node) placeLocal(st *State) error {
 		n.mu.meta = nil
 		n.mu.Unlock()
 		n.log.Info("leaving the meta group: closing and deleting its replica")
-		errs = append(errs, r.close(), os.RemoveAll(n.metaDir()), n.dropReplicaLog(metaShardID))
+		errs = append(errs, r.Close(), os.RemoveAll(n.metaDir()), n.dropReplicaLog(metaShardID))
 	}
 	for _, p := range st.Shards {
 		if !p.Holds(n.cfg.ID) || n.localReplica(p.Shard) != nil {
@@ -220,7 +221,7 @@ func (n *Node) dropShard(id shard.ID) error {
 	n.log.Info("replica moved off this node: closing and deleting it", "shard", uint32(id))
 	// The folder goes first: a replica folder that is missing at open has
 	// its stale log state dropped, so a crash between the two steps is safe.
-	return errors.Join(r.close(), os.RemoveAll(n.shardDir(id)), n.dropReplicaLog(id))
+	return errors.Join(r.Close(), os.RemoveAll(n.shardDir(id)), n.dropReplicaLog(id))
 }
 
 func (n *Node) shardDir(id shard.ID) string {
@@ -238,15 +239,15 @@ func (n *Node) refuse(reason error) error {
 	n.mu.refused = reason
 	replicas := n.mu.replicas
 	meta := n.mu.meta
-	n.mu.replicas = map[shard.ID]*Replica{}
+	n.mu.replicas = map[shard.ID]*replica.Replica{}
 	n.mu.meta = nil
 	n.mu.Unlock()
 	n.log.Error("refusing to serve", "reason", reason)
 	for _, r := range replicas {
-		r.close()
+		r.Close()
 	}
 	if meta != nil {
-		meta.close()
+		meta.Close()
 	}
 	return reason
 }

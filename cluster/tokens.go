@@ -54,7 +54,7 @@ func (n *Node) MetaLeader(ctx context.Context) (NodeAddrs, bool) {
 // does not lead, so a local view naming this node is stale and skipped.
 func (n *Node) findMetaLeader(ctx context.Context) string {
 	if m := n.metaReplica(); m != nil {
-		if l := m.leader(); l != "" && l != n.cfg.ID {
+		if l := m.Leader(); l != "" && l != n.cfg.ID {
 			return l
 		}
 	}

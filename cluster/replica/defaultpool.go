@@ -1,4 +1,4 @@
-package cluster
+package replica
 
 import (
 	"context"
@@ -11,21 +11,7 @@ import (
 	"github.com/swarmkv/swarmkv/records"
 )
 
-// PoolsRoutingKey is the namespace key every pool-catalogue entity (pools,
-// bots, the by-pool index, runners, guild settings) routes by, so they all
-// live in one shard and each cross-entity rule is one atomic state machine
-// command. See docs/architecture.md, "Agent pools (seed 004)".
-const PoolsRoutingKey = "pools"
-
-var poolsRoutingKey = []byte(PoolsRoutingKey)
-
-// ErrNoTokenKeys: the node has no Config.TokenKeys, so it can neither seal
-// nor open bot tokens. Answered with codes.FailedPrecondition.
-var ErrNoTokenKeys = errNoTokenKeys
-
-var errNoTokenKeys = errors.New("cluster: no token key ring configured")
-
-// ensureDefaultPool is the pools shard's onReady hook: once this replica,
+// EnsureDefaultPool is the pools shard's OnReady hook: once this replica,
 // as a new leader, has applied its leadership no-op, it proposes
 // OpEnsureDefaultPool (create pool_goot27, public, owned by "system"; or
 // make it public) unless the local state, complete at that point, already
@@ -33,7 +19,7 @@ var errNoTokenKeys = errors.New("cluster: no token key ring configured")
 // replica stays ready in the same term; a deterministic rejection by the
 // state machine is logged and not retried. It returns when the replica
 // closes.
-func ensureDefaultPool(r *Replica) {
+func EnsureDefaultPool(r *Replica) {
 	term := r.readyTerm.Load()
 	backoff := retry.Options{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.Backoff()
 	for term != 0 && r.readyTerm.Load() == term {
@@ -62,7 +48,7 @@ func proposeDefaultPool(r *Replica) (done bool, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := r.propose(ctx, &fsm.Command{Op: fsm.OpEnsureDefaultPool, Time: time.Now().UnixMilli()})
+	res, err := r.Propose(ctx, &fsm.Command{Op: fsm.OpEnsureDefaultPool, Time: time.Now().UnixMilli()})
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrOutcomeUnknown), errors.Is(err, ErrClosed),

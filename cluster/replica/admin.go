@@ -1,4 +1,4 @@
-package cluster
+package replica
 
 import (
 	"context"
@@ -12,9 +12,10 @@ import (
 	"github.com/swarmkv/swarmkv/rpc"
 )
 
-// status describes the replica for the admin API and the reconciler.
-func (r *Replica) status(nodeID string) *rpc.ReplicaStatusResponse {
-	leader := r.leader()
+// Status describes r for the admin API and the node's reconciler; nodeID
+// is this node's id.
+func (r *Replica) Status(nodeID string) *rpc.ReplicaStatusResponse {
+	leader := r.Leader()
 	st := &rpc.ReplicaStatusResponse{
 		Present:      true,
 		NodeId:       nodeID,
@@ -43,11 +44,12 @@ func (r *Replica) status(nodeID string) *rpc.ReplicaStatusResponse {
 
 const configChangeTimeout = 10 * time.Second
 
-// changeConfig adds a non-voter, adds or promotes a voter, or removes a
+// ChangeConfig adds a non-voter, adds or promotes a voter, or removes a
 // server; the replica must lead its group. Each change is idempotent: adding
 // a server that is already there (with that suffrage) or removing one that
-// is not changes nothing that matters.
-func (r *Replica) changeConfig(ctx context.Context, change rpc.ReplicaChange, id, addr string) (uint64, error) {
+// is not changes nothing that matters. It returns the index of the
+// configuration that holds the change.
+func (r *Replica) ChangeConfig(ctx context.Context, change rpc.ReplicaChange, id, addr string) (uint64, error) {
 	if r.raft.State() != raft.Leader {
 		return 0, ErrNotLeader
 	}
@@ -95,13 +97,13 @@ func hasServer(c raft.Configuration, id string) bool {
 	return false
 }
 
-// transferLeadership hands leadership to node to (any up-to-date voter when
+// TransferLeadership hands leadership to node to (any up-to-date voter when
 // to is empty); the replica must lead its group.
-func (r *Replica) transferLeadership(ctx context.Context, to, addr string) error {
+func (r *Replica) TransferLeadership(ctx context.Context, to, addr string) error {
 	if r.raft.State() != raft.Leader {
 		return ErrNotLeader
 	}
-	if to == r.leader() && to != "" {
+	if to == r.Leader() && to != "" {
 		return nil
 	}
 	var f raft.Future
@@ -113,9 +115,9 @@ func (r *Replica) transferLeadership(ctx context.Context, to, addr string) error
 	return r.await(ctx, f)
 }
 
-// snapshot takes a snapshot now and returns its index (the last one's when
+// Snapshot takes a snapshot now and returns its index (the last one's when
 // nothing changed since).
-func (r *Replica) snapshot(ctx context.Context) (uint64, error) {
+func (r *Replica) Snapshot(ctx context.Context) (uint64, error) {
 	f := r.raft.Snapshot()
 	err := r.await(ctx, f)
 	if errors.Is(err, raft.ErrNothingNewToSnapshot) {

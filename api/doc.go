@@ -2,16 +2,21 @@
 // KV and Cluster (server.go), Registry, Billing, Pools, the internal Redis
 // service (redis_service.go) and the Pipeline that carries their unary
 // calls on one stream (pipeline.go); request validation (validate.go,
-// paging.go); and the auth interceptors (auth.go: the method -> permission
-// table, the actor binding of Pools calls). Errors become gRPC statuses
-// through the core's one table (cluster.StatusError).
+// paging.go); the execution of Redis requests on a shard leader
+// (redis.go: RedisRequest, CheckRedis, RedisOn, and RedisLocal, which the
+// RESP front, package redisfront, also uses); and the auth interceptors
+// (auth.go: the method -> permission table, the actor binding of Pools
+// calls). Errors become gRPC statuses through the core's one table
+// (cluster.StatusError).
 //
 // It owns no state: every handler routes through the narrow API of
-// cluster.Node (cluster/services.go) and replica.Replica (its ID, FSM,
-// Leader, ReadBarrier and Propose; package cluster/replica). It may import
-// cluster, cluster/replica, fsm, records, keys, shard, resp, rpc, auth and auth/authn;
-// the core never imports it (cluster's TestImportsOneWay). Package server
-// registers it on a node's gRPC server.
+// cluster.Node (cluster/services.go, cluster/front.go) and
+// replica.Replica (its ID, FSM, Leader, IsLeader, ReadBarrier and
+// Propose; package cluster/replica). It may import cluster,
+// cluster/replica, fsm, records, keys, shard, resp, rpc, auth and
+// auth/authn; the core never imports it (cluster's TestImportsOneWay).
+// Package server registers it on a node's gRPC server; redisfront uses
+// its Redis execution.
 //
 // Usage:
 //

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/resp"
 	"github.com/swarmkv/swarmkv/rpc"
@@ -14,9 +13,9 @@ import (
 // redisServer implements the internal Redis gRPC service (rpc/redis.proto)
 // on the shard leader: it checks the commands (Redis's error replies for
 // bad ones, nothing proposed), checks that every key routes to the
-// request's shard, then runs the request on the local replica. A node
-// that does not lead the shard answers NotLeader, so callers (the RESP
-// fronts of other nodes, the Go client) follow the hint.
+// request's shard, then runs the request on the local replica (redis.go).
+// A node that does not lead the shard answers NotLeader, so callers (the
+// RESP fronts of other nodes, the Go client) follow the hint.
 type redisServer struct {
 	rpc.UnimplementedRedisServer
 	*server
@@ -25,21 +24,21 @@ type redisServer struct {
 var _ rpc.RedisServer = (*redisServer)(nil)
 
 func (s *redisServer) Exec(ctx context.Context, p *rpc.RedisExecRequest) (*rpc.RedisExecResponse, error) {
-	req := cluster.RedisRequest{Shard: shard.ID(p.GetShard()), Multi: p.GetMulti()}
+	req := RedisRequest{Shard: shard.ID(p.GetShard()), Multi: p.GetMulti()}
 	for _, a := range p.GetCmds() {
 		req.Cmds = append(req.Cmds, a.GetArgs())
 	}
 	for _, w := range p.GetWatches() {
 		req.Watches = append(req.Watches, fsm.RedisWatch{Key: w.GetKey(), Version: w.GetVersion()})
 	}
-	if v := s.node.CheckRedis(&req); v != nil {
+	if v := CheckRedis(&s.cfg, s.node.ShardMap(), &req); v != nil {
 		return &rpc.RedisExecResponse{Reply: rpc.ReplyToProto(*v)}, nil
 	}
 	r := s.node.LocalReplica(req.Shard)
 	if r == nil {
 		return nil, s.notLeader(req.Shard)
 	}
-	v, index, err := s.node.RedisOn(ctx, r, &req)
+	v, index, err := RedisOn(ctx, r, &req)
 	if errors.Is(err, fsm.ErrInvalidCommand) {
 		v, err = resp.Error("ERR "+err.Error()), nil
 	}

@@ -7,7 +7,8 @@
 // admin operations (admin.go, tokens.go). It binds the admin HTTP
 // listener, which package admin serves.
 //
-// It is the core: the gRPC services (api) and the fronts above it
+// It is the core: the gRPC services (api, which also runs the RESP
+// front's Redis requests on a local leader) and the fronts above it
 // (redisfront, admin; package server composes them with a node) use its
 // narrow API (services.go, front.go, admin.go, tokens.go, and Authn, the
 // authenticator of package auth/authn it builds in auth.go) and it never

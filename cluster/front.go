@@ -1,21 +1,17 @@
 package cluster
 
 import (
-	"context"
 	"crypto/tls"
 	"log/slog"
 	"net"
 
-	"github.com/swarmkv/swarmkv/fsm"
-	"github.com/swarmkv/swarmkv/resp"
 	"github.com/swarmkv/swarmkv/shard"
 )
 
 // The API the fronts above the core use (redisfront, admin, and the
 // composition in package server): the node's settings and identity, its
-// shard map, a Redis request run on a local leader, the admin HTTP
-// listener and metrics, and the checks of callers (Authn: package
-// auth/authn's Authenticator, built in auth.go).
+// shard map, the admin HTTP listener and metrics, and the checks of
+// callers (Authn: package auth/authn's Authenticator, built in auth.go).
 // The admin operations are in admin.go and tokens.go. The fronts never
 // reach into a Node's fields.
 
@@ -79,27 +75,3 @@ var ErrMetaNotLeader = errMetaNotLeader
 // ErrNotBootstrapped is returned by calls that need the shard map before
 // the cluster has one.
 var ErrNotBootstrapped = errNotBootstrapped
-
-// RedisRequest is one Redis request on a shard: one command, or a
-// MULTI/EXEC block with its WATCH guards.
-type RedisRequest struct {
-	Shard   shard.ID
-	Cmds    []fsm.RedisArgv
-	Multi   bool
-	Watches []fsm.RedisWatch
-}
-
-// RedisLocal runs a request (checked by the caller as CheckRedis does)
-// on this node's replica of its shard when that replica leads the shard:
-// a block or a write is proposed (one log entry), a single read answered
-// after the read barrier. It returns ErrNotLeader when this node holds no
-// leading replica of the shard (the caller forwards the request to the
-// leader), fsm.ErrInvalidCommand for a command the state machine refuses.
-func (n *Node) RedisLocal(ctx context.Context, req *RedisRequest) (resp.Value, error) {
-	r := n.localReplica(req.Shard)
-	if r == nil || !r.IsLeader() {
-		return resp.Value{}, ErrNotLeader
-	}
-	v, _, err := n.redisLocal(ctx, r, req)
-	return v, err
-}

@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/swarmkv/swarmkv/fsm"
 )
 
 // rawRedis sends in on a new connection to node 0's RESP front and
@@ -174,27 +172,4 @@ func TestRedisMultiBounds(t *testing.T) {
 	n := must(rdb.Exists(ctx, "c0", "c3", "c4", "b0", "b2").Result())
 	eq(t, "keys written by aborted blocks", n, 0)
 	eq(t, "PING after", must(rdb.Ping(ctx).Result()), "PONG")
-}
-
-// TestRedisEntryBounds: the internal Redis service (the Go client, other
-// nodes' fronts) applies the same bounds to what one entry carries.
-func TestRedisEntryBounds(t *testing.T) {
-	cfg := Config{ID: "n1", DataDir: "x", RedisMaxMultiCommands: 3}.WithDefaults()
-	n := &Node{cfg: cfg}
-	set := func(v string) fsm.RedisArgv { return fsm.RedisArgv{[]byte("SET"), []byte("k"), []byte(v)} }
-	big := strings.Repeat("v", cfg.Limits.MaxValueSize)
-	for _, tt := range []struct {
-		req  RedisRequest
-		want string
-	}{
-		{RedisRequest{Multi: true, Cmds: []fsm.RedisArgv{set("a"), set("b"), set("c"), set("d")}}, "ERR swarmkv: transaction too long (more than 3 commands)"},
-		{RedisRequest{Multi: true, Cmds: []fsm.RedisArgv{set(big), set(big), set(big)}}, fmt.Sprintf("ERR swarmkv: transaction too big (more than %d bytes)", cfg.RedisMaxMultiBytes)},
-		{RedisRequest{Cmds: []fsm.RedisArgv{{[]byte("MSET"), []byte("a"), []byte(big), []byte("b"), []byte(big), []byte("c"), []byte(big)}}},
-			fmt.Sprintf("ERR swarmkv: command too big (more than %d bytes)", cfg.RedisMaxCommandBytes)},
-	} {
-		v := n.checkRedisReq(&tt.req)
-		if v == nil || v.String() != tt.want {
-			t.Errorf("checkRedisReq: %v, want %q", v, tt.want)
-		}
-	}
 }

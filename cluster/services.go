@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/cluster/replica"
-	"github.com/swarmkv/swarmkv/resp"
 	"github.com/swarmkv/swarmkv/shard"
 )
 
@@ -18,10 +17,10 @@ import (
 // a local replica (or the leader hint to answer NotLeader with; the
 // replica's own methods, package cluster/replica, propose commands and
 // serve reads: its read barrier, then its state machine), the node's settings
-// (Config) and shard map (front.go), the callers' identities (Authn, auth.go)
-// and the Redis request checks (redis.go). These are concrete types and
-// methods: a KV Put or Get makes the same calls as when the services
-// lived in this package.
+// (Config: the Redis bounds too) and shard map (front.go), and the callers'
+// identities (Authn, auth.go). These are concrete types and methods: a KV
+// Put or Get, or a Redis request (api/redis.go), makes the same calls as
+// when the services lived in this package.
 
 // Services is what a package above the core adds to a node's gRPC server
 // (New's services argument; package api builds it). Unary and Stream run
@@ -116,16 +115,4 @@ func (n *Node) ObserveApply(id shard.ID, d time.Duration) { n.metrics.observeApp
 func (n *Node) CountPipeline(dir string, items int) {
 	n.metrics.pipeMsgs.WithLabelValues(dir).Inc()
 	n.metrics.pipeItems.WithLabelValues(dir).Add(float64(items))
-}
-
-// CheckRedis validates a Redis request as the state machine will (so a bad
-// one costs no Raft round) and checks that its keys route to its shard
-// under this node's map. It returns the error reply, or nil.
-func (n *Node) CheckRedis(req *RedisRequest) *resp.Value { return n.checkRedisReq(req) }
-
-// RedisOn runs a request checked by CheckRedis on replica r, which must
-// lead its shard (see RedisLocal); index is the entry's log index (0 for
-// reads).
-func (n *Node) RedisOn(ctx context.Context, r *replica.Replica, req *RedisRequest) (v resp.Value, index uint64, err error) {
-	return n.redisLocal(ctx, r, req)
 }

@@ -7,9 +7,10 @@
 // authentication (auth.go: AUTH, client certificates, roles per command).
 //
 // It owns no state of the cluster: it uses the narrow API of
-// cluster.Node (ShardMap, RedisLocal, Config, the identity checks of its
-// authenticator, Node.Authn). It may import cluster, client, rpc, resp,
-// fsm, keys, shard, auth and auth/authn; the core never imports it.
+// cluster.Node (ShardMap, Config, the identity checks of its
+// authenticator, Node.Authn) and runs a request on a local leader with
+// package api's RedisLocal. It may import cluster, api, client, rpc,
+// resp, fsm, keys, shard, auth and auth/authn; the core never imports it.
 // Package server composes it with a node.
 //
 // Usage:

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/swarmkv/swarmkv/api"
 	"github.com/swarmkv/swarmkv/client"
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/fsm"
@@ -31,10 +32,10 @@ import (
 // block with its WATCHed keys, must be in one shard, else the reply is
 // Redis Cluster's CROSSSLOT error.
 // The front runs the command on the shard leader: on this node when it
-// leads the shard (cluster.Node.RedisLocal), otherwise through the
-// leader's internal Redis gRPC service (api/redis_service.go),
-// following NotLeader hints with the routing client. KEYS and SCAN fan
-// out over every shard.
+// leads the shard (api.RedisLocal, api/redis.go), otherwise through the
+// leader's internal Redis gRPC service (api/redis_service.go), following
+// NotLeader hints with the routing client. KEYS and SCAN fan out over
+// every shard.
 //
 // Threads: the accept loop (serve) and one goroutine per connection, which
 // runs the connection's commands in order, one at a time (conn.go), all
@@ -255,7 +256,7 @@ func (f *Front) command(ctx context.Context, st *redisConn, argv [][]byte) resp.
 	if !has { // PING and ECHO are answered by the connection commands
 		return errReply("ERR swarmkv: command without keys")
 	}
-	return f.run(ctx, &cluster.RedisRequest{Shard: id, Cmds: []fsm.RedisArgv{argv}})
+	return f.run(ctx, &api.RedisRequest{Shard: id, Cmds: []fsm.RedisArgv{argv}})
 }
 
 // queue adds argv to st's MULTI block within the block's bounds
@@ -328,7 +329,7 @@ func (f *Front) watch(ctx context.Context, st *redisConn, ks [][]byte) resp.Valu
 		return errReply("ERR swarmkv: too many watched keys")
 	}
 	argv := append(fsm.RedisArgv{[]byte("swarmkv.versions")}, ks...)
-	v := f.run(ctx, &cluster.RedisRequest{Shard: id, Cmds: []fsm.RedisArgv{argv}})
+	v := f.run(ctx, &api.RedisRequest{Shard: id, Cmds: []fsm.RedisArgv{argv}})
 	if v.IsError() {
 		return v
 	}
@@ -358,15 +359,15 @@ func (f *Front) exec(ctx context.Context, st *redisConn) resp.Value {
 		}
 		return resp.Array(out...)
 	}
-	return f.run(ctx, &cluster.RedisRequest{Shard: st.txShard, Cmds: st.queued, Multi: true, Watches: st.watches})
+	return f.run(ctx, &api.RedisRequest{Shard: st.txShard, Cmds: st.queued, Multi: true, Watches: st.watches})
 }
 
 // run executes a request on its shard's leader: locally when this node
 // leads the shard, else through the routing client. Cluster failures
 // become error replies: TRYAGAIN / CLUSTERDOWN when nothing was done
 // (clients retry those), ERR when a write's outcome is unknown.
-func (f *Front) run(ctx context.Context, req *cluster.RedisRequest) resp.Value {
-	v, err := f.n.RedisLocal(ctx, req)
+func (f *Front) run(ctx context.Context, req *api.RedisRequest) resp.Value {
+	v, err := api.RedisLocal(ctx, f.n, req)
 	switch {
 	case err == nil:
 		return v
@@ -634,7 +635,7 @@ func (f *Front) fanOut(ctx context.Context, argv fsm.RedisArgv) ([]resp.Value, *
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = f.run(ctx, &cluster.RedisRequest{Shard: shard.ID(i), Cmds: []fsm.RedisArgv{argv}})
+			out[i] = f.run(ctx, &api.RedisRequest{Shard: shard.ID(i), Cmds: []fsm.RedisArgv{argv}})
 		}()
 	}
 	wg.Wait()
@@ -710,7 +711,7 @@ func cmdScan(f *Front, ctx context.Context, _ *redisConn, a [][]byte) resp.Value
 		return errReply(resp.ErrInvalidCursor)
 	}
 	argv := append(fsm.RedisArgv{[]byte("swarmkv.scan"), []byte(strconv.FormatUint(local, 10))}, a[2:]...)
-	v := f.run(ctx, &cluster.RedisRequest{Shard: shard.ID(id), Cmds: []fsm.RedisArgv{argv}})
+	v := f.run(ctx, &api.RedisRequest{Shard: shard.ID(id), Cmds: []fsm.RedisArgv{argv}})
 	if v.IsError() {
 		return v
 	}

@@ -1,0 +1,123 @@
+package api
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/cluster/replica"
+	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/resp"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// The execution of Redis requests on a shard leader, shared by the
+// internal Redis gRPC service (redis_service.go) and the RESP front
+// (package redisfront, for a shard this node leads): the checks of a
+// request and its run on a local replica, over the node's narrow API
+// (Config, ShardMap, LocalReplica) and the replica's (IsLeader, Propose,
+// ReadBarrier, FSM).
+
+// RedisRequest is one Redis request on a shard: one command, or a
+// MULTI/EXEC block with its WATCH guards.
+type RedisRequest struct {
+	Shard   shard.ID
+	Cmds    []fsm.RedisArgv
+	Multi   bool
+	Watches []fsm.RedisWatch
+}
+
+// CheckRedis validates a request as the state machine will (so a bad one
+// costs no Raft round), within the Redis bounds of cfg (the node's
+// Config: RedisMax*, Limits.MaxValueSize), and checks that its keys route
+// to its shard under smap (the node's shard map, nil before bootstrap).
+// It returns the error reply, or nil.
+func CheckRedis(cfg *cluster.Config, smap *shard.Map, req *RedisRequest) *resp.Value {
+	errv := func(s string) *resp.Value { v := resp.Error(s); return &v }
+	switch {
+	case !req.Multi && (len(req.Cmds) != 1 || len(req.Watches) > 0):
+		return errv("ERR swarmkv: a request without multi carries exactly one command and no watches")
+	case len(req.Cmds) > cfg.RedisMaxMultiCommands:
+		return errv(fmt.Sprintf("ERR swarmkv: transaction too long (more than %d commands)", cfg.RedisMaxMultiCommands))
+	case len(req.Watches) > fsm.MaxRedisWatches:
+		return errv("ERR swarmkv: too many watched keys")
+	}
+	// What one entry carries: the RESP front's bounds, for calls that
+	// did not come through it (the Go client).
+	size := 0
+	for _, argv := range req.Cmds {
+		size += resp.CommandSize(argv)
+	}
+	switch {
+	case req.Multi && size > cfg.RedisMaxMultiBytes:
+		return errv(fmt.Sprintf("ERR swarmkv: transaction too big (more than %d bytes)", cfg.RedisMaxMultiBytes))
+	case !req.Multi && size > cfg.RedisMaxCommandBytes:
+		return errv(fmt.Sprintf("ERR swarmkv: command too big (more than %d bytes)", cfg.RedisMaxCommandBytes))
+	}
+	var ks [][]byte
+	for _, argv := range req.Cmds {
+		if v := fsm.CheckRedis(argv, cfg.Limits.MaxValueSize); v != nil {
+			return v
+		}
+		if c := fsm.LookupRedis(argv[0]); req.Multi && (c.ShardLocal || c.Internal) {
+			return errv("ERR swarmkv: " + c.Name + " is not allowed in MULTI")
+		}
+		ks = append(ks, fsm.RedisKeys(argv)...)
+	}
+	for _, w := range req.Watches {
+		if len(w.Key) > keys.MaxRedisKeyLen {
+			return errv("ERR swarmkv: watched key too long")
+		}
+		ks = append(ks, w.Key)
+	}
+	if smap == nil {
+		return errv("CLUSTERDOWN swarmkv: cluster not bootstrapped yet")
+	}
+	if int(req.Shard) >= smap.NumShards {
+		return errv("ERR swarmkv: no such shard")
+	}
+	for _, k := range ks {
+		if smap.ShardOf(keys.RedisRoutingKey(k)) != req.Shard {
+			return errv(resp.ErrCrossSlot)
+		}
+	}
+	return nil
+}
+
+// RedisOn runs a request checked by CheckRedis on replica r, which must
+// lead its shard: a block or a write is proposed (one log entry), a
+// single read is answered from the state machine after the read barrier.
+// index is the entry's log index (0 for reads).
+func RedisOn(ctx context.Context, r *replica.Replica, req *RedisRequest) (v resp.Value, index uint64, err error) {
+	if req.Multi || fsm.LookupRedis(req.Cmds[0][0]).Write {
+		op := fsm.OpRedis
+		if req.Multi {
+			op = fsm.OpRedisMulti
+		}
+		res, err := r.Propose(ctx, &fsm.Command{Op: op, Redis: &fsm.RedisTx{Cmds: req.Cmds, Watch: req.Watches}})
+		if err != nil {
+			return resp.Value{}, 0, err
+		}
+		return *res.Reply, res.Index, nil
+	}
+	if err := r.ReadBarrier(ctx); err != nil {
+		return resp.Value{}, 0, err
+	}
+	v, err = r.FSM().RedisRead(req.Cmds[0])
+	return v, 0, err
+}
+
+// RedisLocal runs a request (checked by the caller as CheckRedis does)
+// on node n's replica of its shard when that replica leads the shard, as
+// RedisOn does. It returns cluster.ErrNotLeader when n holds no leading
+// replica of the shard (the caller forwards the request to the leader),
+// fsm.ErrInvalidCommand for a command the state machine refuses.
+func RedisLocal(ctx context.Context, n *cluster.Node, req *RedisRequest) (resp.Value, error) {
+	r := n.LocalReplica(req.Shard)
+	if r == nil || !r.IsLeader() {
+		return resp.Value{}, cluster.ErrNotLeader
+	}
+	v, _, err := RedisOn(ctx, r, req)
+	return v, err
+}

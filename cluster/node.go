@@ -28,6 +28,7 @@ import (
 	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/internal/fsutil"
 	"github.com/swarmkv/swarmkv/internal/linelog"
 	"github.com/swarmkv/swarmkv/internal/lograte"
 	"github.com/swarmkv/swarmkv/internal/retry"
@@ -131,7 +132,7 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 			n.Close()
 		}
 	}()
-	if err := privateDir(cfg.DataDir); err != nil {
+	if err := fsutil.PrivateDir(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("cluster: data dir: %w", err)
 	}
 	st, err := loadState(cfg.DataDir)

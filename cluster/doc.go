@@ -14,7 +14,7 @@
 // authenticator of package auth/authn it builds in auth.go) and it never
 // imports them or the Go client
 // (TestImportsOneWay). It may import cluster/placement, cluster/gossip,
-// cluster/replica,
+// cluster/replica, cluster/metrics (its Prometheus registry),
 // transport, internal/..., fsm, raftlog, shard, keys, records, rpc, auth,
 // auth/authn, secrets and resp.
 //

@@ -39,22 +39,3 @@ func TestDataDirPermissions(t *testing.T) {
 		}
 	}
 }
-
-// TestWriteFileDurablePrivate: state files are 0600, even over a stale
-// temporary file left with a wider mode.
-func TestWriteFileDurablePrivate(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, stateFile+".tmp"), []byte("stale"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeFileDurable(dir, stateFile, []byte("{}\n")); err != nil {
-		t.Fatal(err)
-	}
-	st, err := os.Stat(filepath.Join(dir, stateFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Mode() != 0o600 {
-		t.Fatalf("mode %v, want 0600", st.Mode())
-	}
-}

@@ -17,6 +17,7 @@ import (
 	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/internal/fsutil"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/shard"
 )
@@ -71,7 +72,7 @@ func loadIncarnation(dir string) (string, error) {
 		return "", err
 	}
 	inc := hex.EncodeToString(r[:])
-	if err := writeFileDurable(dir, incarnationFile, []byte(inc+"\n")); err != nil {
+	if err := fsutil.WriteFileDurable(dir, incarnationFile, []byte(inc+"\n")); err != nil {
 		return "", err
 	}
 	return inc, nil
@@ -241,50 +242,4 @@ func (n *Node) metaUpdate(ctx context.Context, fn func(*State) error) (*State, e
 			return nil, fmt.Errorf("cluster: meta state kept changing under update")
 		}
 	}
-}
-
-// privateDir creates dir (and missing parents) owner-only (0700), and
-// makes an existing dir owner-only. A data dir holds the cluster state, the
-// Raft logs, snapshots and Pebble stores, whose files Pebble and raft create
-// with their own modes (0644 under the usual umask; `swarmnode serve` sets
-// umask 077): behind a 0700 dir no other user reaches them.
-func privateDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	return os.Chmod(dir, 0o700)
-}
-
-// writeFileDurable writes dir/name (mode 0600) atomically and durably:
-// temp file, fsync, rename, fsync of the directory.
-func writeFileDurable(dir, name string, b []byte) error {
-	tmp := filepath.Join(dir, name+".tmp")
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if err := f.Chmod(0o600); err != nil { // a stale temp file keeps its mode
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -24,9 +24,11 @@ import (
 
 	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/cluster/gossip"
+	"github.com/swarmkv/swarmkv/cluster/metrics"
 	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/internal/fsutil"
 	"github.com/swarmkv/swarmkv/internal/linelog"
 	"github.com/swarmkv/swarmkv/internal/lograte"
 	"github.com/swarmkv/swarmkv/internal/retry"
@@ -52,7 +54,7 @@ type Node struct {
 	mux     *transport.Mux
 	ml      *memberlist.Memberlist
 	members gossip.Members
-	metrics *metrics
+	metrics *metrics.Registry
 	cache   *pebble.Cache
 	grpcSrv *grpc.Server
 	// svcStop and svcClose are the Stop and Close of the Services New
@@ -130,7 +132,7 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 			n.Close()
 		}
 	}()
-	if err := privateDir(cfg.DataDir); err != nil {
+	if err := fsutil.PrivateDir(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("cluster: data dir: %w", err)
 	}
 	st, err := loadState(cfg.DataDir)
@@ -219,9 +221,9 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 	ln := n.ml.LocalNode()
 	n.addrs.GossipAddr = net.JoinHostPort(ln.Addr.String(), fmt.Sprint(ln.Port))
 
-	n.metrics = newMetrics(n)
-	unary := []grpc.UnaryServerInterceptor{n.deadlineUnary, n.metrics.grpc.UnaryServerInterceptor()}
-	stream := []grpc.StreamServerInterceptor{n.metrics.grpc.StreamServerInterceptor()}
+	n.metrics = metrics.New(n.scrape)
+	unary := []grpc.UnaryServerInterceptor{n.deadlineUnary, n.metrics.UnaryServerInterceptor()}
+	stream := []grpc.StreamServerInterceptor{n.metrics.StreamServerInterceptor()}
 	svcs := make([]Services, len(services))
 	for i, f := range services {
 		svcs[i] = f(n)
@@ -261,7 +263,7 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 			n.svcClose = append(n.svcClose, s.Close)
 		}
 	}
-	n.metrics.grpc.InitializeMetrics(n.grpcSrv)
+	n.metrics.InitializeMetrics(n.grpcSrv)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/internal/fsutil"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/raftlog"
 	"github.com/swarmkv/swarmkv/shard"
@@ -58,7 +59,7 @@ func openLogStore(c Config, cache *pebble.Cache) (*raftlog.Store, error) {
 		}
 		return nil, nil
 	}
-	if err := privateDir(dir); err != nil {
+	if err := fsutil.PrivateDir(dir); err != nil {
 		return nil, fmt.Errorf("cluster: raft log store: %w", err)
 	}
 	s, err := raftlog.Open(raftlog.Options{Dir: dir, Cache: cache, Logger: c.Logger, MinSyncInterval: c.WALMinSyncInterval})

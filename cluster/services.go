@@ -107,12 +107,11 @@ func (n *Node) LocalState() (*State, *shard.Map) {
 }
 
 // ObserveApply records the time a proposal to shard id took (the
-// swarmkv_apply_seconds metric).
-func (n *Node) ObserveApply(id shard.ID, d time.Duration) { n.metrics.observeApply(uint32(id), d) }
+// swarmkv_apply_duration_seconds metric).
+func (n *Node) ObserveApply(id shard.ID, d time.Duration) { n.metrics.ObserveApply(uint32(id), d) }
 
 // CountPipeline counts one Pipeline message in direction dir ("in",
 // "out") carrying items calls or results.
 func (n *Node) CountPipeline(dir string, items int) {
-	n.metrics.pipeMsgs.WithLabelValues(dir).Inc()
-	n.metrics.pipeItems.WithLabelValues(dir).Add(float64(items))
+	n.metrics.CountPipeline(dir, items)
 }

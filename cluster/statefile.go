@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/swarmkv/swarmkv/cluster/placement"
+	"github.com/swarmkv/swarmkv/internal/fsutil"
 )
 
 // The cluster state's types are package placement's (pure data and
@@ -59,5 +60,5 @@ func saveState(dir string, s *State) error {
 	if err != nil {
 		return err
 	}
-	return writeFileDurable(dir, stateFile, append(b, '\n'))
+	return fsutil.WriteFileDurable(dir, stateFile, append(b, '\n'))
 }

@@ -20,6 +20,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/internal/fsutil"
 	"github.com/swarmkv/swarmkv/internal/linelog"
 	"github.com/swarmkv/swarmkv/raftlog"
 	"github.com/swarmkv/swarmkv/shard"
@@ -171,7 +172,7 @@ func Open(c Config) (_ *Replica, err error) {
 	log := c.Logger.With("shard", uint32(c.ID))
 	_, statErr := os.Stat(c.Dir)
 	fresh := errors.Is(statErr, fs.ErrNotExist)
-	if err := privateDir(c.Dir); err != nil {
+	if err := fsutil.PrivateDir(c.Dir); err != nil {
 		return nil, err
 	}
 	r := &Replica{
@@ -318,17 +319,6 @@ func openGroupLog(s *raftlog.Store, id shard.ID, dir string, fresh bool) (*raftl
 		return nil, fmt.Errorf("shard %d: %w", id, err)
 	}
 	return g, nil
-}
-
-// privateDir creates dir (and missing parents) owner-only (0700), and
-// makes an existing dir owner-only, as package cluster does for the rest
-// of the data dir: behind it no other user reaches the files Pebble and
-// raft create with their own modes.
-func privateDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	return os.Chmod(dir, 0o700)
 }
 
 // The in-memory cache of each replica's most recent log entries, which

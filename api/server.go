@@ -6,7 +6,6 @@ import (
 	"errors"
 
 	"github.com/swarmkv/swarmkv/cluster"
-	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/rpc"
@@ -29,34 +28,6 @@ func (s *server) statusErr(id shard.ID, err error) error {
 
 // notLeader answers with the leader hint this node has for shard id.
 func (s *server) notLeader(id shard.ID) error { return s.statusErr(id, cluster.ErrNotLeader) }
-
-// route resolves the routing key to a local replica; a node without a
-// replica of the shard answers NotLeader so the client refreshes its map.
-func (s *server) route(rk []byte) (shard.ID, *replica.Replica, error) {
-	id, r, err := s.node.Route(rk)
-	if err != nil {
-		return id, nil, s.statusErr(id, err)
-	}
-	if r == nil {
-		return id, nil, s.notLeader(id)
-	}
-	return id, r, nil
-}
-
-// readReplica routes a read and, for linearizable reads, waits for the
-// read barrier.
-func (s *server) readReplica(ctx context.Context, rk []byte, c rpc.Consistency) (*replica.Replica, error) {
-	id, r, err := s.route(rk)
-	if err != nil {
-		return nil, err
-	}
-	if c == rpc.Consistency_CONSISTENCY_LINEARIZABLE {
-		if err := r.ReadBarrier(ctx); err != nil {
-			return nil, s.statusErr(id, err)
-		}
-	}
-	return r, nil
-}
 
 func (s *server) Get(ctx context.Context, req *rpc.GetRequest) (*rpc.GetResponse, error) {
 	if err := ValidateGet(req, s.cfg.Limits); err != nil {

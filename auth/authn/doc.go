@@ -4,7 +4,7 @@
 // Identity, decides whether an identity may use a permission, and writes
 // the audit log. It also owns the node's secret files (the cluster
 // secret of Auth without TLS, and the admin requests signed with it; the
-// gossip keyring) and the admin API's token requests (CheckTokenRequest,
+// gossip keyring is package cluster/gossip's) and the admin API's token requests (CheckTokenRequest,
 // TokenInfo; the tokens themselves are cluster state, changed by package
 // cluster through the meta group).
 //

@@ -97,10 +97,11 @@ const (
 )
 
 // Coalescable reports whether a command with op o may be carried by an
-// OpMulti: every known op but OpMulti, OpRedis and OpRedisMulti.
+// OpMulti: every known op but OpMulti, OpRedis, OpRedisMulti and the slot
+// move ops (each of which is an entry of its own, its log index the step's).
 func (o Op) Coalescable() bool {
 	_, known := opSpecs[o]
-	return known && o != OpMulti && o != OpRedis && o != OpRedisMulti
+	return known && o != OpMulti && o != OpRedis && o != OpRedisMulti && !isSlotOp(o)
 }
 
 // Registry operations (seed 000). Each is applied atomically: every check
@@ -331,6 +332,10 @@ type Command struct {
 
 	// Multi holds the encoded commands of an OpMulti.
 	Multi [][]byte `cbor:"multi,omitempty"`
+
+	// Move is the argument of the slot move ops (OpFreezeSlots ...
+	// OpDropSlots).
+	Move *SlotMove `cbor:"move,omitempty"`
 }
 
 // Result is what one applied log entry returns through raft's
@@ -349,6 +354,13 @@ type Result struct {
 	Removed int
 	// Reply is the Redis reply of OpRedis and OpRedisMulti.
 	Reply *resp.Value
+	// MoveIndex is the log index at which an OpFreezeSlots froze its
+	// slots (the recorded index when the freeze is re-applied).
+	MoveIndex uint64
+	// Remaining is the number of the move's keys an OpDropSlots left,
+	// counted up to its Max; 0 when the drop is done. (Deleted is the
+	// number it deleted.)
+	Remaining int
 	// Err is a deterministic rejection (malformed or invalid command,
 	// ErrNotFound, ErrPermissionDenied, ErrAlreadyExists,
 	// *InsufficientCreditsError, *DuplicateEventError, *PoolNotEmptyError,
@@ -426,6 +438,12 @@ func (c *Command) approxSize() int {
 	for _, sub := range c.Multi {
 		n += 4 + len(sub)
 	}
+	if c.Move != nil {
+		n += 64
+		for i := range c.Move.Pairs {
+			n += 8 + len(c.Move.Pairs[i].Key) + len(c.Move.Pairs[i].Value)
+		}
+	}
 	if c.Batch == nil {
 		return n
 	}
@@ -483,6 +501,15 @@ const maxPooledBuf = 64 << 10
 
 // normalize turns empty slices into nil (the encoder omits both alike).
 func (c *Command) normalize() {
+	if c.Move != nil {
+		if len(c.Move.Pairs) == 0 {
+			c.Move.Pairs = nil
+		}
+		for i := range c.Move.Pairs {
+			p := &c.Move.Pairs[i]
+			p.Key, p.Value = nilIfEmpty(p.Key), nilIfEmpty(p.Value)
+		}
+	}
 	if c.Batch == nil {
 		return
 	}
@@ -531,13 +558,18 @@ func (c *Command) Validate(l Limits) error {
 	}
 	switch c.Op {
 	case OpBatch:
-		return c.Batch.validate(l.WithDefaults())
+		if err := c.Batch.validate(l.WithDefaults()); err != nil {
+			return err
+		}
+		return c.Batch.validateSlots()
 	case OpNoop:
 		return nil
 	case OpRedis, OpRedisMulti:
 		return c.Redis.validate(c.Op, l.WithDefaults())
 	case OpMulti:
 		return validateMulti(c.Multi)
+	case OpFreezeSlots, OpUnfreezeSlots, OpIngestSlots, OpAdoptSlots, OpDropSlots:
+		return c.Move.validate(c.Op, l.WithDefaults())
 	}
 	if err := c.validateRecords(); err != nil {
 		return fmt.Errorf("%w: op %s: %w", ErrInvalidCommand, c.Op, err)

@@ -13,10 +13,10 @@ import (
 	"github.com/swarmkv/swarmkv/resp"
 )
 
-// Sentinel errors. Every error the package returns wraps one of them, is
-// one of the typed errors *InsufficientCreditsError, *DuplicateEventError
-// and *PoolNotEmptyError, or is a Pebble / I/O error while committing, which
-// is fatal for the replica.
+// Sentinel errors. Every error the package returns wraps one of them (or
+// ErrMoveConflict), is one of the typed errors *InsufficientCreditsError,
+// *DuplicateEventError, *PoolNotEmptyError and *MovedError, or is a
+// Pebble / I/O error while committing, which is fatal for the replica.
 var (
 	// ErrNotFound is returned by Get when the key is absent, and is the
 	// Result.Err of a registry, billing or pool command whose record is
@@ -364,7 +364,8 @@ type Result struct {
 	// Err is a deterministic rejection (malformed or invalid command,
 	// ErrNotFound, ErrPermissionDenied, ErrAlreadyExists,
 	// *InsufficientCreditsError, *DuplicateEventError, *PoolNotEmptyError,
-	// ErrCorruptRecord), or a fatal storage error. Either way the command
+	// ErrCorruptRecord, *MovedError, ErrMoveConflict), or a fatal storage
+	// error. Either way the command
 	// wrote nothing.
 	Err error
 }

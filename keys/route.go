@@ -72,18 +72,30 @@ func RoutingKeyOf(k []byte) ([]byte, Route, error) {
 		}
 		return k[1:17:17], RouteKey, nil
 	case TableSessions:
-		return nil, RouteValue, checkFixed(k, t, sessionKeyLen)
+		if err := checkFixed(k, t, sessionKeyLen); err != nil {
+			return nil, RouteNone, err
+		}
+		return nil, RouteValue, nil
 	case TableTransactions:
-		return nil, RouteValue, checkFixed(k, t, transactionKeyLen)
+		if err := checkFixed(k, t, transactionKeyLen); err != nil {
+			return nil, RouteNone, err
+		}
+		return nil, RouteValue, nil
 	case TableAgentOwners:
-		return nil, RouteValue, checkFixed(k, t, agentOwnerKeyLen)
+		if err := checkFixed(k, t, agentOwnerKeyLen); err != nil {
+			return nil, RouteNone, err
+		}
+		return nil, RouteValue, nil
 	case TableUsageEvents:
 		if n := len(k) - 1; n < 1 || n > MaxEventIDLen {
 			return nil, RouteNone, malformed(t, "event id has %d bytes, want 1..%d", n, MaxEventIDLen)
 		}
 		return nil, RouteValue, nil
 	case TableSessionsByAgent:
-		return nil, RouteLookup, checkFixed(k, t, sessionByAgentKeyLen)
+		if err := checkFixed(k, t, sessionByAgentKeyLen); err != nil {
+			return nil, RouteNone, err
+		}
+		return nil, RouteLookup, nil
 	case TableKV:
 		rk, _, err := DecodeKV(k)
 		if err != nil {

@@ -489,6 +489,7 @@ func FuzzApply(f *testing.F) {
 	f.Add([]byte{commandVersion, 0xff})
 	f.Add(shortIDCommand(true))
 	for _, c := range []*Command{
+		multiCmd(&Command{Op: OpDropSlots, Move: &SlotMove{ID: 1, Max: 1}}),
 		putAccountCmd(account(4, 0, 0, 0)), addCreditsCmd(4, 1, 100, 2), processUsageCmd(4, 1, 2, 40, 3),
 		putAgentCmd(agentRec(2, 2, records.AgentRunning)), putSessionCmd(sessionRec(1, 2, 0, nil)),
 		{Op: OpCreatePool, Pool: poolRec("p2", "u1", records.VisibilityPublic)},

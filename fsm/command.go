@@ -13,10 +13,10 @@ import (
 	"github.com/swarmkv/swarmkv/resp"
 )
 
-// Sentinel errors. Every error the package returns wraps one of them, is
-// one of the typed errors *InsufficientCreditsError, *DuplicateEventError
-// and *PoolNotEmptyError, or is a Pebble / I/O error while committing, which
-// is fatal for the replica.
+// Sentinel errors. Every error the package returns wraps one of them (or
+// ErrMoveConflict), is one of the typed errors *InsufficientCreditsError,
+// *DuplicateEventError, *PoolNotEmptyError and *MovedError, or is a
+// Pebble / I/O error while committing, which is fatal for the replica.
 var (
 	// ErrNotFound is returned by Get when the key is absent, and is the
 	// Result.Err of a registry, billing or pool command whose record is
@@ -97,10 +97,11 @@ const (
 )
 
 // Coalescable reports whether a command with op o may be carried by an
-// OpMulti: every known op but OpMulti, OpRedis and OpRedisMulti.
+// OpMulti: every known op but OpMulti, OpRedis, OpRedisMulti and the slot
+// move ops (each of which is an entry of its own, its log index the step's).
 func (o Op) Coalescable() bool {
 	_, known := opSpecs[o]
-	return known && o != OpMulti && o != OpRedis && o != OpRedisMulti
+	return known && o != OpMulti && o != OpRedis && o != OpRedisMulti && !isSlotOp(o)
 }
 
 // Registry operations (seed 000). Each is applied atomically: every check
@@ -331,6 +332,10 @@ type Command struct {
 
 	// Multi holds the encoded commands of an OpMulti.
 	Multi [][]byte `cbor:"multi,omitempty"`
+
+	// Move is the argument of the slot move ops (OpFreezeSlots ...
+	// OpDropSlots).
+	Move *SlotMove `cbor:"move,omitempty"`
 }
 
 // Result is what one applied log entry returns through raft's
@@ -349,10 +354,18 @@ type Result struct {
 	Removed int
 	// Reply is the Redis reply of OpRedis and OpRedisMulti.
 	Reply *resp.Value
+	// MoveIndex is the log index at which an OpFreezeSlots froze its
+	// slots (the recorded index when the freeze is re-applied).
+	MoveIndex uint64
+	// Remaining is the number of the move's keys an OpDropSlots left,
+	// counted up to its Max; 0 when the drop is done. (Deleted is the
+	// number it deleted.)
+	Remaining int
 	// Err is a deterministic rejection (malformed or invalid command,
 	// ErrNotFound, ErrPermissionDenied, ErrAlreadyExists,
 	// *InsufficientCreditsError, *DuplicateEventError, *PoolNotEmptyError,
-	// ErrCorruptRecord), or a fatal storage error. Either way the command
+	// ErrCorruptRecord, *MovedError, ErrMoveConflict), or a fatal storage
+	// error. Either way the command
 	// wrote nothing.
 	Err error
 }
@@ -426,6 +439,12 @@ func (c *Command) approxSize() int {
 	for _, sub := range c.Multi {
 		n += 4 + len(sub)
 	}
+	if c.Move != nil {
+		n += 64
+		for i := range c.Move.Pairs {
+			n += 8 + len(c.Move.Pairs[i].Key) + len(c.Move.Pairs[i].Value)
+		}
+	}
 	if c.Batch == nil {
 		return n
 	}
@@ -483,6 +502,15 @@ const maxPooledBuf = 64 << 10
 
 // normalize turns empty slices into nil (the encoder omits both alike).
 func (c *Command) normalize() {
+	if c.Move != nil {
+		if len(c.Move.Pairs) == 0 {
+			c.Move.Pairs = nil
+		}
+		for i := range c.Move.Pairs {
+			p := &c.Move.Pairs[i]
+			p.Key, p.Value = nilIfEmpty(p.Key), nilIfEmpty(p.Value)
+		}
+	}
 	if c.Batch == nil {
 		return
 	}
@@ -531,13 +559,18 @@ func (c *Command) Validate(l Limits) error {
 	}
 	switch c.Op {
 	case OpBatch:
-		return c.Batch.validate(l.WithDefaults())
+		if err := c.Batch.validate(l.WithDefaults()); err != nil {
+			return err
+		}
+		return c.Batch.validateSlots()
 	case OpNoop:
 		return nil
 	case OpRedis, OpRedisMulti:
 		return c.Redis.validate(c.Op, l.WithDefaults())
 	case OpMulti:
 		return validateMulti(c.Multi)
+	case OpFreezeSlots, OpUnfreezeSlots, OpIngestSlots, OpAdoptSlots, OpDropSlots:
+		return c.Move.validate(c.Op, l.WithDefaults())
 	}
 	if err := c.validateRecords(); err != nil {
 		return fmt.Errorf("%w: op %s: %w", ErrInvalidCommand, c.Op, err)

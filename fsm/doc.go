@@ -72,6 +72,11 @@
 //	remove_bot             36  bots, pools                         bots, bots_by_pool (deletes)
 //	runner_heartbeat       37  -                                   runners
 //	set_guild_pool         38  pools                               guild_settings
+//	freeze_slots           50  meta (ownership)                    meta
+//	unfreeze_slots         51  meta                                meta
+//	ingest_slots           52  meta, the pairs' keys               meta, any table (the pairs)
+//	adopt_slots            53  meta                                meta
+//	drop_slots             54  meta, every table                   meta, any table (deletes)
 //
 // Each command is atomic: it makes every check against the state (as left
 // by earlier entries, including earlier entries of the same run) before it
@@ -79,7 +84,9 @@
 // deterministic Result.Err values, the same on every replica: ErrNotFound,
 // *InsufficientCreditsError, *DuplicateEventError, ErrInvalidCommand (an
 // agent id owned by another user, an int64 overflow), ErrPermissionDenied,
-// ErrAlreadyExists, *PoolNotEmptyError, ErrCorruptRecord.
+// ErrAlreadyExists, *PoolNotEmptyError, ErrCorruptRecord, *MovedError (a
+// slot the shard does not own), ErrMoveConflict (a slot move op that does
+// not fit the move records).
 // The state machine keeps these invariants, which the tests check after
 // long random sequences: every agent has exactly one agents_by_status entry
 // (its status) and an agent_owners entry, and every index entry has its
@@ -98,6 +105,26 @@
 // another charge of the event *DuplicateEventError). A transaction id
 // recorded by one operation is refused to any other (ErrAlreadyExists).
 //
+// # Slots
+//
+// A shard owns a set of slots (shard.SlotSet), recorded in the meta table
+// (Config.InitialSlots when the DB has none: nil means all 256, the
+// behaviour of every shard before elastic shards). Every key belongs to
+// the slot of its routing key (SlotOfKey). Unless the shard owns every
+// slot, each command is checked in the apply that runs it: the slot its
+// fields name (user or account id, keys.PoolsRoutingKey, the Redis keys'
+// routing keys, the slot of every OpBatch key) and the slot of every key a
+// registry, billing or pool op writes (as written and as stored, so a
+// write by session, transaction or event id alone is checked too); a slot
+// not owned is refused with *MovedError and nothing is written. Reads call
+// CheckSlot or CheckRoutingKey (RedisRead checks its keys itself, and its
+// listings leave other slots' keys out). An OpBatch whose keys' routing
+// keys fall in two slots is invalid. The slot move ops (move.go) freeze,
+// export (ExportSlots), ingest, adopt, drop and unfreeze slots: the state
+// machine's half of online split and merge. Ownership changes are
+// published with the commit of the batch that makes them, never before the
+// data.
+//
 // # Keys
 //
 // To OpBatch keys are opaque bytes, except that the table with prefix byte
@@ -107,6 +134,8 @@
 //	0x00 "shard"     uint32 big-endian shard id, written on first Open
 //	0x00 "applied"   uint64 big-endian index of the last applied log entry
 //	0x00 "restoring" present while a Restore runs (value: snapshot index)
+//	0x00 "slots"     the owned SlotSet, 32 bytes (replicated)
+//	0x00 "move/" id  a MoveRecord (CBOR), id u64 big-endian (replicated)
 //
 // # Durability
 //
@@ -127,11 +156,12 @@
 //	+----------+---------------+-----------------------+---------------+
 //	 8 bytes    the CRC covers the header bytes before it
 //
-//	then, once per key outside the meta table, in ascending key order:
+//	then, once per replicated meta key ("move/..." then "slots") and once
+//	per key outside the meta table, in ascending key order:
 //	+------+----------------+-----+------------------+-------+
 //	| 0x00 | uvarint keylen | key | uvarint valuelen | value |      record
 //	+------+----------------+-----+------------------+-------+
-//	         keylen >= 1, key[0] != 0x00
+//	         keylen >= 1, key[0] != 0x00 unless a replicated meta key
 //
 //	then:
 //	+------+----------------------+---------------+
@@ -140,5 +170,7 @@
 //	         the CRC covers every byte of the stream before it
 //
 // The header CRC lets Restore trust the index it reads before deciding to
-// skip a snapshot it already holds. Nothing may follow the final CRC.
+// skip a snapshot it already holds. Nothing may follow the final CRC. A
+// stream without a "slots" record (written before ownership was recorded)
+// restores as owning every slot.
 package fsm

@@ -16,6 +16,8 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/swarmkv/swarmkv/internal/pebblelog"
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/shard"
 )
 
 // Config configures one shard replica's state machine.
@@ -44,6 +46,13 @@ type Config struct {
 	// Logger receives the FSM's and Pebble's logs, with attribute
 	// shard=<id>. Nil means slog.Default().
 	Logger *slog.Logger
+	// InitialSlots are the slots the shard owns when its DB has no
+	// ownership record yet (a new data dir, or one written before
+	// ownership was recorded); later the record, changed only by the slot
+	// move commands, is the truth. Nil means every slot (the behaviour of
+	// a shard before elastic shards); a new target of a split starts with
+	// an empty set.
+	InitialSlots *shard.SlotSet
 }
 
 // Limits bound what one command may carry. They are checked by
@@ -155,11 +164,13 @@ type FSM struct {
 	log    *slog.Logger
 	db     *pebble.DB // valid while !mu.closed, used under mu.RLock
 
-	applied   atomic.Uint64         // last applied log index; 0 while restoring
-	restoring atomic.Bool           // a Restore is running or failed: data incomplete
-	failed    atomic.Pointer[error] // a storage error stopped applies
-	closing   atomic.Bool           // Close started: long calls give up
-	done      chan struct{}         // closed by Close
+	initial   shard.SlotSet             // Config.InitialSlots
+	slots     atomic.Pointer[slotState] // ownership as of the applied index
+	applied   atomic.Uint64             // last applied log index; 0 while restoring
+	restoring atomic.Bool               // a Restore is running or failed: data incomplete
+	failed    atomic.Pointer[error]     // a storage error stopped applies
+	closing   atomic.Bool               // Close started: long calls give up
+	done      chan struct{}             // closed by Close
 	mu        struct {
 		sync.RWMutex // read-held by every use of db; write-held by Close
 		closed       bool
@@ -216,13 +227,18 @@ func open(cfg Config, fs vfs.FS) (*FSM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fsm: open pebble %s: %w", cfg.Dir, err)
 	}
+	initial := shard.AllSlots()
+	if cfg.InitialSlots != nil {
+		initial = *cfg.InitialSlots
+	}
 	f := &FSM{
-		shard:  cfg.Shard,
-		limits: cfg.Limits.WithDefaults(),
-		reply:  cfg.Reply.WithDefaults(),
-		log:    log,
-		db:     db,
-		done:   make(chan struct{}),
+		initial: initial,
+		shard:   cfg.Shard,
+		limits:  cfg.Limits.WithDefaults(),
+		reply:   cfg.Reply.WithDefaults(),
+		log:     log,
+		db:      db,
+		done:    make(chan struct{}),
 	}
 	f.notify.ch = make(chan struct{})
 	f.snaps.open = make(map[*fsmSnapshot]struct{})
@@ -281,12 +297,36 @@ func (f *FSM) loadMeta(dir string) error {
 	case found:
 		f.applied.Store(binary.BigEndian.Uint64(v))
 	}
+	return f.loadSlots()
+}
+
+// loadSlots loads the ownership state, recording the initial slots first
+// when the DB has no record.
+func (f *FSM) loadSlots() error {
+	st, found, err := loadSlots(f.db, f.initial)
+	if err != nil {
+		return err
+	}
+	if !found {
+		v, _ := st.owned.MarshalBinary()
+		if err := f.db.Set(metaSlots, v, pebble.Sync); err != nil {
+			return fmt.Errorf("fsm: write owned slots: %w", err)
+		}
+	}
+	f.slots.Store(st)
 	return nil
 }
 
-// clearData adds to b the deletion of every key outside the meta table.
+// clearData adds to b the deletion of every key outside the meta table and
+// of the replicated meta keys (owned slots, move records).
 func (f *FSM) clearData(b *pebble.Batch) error {
 	if err := b.DeleteRange(dataStart, lastTableKey, nil); err != nil {
+		return err
+	}
+	if err := b.DeleteRange(metaMovePrefix, keys.PrefixEnd(metaMovePrefix), nil); err != nil {
+		return err
+	}
+	if err := b.Delete(metaSlots, nil); err != nil {
 		return err
 	}
 	// Keys starting with 0xff lie past any finite DeleteRange end.
@@ -414,11 +454,11 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	}
 
 	last := f.applied.Load() // highest index put in the batch
-	var b *pebble.Batch
+	a := &applier{f: f, st: f.slots.Load()}
 	pending := 0 // out[pending:] is not committed yet
 	fatal := func(i int, err error) []interface{} {
-		if b != nil {
-			_ = b.Close()
+		if a.b != nil {
+			_ = a.b.Close()
 		}
 		f.failed.Store(&err)
 		f.log.Error("fsm: STORAGE ERROR while applying; replica stops applying, restart it",
@@ -429,32 +469,41 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		if l == nil || l.Index <= last {
 			continue // already applied (replay after restart)
 		}
-		if b == nil {
-			b = f.db.NewIndexedBatch()
+		if a.b == nil {
+			a.b = f.db.NewIndexedBatch()
 		}
 		if l.Type == raft.LogCommand {
-			res, err := f.applyEntry(b, l)
+			res, err := a.applyEntry(l)
 			if err != nil {
 				return fatal(i, err)
 			}
 			out[i] = res
 		}
 		last = l.Index
-		if b.Len() >= maxRunBytes {
-			if err := f.commit(b, last); err != nil {
-				b = nil
+		if a.b.Len() >= maxRunBytes {
+			if err := f.commit(a.b, last, a.st); err != nil {
+				a.b = nil
 				return fatal(i, err)
 			}
-			b, pending = nil, i+1
+			a.b, pending = nil, i+1
 		}
 	}
-	if b != nil {
-		if err := f.commit(b, last); err != nil {
-			b = nil
+	if a.b != nil {
+		if err := f.commit(a.b, last, a.st); err != nil {
+			a.b = nil
 			return fatal(len(logs)-1, err)
 		}
 	}
 	return out
+}
+
+// applier applies one run of entries: b is the run's Pebble batch, st the
+// ownership state as the run has left it so far (published with the
+// batch's commit, so a reader never sees ownership ahead of the data).
+type applier struct {
+	f  *FSM
+	b  *pebble.Batch
+	st *slotState
 }
 
 func logIndex(l *raft.Log) uint64 {
@@ -475,8 +524,8 @@ func failRun(logs []*raft.Log, out []interface{}, from int, err error) []interfa
 }
 
 // commit writes the applied index into b, commits it without sync, closes
-// it and publishes the index.
-func (f *FSM) commit(b *pebble.Batch, index uint64) error {
+// it and publishes the ownership state st and the index.
+func (f *FSM) commit(b *pebble.Batch, index uint64, st *slotState) error {
 	defer b.Close()
 	var v [8]byte
 	binary.BigEndian.PutUint64(v[:], index)
@@ -486,6 +535,7 @@ func (f *FSM) commit(b *pebble.Batch, index uint64) error {
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return err
 	}
+	f.slots.Store(st)
 	f.setApplied(index)
 	return nil
 }
@@ -493,14 +543,15 @@ func (f *FSM) commit(b *pebble.Batch, index uint64) error {
 // applyEntry applies one command entry into b and returns its response:
 // a *Result, or for an OpMulti a []*Result. The error is a storage error
 // (fatal); a rejected command is a Result with Err.
-func (f *FSM) applyEntry(b *pebble.Batch, l *raft.Log) (interface{}, error) {
+func (a *applier) applyEntry(l *raft.Log) (interface{}, error) {
+	f := a.f
 	cmd, err := f.decode(l.Data)
 	if err != nil {
 		return &Result{Index: l.Index, FailedGuard: -1, Err: err}, nil
 	}
 	if cmd.Op != OpMulti {
 		res := &Result{Index: l.Index, FailedGuard: -1}
-		return res, execCommand(b, cmd, l.Index, res)
+		return res, a.exec(cmd, l.Index, res)
 	}
 	out := make([]*Result, len(cmd.Multi))
 	for i, data := range cmd.Multi {
@@ -514,7 +565,7 @@ func (f *FSM) applyEntry(b *pebble.Batch, l *raft.Log) (interface{}, error) {
 			res.Err = err
 			continue
 		}
-		if err := execCommand(b, sub, l.Index, res); err != nil {
+		if err := a.exec(sub, l.Index, res); err != nil {
 			return nil, err
 		}
 	}
@@ -533,19 +584,57 @@ func (f *FSM) decode(data []byte) (*Command, error) {
 	return cmd, nil
 }
 
-// execCommand applies a validated command other than OpMulti into b at
-// log index. The error is a storage error (fatal); a rejection is res.Err.
-func execCommand(b *pebble.Batch, cmd *Command, index uint64, res *Result) error {
+// exec applies a validated command other than OpMulti into the run's batch
+// at log index. The error is a storage error (fatal); a rejection is
+// res.Err.
+//
+// Unless the shard owns every slot, a command is first checked against
+// the ownership state, within the same apply (so atomically with its
+// writes): the slot its fields name (the user or account id, the pools or
+// Redis routing keys, the slot of every OpBatch key), and, for the
+// registry, billing and pool ops, the slot of every key it writes, as
+// written and as stored (applyRecordOp). A command of a slot not owned is
+// refused with *MovedError and writes nothing.
+func (a *applier) exec(cmd *Command, index uint64, res *Result) error {
+	b := a.b
+	if isSlotOp(cmd.Op) {
+		return a.applySlotOp(cmd, index, res)
+	}
+	var st *slotState // nil: every slot owned, nothing to check
+	if !a.st.owned.IsFull() {
+		st = a.st
+	}
 	switch cmd.Op {
 	case OpBatch:
+		if st != nil {
+			rej, err := st.checkBatch(b, cmd.Batch)
+			if err != nil || rej != nil {
+				res.Err = rej
+				return err
+			}
+		}
 		return applyGuarded(b, cmd.Batch, res)
 	case OpNoop:
 		res.Succeeded = true
 		return nil
 	case OpRedis, OpRedisMulti:
+		if st != nil {
+			if rej := st.checkRedis(cmd.Redis); rej != nil {
+				res.Err = rej
+				return nil
+			}
+		}
 		return applyRedis(b, cmd, index, res)
 	default: // a registry, billing or pool op (Validate knows every op)
-		return applyRecordOp(b, cmd, res)
+		if st != nil {
+			if rk := commandRoutingKey(cmd); rk != nil {
+				if rej := st.check(shard.SlotOf(rk)); rej != nil {
+					res.Err = rej
+					return nil
+				}
+			}
+		}
+		return applyRecordOp(b, cmd, st, res)
 	}
 }
 

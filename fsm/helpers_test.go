@@ -108,7 +108,7 @@ func (m *model) apply(l *raft.Log) interface{} {
 		if err == nil {
 			err = sub.Validate(m.limits)
 		}
-		if err == nil && (sub.Op == OpMulti || sub.Op == OpRedis || sub.Op == OpRedisMulti) {
+		if err == nil && !sub.Op.Coalescable() {
 			err = fmt.Errorf("%w: op %s cannot be part of a multi", ErrInvalidCommand, sub.Op)
 		}
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/resp"
+	"github.com/swarmkv/swarmkv/shard"
 )
 
 // Redis data types (seed 002's asset catalogue, served over RESP by
@@ -223,6 +224,15 @@ type rexec struct {
 	w     *pebble.Batch
 	index uint64 // the log index being applied (0 for reads)
 	reply ReplyLimits
+	// owned, for reads while the shard owns only some slots: the listings
+	// (KEYS, swarmkv.scan, swarmkv.dbsize) leave out keys of other slots,
+	// frozen ones still stored included. Nil: every slot owned.
+	owned *shard.SlotSet
+}
+
+// owns reports whether the shard owns Redis key key's slot.
+func (x *rexec) owns(key []byte) bool {
+	return x.owned == nil || x.owned.Has(shard.SlotOf(keys.RedisRoutingKey(key)))
 }
 
 // exec runs one checked command. The error is a storage error; Redis-level
@@ -289,7 +299,9 @@ func applyRedis(b *pebble.Batch, c *Command, index uint64, res *Result) error {
 
 // RedisRead runs a command that does not write (GET, HGETALL, KEYS,
 // swarmkv.versions, ...) against the replica's current state; the caller
-// has passed the read barrier for a linearizable answer. Commands that name
+// has passed the read barrier for a linearizable answer. A key of a slot
+// the shard does not own makes it return a *MovedError; listings leave
+// such keys out. Commands that name
 // several keys read one snapshot. argv must pass CheckRedis; a write
 // command gets an error reply.
 func (f *FSM) RedisRead(argv [][]byte) (resp.Value, error) {
@@ -301,6 +313,14 @@ func (f *FSM) RedisRead(argv [][]byte) (resp.Value, error) {
 		return resp.Value{}, ErrRestoring
 	}
 	x := &rexec{r: f.db, reply: f.reply}
+	if st := f.slots.Load(); !st.owned.IsFull() {
+		for _, k := range RedisKeys(argv) {
+			if err := st.check(shard.SlotOf(keys.RedisRoutingKey(k))); err != nil {
+				return resp.Value{}, err
+			}
+		}
+		x.owned = &st.owned
+	}
 	if len(argv) > 2 {
 		snap := f.db.NewSnapshot()
 		defer snap.Close()

@@ -168,7 +168,7 @@ func cmdKeys(x *rexec, a [][]byte) (resp.Value, error) {
 	out := []resp.Value{}
 	size := 0
 	err := x.eachKey(prefix, keys.PrefixEnd(prefix), func(k []byte) error {
-		if !resp.Match(pat, k[1:]) {
+		if !resp.Match(pat, k[1:]) || !x.owns(k[1:]) {
 			return nil
 		}
 		size += BulkSize(len(k) - 1)
@@ -199,8 +199,10 @@ func KeysTooMany(lim ReplyLimits, keys bool) string {
 func cmdDBSize(x *rexec, _ [][]byte) (resp.Value, error) {
 	prefix := keys.RedisKey(nil)
 	n := int64(0)
-	err := x.eachKey(prefix, keys.PrefixEnd(prefix), func([]byte) error {
-		n++
+	err := x.eachKey(prefix, keys.PrefixEnd(prefix), func(k []byte) error {
+		if x.owns(k[1:]) {
+			n++
+		}
 		return nil
 	})
 	return resp.Int(n), err
@@ -237,7 +239,7 @@ func cmdShardScan(x *rexec, a [][]byte) (resp.Value, error) {
 		}
 		group = created
 		seen++
-		if !resp.Match(opt.Match, key) {
+		if !resp.Match(opt.Match, key) || !x.owns(key) {
 			return nil
 		}
 		if opt.Type != "" {

@@ -17,6 +17,7 @@ import (
 // once every check has passed. A rejection therefore writes nothing.
 type change struct {
 	b      *pebble.Batch
+	st     *slotState // nil: every slot owned; else flush checks each write
 	writes []write
 }
 
@@ -50,8 +51,8 @@ func corruptErr(key []byte, err error) error {
 // applyRecordOp applies a registry, billing or pool command (validated)
 // into b.
 // A rejection goes to res.Err; the returned error is a storage error.
-func applyRecordOp(b *pebble.Batch, c *Command, res *Result) error {
-	ch := &change{b: b}
+func applyRecordOp(b *pebble.Batch, c *Command, st *slotState, res *Result) error {
+	ch := &change{b: b, st: st}
 	var balance int64
 	var removed int
 	var err error
@@ -105,6 +106,16 @@ func applyRecordOp(b *pebble.Batch, c *Command, res *Result) error {
 	return nil
 }
 
+// getPending reads key as the change's first n writes leave it.
+func (ch *change) getPending(key []byte, n int) ([]byte, bool, error) {
+	for i := n - 1; i >= 0; i-- {
+		if w := ch.writes[i]; bytes.Equal(w.key, key) {
+			return w.value, !w.del, nil
+		}
+	}
+	return getView(ch.b, key, true)
+}
+
 // get returns a copy of key's value.
 func (ch *change) get(key []byte) ([]byte, bool, error) { return getView(ch.b, key, true) }
 
@@ -118,8 +129,24 @@ func (ch *change) set(key, value []byte) {
 }
 func (ch *change) del(key []byte) { ch.writes = append(ch.writes, write{key: key, del: true}) }
 
-// flush adds the queued writes to the batch, in order.
+// flush adds the queued writes to the batch, in order. When the shard owns
+// only some slots it first checks that every write touches owned slots
+// only (as written and as stored), so that the data of a slot not owned,
+// frozen ones included, never changes; a write that does not is a
+// rejection (*MovedError) and nothing is written.
 func (ch *change) flush() error {
+	if ch.st != nil {
+		for i, w := range ch.writes {
+			get := func(key []byte) ([]byte, bool, error) { return ch.getPending(key, i) }
+			rej, err := ch.st.checkWrite(get, w.key, w.value, w.del)
+			if err != nil {
+				return err
+			}
+			if rej != nil {
+				return reject(rej)
+			}
+		}
+	}
 	for _, w := range ch.writes {
 		var err error
 		if w.del {

@@ -292,15 +292,21 @@ func TestRegistrySeesEarlierEntriesOfTheRun(t *testing.T) {
 func TestCorruptRecordRejected(t *testing.T) {
 	f := mustOpen(t, testConfig(1, t.TempDir()), nil)
 	u0, a := uid(0), aid(0)
-	f.Apply(cmdLog(1, mustEncode(t, batchCmd(nil, Mutation{Kind: MutPut, Key: keys.Agent(u0, a), Value: []byte("junk")},
-		Mutation{Kind: MutPut, Key: keys.Account(acct(0)), Value: enc(t, &records.Account{UserID: acct(0), BalanceCents: -5})}))))
+	// Two batches: a batch's keys must share a slot.
+	f.ApplyBatch([]*raft.Log{
+		cmdLog(1, mustEncode(t, batchCmd(nil, Mutation{Kind: MutPut, Key: keys.Agent(u0, a), Value: []byte("junk")}))),
+		cmdLog(2, mustEncode(t, batchCmd(nil, Mutation{Kind: MutPut, Key: keys.Account(acct(0)), Value: enc(t, &records.Account{UserID: acct(0), BalanceCents: -5})}))),
+	})
 	before := mustDump(t, f)
+	if len(before) != 2 {
+		t.Fatalf("setup wrote %d keys, want 2", len(before))
+	}
 	for i, c := range []*Command{
 		putAgentCmd(agentRec(0, 0, records.AgentRunning)),
 		{Op: OpDeleteAgent, UserID: &u0, AgentID: &a},
 		{Op: OpAddCredits, AccountID: ptr(acct(0)), Amount: ptr(int64(5)), Time: 1, Tx: creditTx(0, 0, 5)},
 	} {
-		r := f.Apply(cmdLog(uint64(2+i), mustEncode(t, c))).(*Result)
+		r := f.Apply(cmdLog(uint64(3+i), mustEncode(t, c))).(*Result)
 		if !errors.Is(r.Err, ErrCorruptRecord) || r.Succeeded {
 			t.Fatalf("%s: %+v, want ErrCorruptRecord", c.Op, r)
 		}

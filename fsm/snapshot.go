@@ -14,6 +14,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
+
+	"github.com/swarmkv/swarmkv/shard"
 )
 
 // Snapshot stream format; the layout is drawn in the package doc.
@@ -102,7 +104,7 @@ func (s *fsmSnapshot) persist(dst io.Writer) error {
 	if snap == nil {
 		return errors.New("snapshot already released")
 	}
-	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: dataStart})
+	it, err := snap.NewIter(nil)
 	if err != nil {
 		return err
 	}
@@ -111,6 +113,9 @@ func (s *fsmSnapshot) persist(dst io.Writer) error {
 		if w.n%1024 == 0 && f.closing.Load() {
 			_ = it.Close()
 			return ErrClosed
+		}
+		if k := it.Key(); k[0] == metaPrefix && !isReplicatedMeta(k) {
+			continue // replica-local: applied index, shard id
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
@@ -209,6 +214,7 @@ func (f *FSM) restore(sr *snapshotReader) error {
 
 	b = f.db.NewBatch()
 	defer func() { _ = b.Close() }()
+	sawSlots := false
 	for {
 		k, v, err := sr.next()
 		if err == io.EOF {
@@ -217,6 +223,7 @@ func (f *FSM) restore(sr *snapshotReader) error {
 		if err != nil {
 			return err
 		}
+		sawSlots = sawSlots || bytes.Equal(k, metaSlots)
 		if err := b.Set(k, v, nil); err != nil {
 			return err
 		}
@@ -231,6 +238,14 @@ func (f *FSM) restore(sr *snapshotReader) error {
 			b = f.db.NewBatch()
 		}
 	}
+	if !sawSlots {
+		// A snapshot written before ownership was recorded: its shard
+		// owned every slot.
+		all, _ := shard.AllSlots().MarshalBinary()
+		if err := b.Set(metaSlots, all, nil); err != nil {
+			return err
+		}
+	}
 	if err := b.Set(metaApplied, index[:], nil); err != nil {
 		return err
 	}
@@ -240,6 +255,11 @@ func (f *FSM) restore(sr *snapshotReader) error {
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("fsm: restore: %w", err)
 	}
+	st, _, err := loadSlots(f.db, shard.AllSlots())
+	if err != nil {
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
+	f.slots.Store(st)
 	f.failed.Store(nil)
 	f.restoring.Store(false)
 	f.setApplied(sr.hdr.index)
@@ -423,7 +443,12 @@ func (sr *snapshotReader) next() (key, value []byte, err error) {
 	}
 	key, value = sr.rec[:klen:klen], sr.rec[klen:]
 	if key[0] == metaPrefix {
-		return nil, nil, fmt.Errorf("%w: record %d: key in the meta table", ErrBadSnapshot, sr.n)
+		if !isReplicatedMeta(key) {
+			return nil, nil, fmt.Errorf("%w: record %d: key in the meta table", ErrBadSnapshot, sr.n)
+		}
+		if err := checkReplicatedMeta(key, value); err != nil {
+			return nil, nil, err
+		}
 	}
 	if sr.n > 0 && bytes.Compare(key, sr.prev) <= 0 {
 		return nil, nil, fmt.Errorf("%w: record %d: keys not in ascending order", ErrBadSnapshot, sr.n)
@@ -469,4 +494,21 @@ func (sr *snapshotReader) end() error {
 	}
 	sr.done = true
 	return io.EOF
+}
+
+// checkReplicatedMeta checks a meta record of a snapshot: owned slots of
+// 32 bytes, a move record that decodes under its own id.
+func checkReplicatedMeta(k, v []byte) error {
+	if bytes.Equal(k, metaSlots) {
+		var s shard.SlotSet
+		if err := s.UnmarshalBinary(v); err != nil {
+			return fmt.Errorf("%w: owned slots: %v", ErrBadSnapshot, err)
+		}
+		return nil
+	}
+	r, err := decodeMove(v)
+	if err != nil || r.ID != binary.BigEndian.Uint64(k[len(metaMovePrefix):]) {
+		return fmt.Errorf("%w: move record %x: %v", ErrBadSnapshot, k, err)
+	}
+	return nil
 }

@@ -151,6 +151,9 @@ func decodeAll(b []byte) (snapshotHeader, []KV, error) {
 		if err != nil {
 			return sr.hdr, kvs, err
 		}
+		if k[0] == metaPrefix { // the replicated meta records: owned slots, moves
+			continue
+		}
 		kvs = append(kvs, KV{slices.Clone(k), slices.Clone(v)})
 	}
 }

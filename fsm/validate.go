@@ -38,14 +38,15 @@ const (
 	fCascade
 	fRedis
 	fMulti
+	fMove
 
-	fLast = fMulti // the highest bit
+	fLast = fMove // the highest bit
 )
 
 // fieldNames are the CBOR names of the fields, in bit order.
 var fieldNames = [...]string{"batch", "agent", "session", "user", "account", "tx", "event",
 	"user_id", "agent_id", "session_id", "account_id", "status", "amount", "time",
-	"pool", "bot", "runner", "actor", "pool_id", "bot_id", "guild_id", "cascade", "redis", "multi"}
+	"pool", "bot", "runner", "actor", "pool_id", "bot_id", "guild_id", "cascade", "redis", "multi", "move"}
 
 // first names the lowest field in the set.
 func (f field) first() string { return fieldNames[bits.TrailingZeros32(uint32(f))] }
@@ -85,6 +86,11 @@ var opSpecs = map[Op]opSpec{
 	OpSetGuildPool:        {"set_guild_pool", fGuildID | fPoolID | fActor | fTime, 0},
 	OpRedis:               {"redis", fRedis, 0},
 	OpRedisMulti:          {"redis_multi", fRedis, 0},
+	OpFreezeSlots:         {"freeze_slots", fMove, 0},
+	OpUnfreezeSlots:       {"unfreeze_slots", fMove, 0},
+	OpIngestSlots:         {"ingest_slots", fMove, 0},
+	OpAdoptSlots:          {"adopt_slots", fMove, 0},
+	OpDropSlots:           {"drop_slots", fMove, 0},
 }
 
 // fields returns the set of fields c carries.
@@ -102,7 +108,7 @@ func (c *Command) fields() field {
 		{c.Pool != nil, fPool}, {c.Bot != nil, fBot}, {c.Runner != nil, fRunner},
 		{c.Actor != "", fActor}, {c.PoolID != "", fPoolID}, {c.BotID != "", fBotID},
 		{c.GuildID != "", fGuildID}, {c.Cascade, fCascade}, {c.Redis != nil, fRedis},
-		{c.Multi != nil, fMulti},
+		{c.Multi != nil, fMulti}, {c.Move != nil, fMove},
 	} {
 		if p.present {
 			f |= p.bit

@@ -68,7 +68,18 @@
 // head/tail; a string's value rides in the record). A Redis key routes by
 // RedisRoutingKey: the bytes inside its first non-empty "{...}", else the
 // text before its first ':' (the whole key without one), so every asset:*
-// key of the seed lives in the shard of "asset".
+// key of the seed lives in the shard of "asset" (AssetRoutingKey).
+//
+// # Routing keys
+//
+// Every key but the meta table's belongs to the slot of a routing key.
+// RoutingKeyOf returns it for the layouts that carry it: the user id of
+// agents, agents_by_status and users, the billing user id of accounts and
+// transactions_by_user, a kv key's routing key, PoolsRoutingKey for the
+// pool tables and RedisRoutingKey of the Redis key for the Redis tables.
+// For sessions, transactions, usage_events and agent_owners it answers
+// RouteValue (the user id is in the stored value), for sessions_by_agent
+// RouteLookup (through its session record); package fsm resolves those.
 //
 // Decoders check the table byte and the exact length and return an error
 // wrapping ErrMalformed otherwise. Whatever a decoder accepts re-encodes to

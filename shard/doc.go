@@ -13,6 +13,10 @@
 // move single slots between shards (rebalancing) without rehashing keys; each
 // change bumps Map.Version so replicas can tell which map is newer.
 //
+// A SlotSet is a set of slots (256 bits), the unit of ownership a shard's
+// state machine records and a split or merge moves; it encodes as 32 bytes
+// (MarshalBinary, a CBOR byte string) and as text ranges ("0-15,32").
+//
 // The package is pure: no I/O, no global state. A *Map is a value; treat a
 // published map as immutable and Clone it before changing it.
 //

@@ -1,0 +1,500 @@
+package fsm
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// Slot move operations (elastic shards). A move takes slots from a source
+// shard to a target shard; each step is one command, idempotent by the
+// move id, recorded in a MoveRecord of each side (see MoveState):
+//
+//	source: OpFreezeSlots -> (OpUnfreezeSlots: abort) | OpDropSlots ... until Remaining == 0
+//	target: OpIngestSlots ... -> OpAdoptSlots | (abort) OpDropSlots ... until Remaining == 0
+//
+// The cluster layer exports the frozen slots from the source with
+// ExportSlots and ships them to the target as OpIngestSlots commands, in
+// export order (a sessions_by_agent entry is routed through its session
+// record, which sorts before it). The first ingest registers the move on
+// the target (its Slots must be owned by no one here: not owned, and in no
+// frozen or incoming move, nor in a move whose drop is unfinished); an
+// empty move needs no ingest: OpAdoptSlots registers and adopts at once.
+// Every key an ingest carries must be in the move's slots; a key that
+// exists on the target with another value refuses the whole command
+// (ErrInvalidCommand naming the key: ids keyed without their user, such as
+// event, session, agent and transaction ids, may collide in a merge), so
+// the cluster layer can abort the move.
+const (
+	// OpFreezeSlots (Move: ID, Slots, Peer = target shard, MapVersion)
+	// freezes slots the shard owns: from this entry on every command and
+	// read of them gets *MovedError and their data never changes.
+	// Result.MoveIndex is the freeze's log index (the recorded one when
+	// re-applied).
+	OpFreezeSlots Op = 50
+	// OpUnfreezeSlots (Move: ID) aborts a frozen move: the shard owns the
+	// slots again and the record is deleted. Unknown id: a no-op;
+	// ErrMoveConflict once a drop began.
+	OpUnfreezeSlots Op = 51
+	// OpIngestSlots (Move: ID, Slots, Pairs; optional Peer = source shard,
+	// MapVersion) writes pairs of an incoming move, registering it first
+	// if this is its first ingest. Pairs are in strictly ascending key
+	// order, at most Limits.MaxBatchOps of them and MaxMultiBytes in all.
+	OpIngestSlots Op = 52
+	// OpAdoptSlots (Move: ID, Slots; optional Peer, MapVersion) makes the
+	// shard own the slots of an incoming (or not yet registered) move.
+	OpAdoptSlots Op = 53
+	// OpDropSlots (Move: ID, Max) deletes, in key order from where the last
+	// drop stopped, up to Max keys of the move's slots: on the source (the
+	// map is published; the move becomes final, MoveMoved) or on an
+	// aborted or incoming target (the move becomes MoveAborted).
+	// Result.Remaining is the number of the move's keys left, counted up to
+	// Max (Max means at least Max); repeat until it is 0.
+	OpDropSlots Op = 54
+)
+
+// MaxDropKeys is the largest Max an OpDropSlots may carry.
+const MaxDropKeys = 1 << 16
+
+// SlotMove is the argument of the slot move ops; each op takes the fields
+// its doc names.
+type SlotMove struct {
+	ID         uint64         `cbor:"id"`
+	Slots      *shard.SlotSet `cbor:"slots,omitempty"`
+	Peer       shard.ID       `cbor:"peer,omitempty"`
+	MapVersion uint64         `cbor:"map_version,omitempty"`
+	Pairs      []Pair         `cbor:"pairs,omitempty"`
+	Max        uint32         `cbor:"max,omitempty"`
+}
+
+// Pair is one key and value an OpIngestSlots writes.
+type Pair struct {
+	Key   []byte `cbor:"k"`
+	Value []byte `cbor:"v,omitempty"`
+}
+
+func isSlotOp(op Op) bool { return op >= OpFreezeSlots && op <= OpDropSlots }
+
+// validate checks m for op (called by Command.Validate).
+func (m *SlotMove) validate(op Op, l Limits) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: op %s: %s", ErrInvalidCommand, op, fmt.Sprintf(format, args...))
+	}
+	if m.ID == 0 {
+		return bad("move id 0")
+	}
+	wantSlots := op == OpFreezeSlots || op == OpIngestSlots || op == OpAdoptSlots
+	switch {
+	case wantSlots && (m.Slots == nil || m.Slots.IsEmpty()):
+		return bad("no slots")
+	case !wantSlots && m.Slots != nil:
+		return bad("carries slots")
+	case op == OpFreezeSlots && m.MapVersion == 0:
+		return bad("map version 0")
+	case (op == OpUnfreezeSlots || op == OpDropSlots) && (m.Peer != 0 || m.MapVersion != 0):
+		return bad("carries peer or map version")
+	case op != OpIngestSlots && m.Pairs != nil:
+		return bad("carries pairs")
+	case op != OpDropSlots && m.Max != 0:
+		return bad("carries max")
+	case op == OpDropSlots && (m.Max == 0 || m.Max > MaxDropKeys):
+		return bad("max %d, want 1..%d", m.Max, MaxDropKeys)
+	}
+	if op != OpIngestSlots {
+		return nil
+	}
+	if len(m.Pairs) > l.MaxBatchOps {
+		return bad("%d pairs, limit %d", len(m.Pairs), l.MaxBatchOps)
+	}
+	total := 0
+	for i := range m.Pairs {
+		p := &m.Pairs[i]
+		if err := validateKey(p.Key, l); err != nil {
+			return bad("pair %d: %s", i, err)
+		}
+		if len(p.Value) > l.MaxValueSize {
+			return bad("pair %d: value is %d bytes, limit %d", i, len(p.Value), l.MaxValueSize)
+		}
+		if i > 0 && bytes.Compare(m.Pairs[i-1].Key, p.Key) >= 0 {
+			return bad("pair %d: keys not in strictly ascending order", i)
+		}
+		total += len(p.Key) + len(p.Value)
+	}
+	if total > MaxMultiBytes {
+		return bad("pairs total %d bytes, limit %d", total, MaxMultiBytes)
+	}
+	return nil
+}
+
+func conflict(op Op, id uint64, format string, args ...any) error {
+	return fmt.Errorf("%w: op %s: move %d: %s", ErrMoveConflict, op, id, fmt.Sprintf(format, args...))
+}
+
+// applySlotOp applies a slot move op. A rejection goes to res.Err; the
+// returned error is a storage error.
+func (a *applier) applySlotOp(c *Command, index uint64, res *Result) error {
+	m := c.Move
+	rec := a.st.moves[m.ID]
+	var rej error
+	var err error
+	switch c.Op {
+	case OpFreezeSlots:
+		rej, err = a.freeze(m, rec, index, res)
+	case OpUnfreezeSlots:
+		rej, err = a.unfreeze(m, rec)
+	case OpIngestSlots:
+		rej, err = a.ingest(m, rec, index)
+	case OpAdoptSlots:
+		rej, err = a.adopt(m, rec, index)
+	case OpDropSlots:
+		rej, err = a.drop(m, rec, res)
+	}
+	if err != nil {
+		return err
+	}
+	res.Err, res.Succeeded = rej, rej == nil
+	return nil
+}
+
+// setMove records r (and the owned slots) in the batch and the working
+// state.
+func (a *applier) setMove(r *MoveRecord, owned shard.SlotSet) error {
+	st := a.st.clone()
+	st.moves[r.ID] = r
+	if err := a.b.Set(moveKey(r.ID), encodeMove(r), nil); err != nil {
+		return err
+	}
+	if owned != st.owned {
+		st.owned = owned
+		v, _ := owned.MarshalBinary()
+		if err := a.b.Set(metaSlots, v, nil); err != nil {
+			return err
+		}
+	}
+	a.st = st
+	return nil
+}
+
+func (a *applier) freeze(m *SlotMove, rec *MoveRecord, index uint64, res *Result) (rej, err error) {
+	if rec != nil {
+		if !rec.source() || rec.Slots != *m.Slots || rec.Peer != m.Peer || rec.MapVersion != m.MapVersion {
+			return conflict(OpFreezeSlots, m.ID, "recorded as %s of slots %s (peer %d, map version %d)",
+				rec.State, rec.Slots.String(), rec.Peer, rec.MapVersion), nil
+		}
+		res.MoveIndex = rec.Index
+		return nil, nil
+	}
+	if missing := m.Slots.Minus(a.st.owned); !missing.IsEmpty() {
+		return conflict(OpFreezeSlots, m.ID, "slots %s are not owned", missing.String()), nil
+	}
+	res.MoveIndex = index
+	r := &MoveRecord{ID: m.ID, State: MoveFrozen, Slots: *m.Slots, Peer: m.Peer, MapVersion: m.MapVersion, Index: index}
+	return nil, a.setMove(r, a.st.owned.Minus(*m.Slots))
+}
+
+func (a *applier) unfreeze(m *SlotMove, rec *MoveRecord) (rej, err error) {
+	switch {
+	case rec == nil:
+		return nil, nil
+	case rec.State != MoveFrozen:
+		return conflict(OpUnfreezeSlots, m.ID, "is %s", rec.State), nil
+	}
+	st := a.st.clone()
+	delete(st.moves, m.ID)
+	st.owned = st.owned.Union(rec.Slots)
+	v, _ := st.owned.MarshalBinary()
+	if err := a.b.Set(metaSlots, v, nil); err != nil {
+		return nil, err
+	}
+	if err := a.b.Delete(moveKey(m.ID), nil); err != nil {
+		return nil, err
+	}
+	a.st = st
+	return nil, nil
+}
+
+// register checks that an incoming move's slots are free here.
+func (a *applier) register(op Op, m *SlotMove) error {
+	if busy := m.Slots.Intersect(a.st.owned); !busy.IsEmpty() {
+		return conflict(op, m.ID, "slots %s are owned here", busy.String())
+	}
+	for _, r := range a.st.moves {
+		busy := r.State == MoveFrozen || r.State == MoveIncoming ||
+			((r.State == MoveMoved || r.State == MoveAborted) && !r.Dropped)
+		if busy && r.Slots.Overlaps(*m.Slots) {
+			return conflict(op, m.ID, "slots %s are in move %d (%s)", r.Slots.Intersect(*m.Slots).String(), r.ID, r.State)
+		}
+	}
+	return nil
+}
+
+func (a *applier) ingest(m *SlotMove, rec *MoveRecord, index uint64) (rej, err error) {
+	switch {
+	case rec == nil:
+		if rej := a.register(OpIngestSlots, m); rej != nil {
+			return rej, nil
+		}
+	case rec.State != MoveIncoming:
+		return conflict(OpIngestSlots, m.ID, "is %s", rec.State), nil
+	case rec.Slots != *m.Slots:
+		return conflict(OpIngestSlots, m.ID, "is of slots %s, not %s", rec.Slots.String(), m.Slots.String()), nil
+	}
+	// Check every pair before writing any: its slot (through the pairs
+	// before it for a sessions_by_agent entry), and no other value stored.
+	pending := make(map[string][]byte, len(m.Pairs))
+	get := func(key []byte) ([]byte, bool, error) {
+		if v, ok := pending[string(key)]; ok {
+			return v, true, nil
+		}
+		return getView(a.b, key, true)
+	}
+	for i := range m.Pairs {
+		p := &m.Pairs[i]
+		slot, ok, err := slotOfKey(get, p.Key, p.Value)
+		if err != nil {
+			return nil, err
+		}
+		if !ok || !m.Slots.Has(slot) {
+			return fmt.Errorf("%w: op %s: move %d: pair %d: key %x is not in the move's slots",
+				ErrInvalidCommand, OpIngestSlots, m.ID, i, p.Key), nil
+		}
+		old, found, err := getView(a.b, p.Key, true)
+		if err != nil {
+			return nil, err
+		}
+		if found && !bytes.Equal(old, p.Value) {
+			return fmt.Errorf("%w: op %s: move %d: key %x (table %s) exists here with another value",
+				ErrInvalidCommand, OpIngestSlots, m.ID, p.Key, keys.TableName(p.Key[0])), nil
+		}
+		pending[string(p.Key)] = p.Value
+	}
+	if rec == nil {
+		r := &MoveRecord{ID: m.ID, State: MoveIncoming, Slots: *m.Slots, Peer: m.Peer, MapVersion: m.MapVersion, Index: index}
+		if err := a.setMove(r, a.st.owned); err != nil {
+			return nil, err
+		}
+	}
+	for i := range m.Pairs {
+		if err := a.b.Set(m.Pairs[i].Key, m.Pairs[i].Value, nil); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+func (a *applier) adopt(m *SlotMove, rec *MoveRecord, index uint64) (rej, err error) {
+	r := &MoveRecord{ID: m.ID, State: MoveAdopted, Slots: *m.Slots, Peer: m.Peer, MapVersion: m.MapVersion, Index: index}
+	switch {
+	case rec == nil:
+		if rej := a.register(OpAdoptSlots, m); rej != nil {
+			return rej, nil
+		}
+	case rec.Slots != *m.Slots:
+		return conflict(OpAdoptSlots, m.ID, "is of slots %s, not %s", rec.Slots.String(), m.Slots.String()), nil
+	case rec.State == MoveAdopted:
+		return nil, nil
+	case rec.State != MoveIncoming:
+		return conflict(OpAdoptSlots, m.ID, "is %s", rec.State), nil
+	default:
+		c := *rec
+		c.State = MoveAdopted
+		if m.Peer != 0 || m.MapVersion != 0 {
+			c.Peer, c.MapVersion = m.Peer, m.MapVersion
+		}
+		r = &c
+	}
+	return nil, a.setMove(r, a.st.owned.Union(*m.Slots))
+}
+
+func (a *applier) drop(m *SlotMove, rec *MoveRecord, res *Result) (rej, err error) {
+	if rec == nil {
+		return conflict(OpDropSlots, m.ID, "unknown"), nil
+	}
+	c := *rec
+	switch rec.State {
+	case MoveFrozen:
+		c.State = MoveMoved
+	case MoveIncoming:
+		c.State = MoveAborted
+	case MoveMoved, MoveAborted:
+	default:
+		return conflict(OpDropSlots, m.ID, "is %s", rec.State), nil
+	}
+	if c.Dropped {
+		return nil, nil // res.Remaining 0
+	}
+	del, cursor, err := collectSlotKeys(a.b, rec.Slots, rec.Cursor, int(m.Max))
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range del {
+		if err := a.b.Delete(k, nil); err != nil {
+			return nil, err
+		}
+	}
+	if cursor != nil {
+		c.Cursor = cursor
+	}
+	left, _, err := collectSlotKeys(a.b, rec.Slots, c.Cursor, int(m.Max))
+	if err != nil {
+		return nil, err
+	}
+	res.Remaining, res.Deleted = len(left), len(del)
+	c.Dropped = len(left) == 0
+	return nil, a.setMove(&c, a.st.owned)
+}
+
+// collectSlotKeys returns up to max keys of slots in r after the key after
+// (nil: from the start of the data), in key order, and the last key it
+// visited (nil if none). A session record brings its sessions_by_agent
+// entry along (a drop deletes it with the record, since the entry is
+// routed through the record); so up to 2*max keys may come back.
+func collectSlotKeys(r pebble.Reader, slots shard.SlotSet, after []byte, max int) (out [][]byte, last []byte, err error) {
+	lower := dataStart
+	if after != nil {
+		lower = append(bytes.Clone(after), 0)
+	}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower})
+	if err != nil {
+		return nil, nil, err
+	}
+	get := readerGetter(r)
+	seen := make(map[string]bool)
+	n := 0
+	for ok := it.First(); ok && n < max; ok = it.Next() {
+		k := it.Key()
+		last = append(last[:0], k...)
+		if seen[string(k)] {
+			continue
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return nil, nil, err
+		}
+		slot, ok, err := slotOfKey(get, k, v)
+		if err != nil {
+			_ = it.Close()
+			return nil, nil, err
+		}
+		if !ok || !slots.Has(slot) {
+			continue
+		}
+		out = append(out, bytes.Clone(k))
+		n++
+		if k[0] == keys.TableSessions {
+			sid, _ := keys.DecodeSession(k)
+			if agent, ok := sessionAgent(v); ok {
+				ik := keys.SessionByAgent(agent, sid)
+				if _, found, err := get(ik); err != nil {
+					_ = it.Close()
+					return nil, nil, err
+				} else if found {
+					out = append(out, ik)
+					seen[string(ik)] = true
+				}
+			}
+		}
+	}
+	if err := it.Close(); err != nil {
+		return nil, nil, err
+	}
+	return out, last, nil
+}
+
+// ExportSlots calls fn with every key and value of the slots of move
+// moveID, frozen in this replica, in key order, from one Pebble snapshot
+// (a consistent state: the slots' data no longer changes anyway). key and
+// value are valid only during the call. It refuses (ErrMoveConflict) a
+// move that is not frozen here, and stops at ctx's end, fn's first error,
+// or Close (ErrClosed). Ship the pairs in order as OpIngestSlots commands
+// (ExportChunks groups them).
+func (f *FSM) ExportSlots(ctx context.Context, moveID uint64, fn func(key, value []byte) error) error {
+	if err := f.rlock(); err != nil {
+		return err
+	}
+	defer f.mu.RUnlock()
+	if f.restoring.Load() {
+		return ErrRestoring
+	}
+	snap := f.db.NewSnapshot()
+	defer snap.Close()
+	// The move's record as of the snapshot: an unfreeze applied since the
+	// caller looked is seen here.
+	st, _, err := loadSlots(snap, shard.AllSlots())
+	if err != nil {
+		return err
+	}
+	rec := st.moves[moveID]
+	if rec == nil || rec.State != MoveFrozen {
+		state := "unknown"
+		if rec != nil {
+			state = rec.State.String()
+		}
+		return fmt.Errorf("%w: export of move %d: %s here, not frozen", ErrMoveConflict, moveID, state)
+	}
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: dataStart})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	get := readerGetter(snap)
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		if n++; n%1024 == 0 {
+			if f.closing.Load() {
+				return ErrClosed
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("fsm: export: %w", err)
+		}
+		slot, ok, err := slotOfKey(get, it.Key(), v)
+		if err != nil {
+			return fmt.Errorf("fsm: export: %w", err)
+		}
+		if ok && rec.Slots.Has(slot) {
+			if err := fn(it.Key(), v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ExportChunks is ExportSlots in chunks that fit one OpIngestSlots each
+// under limits l: at most l.MaxBatchOps pairs and about maxBytes of keys
+// and values (0: MaxMultiBytes / 2). The chunk's pairs are copies fn may
+// keep.
+func (f *FSM) ExportChunks(ctx context.Context, moveID uint64, l Limits, maxBytes int, fn func([]Pair) error) error {
+	l = l.WithDefaults()
+	if maxBytes <= 0 || maxBytes > MaxMultiBytes {
+		maxBytes = MaxMultiBytes / 2
+	}
+	var chunk []Pair
+	size := 0
+	err := f.ExportSlots(ctx, moveID, func(k, v []byte) error {
+		if len(chunk) > 0 && (len(chunk) >= l.MaxBatchOps || size+len(k)+len(v) > maxBytes) {
+			if err := fn(chunk); err != nil {
+				return err
+			}
+			chunk, size = nil, 0
+		}
+		chunk = append(chunk, Pair{Key: bytes.Clone(k), Value: nilIfEmpty(bytes.Clone(v))})
+		size += len(k) + len(v)
+		return nil
+	})
+	if err != nil || len(chunk) == 0 {
+		return err
+	}
+	return fn(chunk)
+}

@@ -18,7 +18,7 @@ import (
 	"github.com/swarmkv/swarmkv/rpc"
 )
 
-var poolsRoutingKey = []byte(cluster.PoolsRoutingKey)
+var poolsRoutingKey = []byte(keys.PoolsRoutingKey)
 
 // maxTokenLen is the longest plaintext bot token: its sealed form (plus the
 // 16-byte GCM tag) must fit records.MaxTokenCiphertextLen.
@@ -30,7 +30,7 @@ const maxTokenLen = records.MaxTokenCiphertextLen - 16
 const inviteURLFormat = "https://discord.com/oauth2/authorize?client_id=%s&scope=bot%%20applications.commands&permissions=0"
 
 // poolsServer implements the Pools gRPC service (seed 004) on a Node. Every
-// call routes by PoolsRoutingKey. Rules that cross entities are checked in
+// call routes by keys.PoolsRoutingKey. Rules that cross entities are checked in
 // the state machine (fsm ops 30-38), atomically with the write; this layer
 // validates input (InvalidArgument, nothing proposed), fixes times, seals
 // tokens with the node's key ring before they enter the Raft log, and

@@ -64,7 +64,7 @@ import (
 )
 
 // poolsRoutingKey is the namespace key every pool-catalogue entity routes by.
-var poolsRoutingKey = []byte("pools")
+var poolsRoutingKey = []byte(keys.PoolsRoutingKey)
 
 // Pools is the agent pool store of seed 004. Safe for concurrent use.
 type Pools struct{ c *Client }

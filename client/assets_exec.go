@@ -53,10 +53,15 @@ func (c *Client) RedisExec(ctx context.Context, id shard.ID, multi bool, watches
 }
 
 // RedisExecRequest sends a prepared request (see RedisExec); idempotent
-// says whether an attempt whose outcome is unknown may be retried.
+// says whether an attempt whose outcome is unknown may be retried. When
+// the shard answers that a slot of the request's keys moved (nothing was
+// executed), the client refreshes its map until it names the slot's new
+// owner and sends the request there (req.Shard is updated), as a routed
+// call does.
 func (c *Client) RedisExecRequest(ctx context.Context, req *rpc.RedisExecRequest, idempotent bool) (resp.Value, error) {
 	var out *rpc.RedisExecResponse
-	err := c.CallShard(ctx, shard.ID(req.GetShard()), CallOptions{Idempotent: idempotent}, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+	d := &dest{id: shard.ID(req.GetShard()), follow: func(owner shard.ID) { req.Shard = uint32(owner) }}
+	err := c.call(ctx, d, CallOptions{Idempotent: idempotent}, func(ctx context.Context, cc grpc.ClientConnInterface) error {
 		var err error
 		out, err = rpc.NewRedisClient(cc).Exec(ctx, req)
 		return err

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -38,11 +39,11 @@ func (c *Client) Billing() *Billing { return &Billing{c: c} }
 
 // routed is the ledger on user's shard, onShard on shard id.
 func (b *Billing) routed(user keys.AccountID) stub[rpc.BillingClient] {
-	return b.onShard(b.c.ShardOf(user[:]))
+	return stub[rpc.BillingClient]{c: b.c, rk: bytes.Clone(user[:]), newSC: rpc.NewBillingClient}
 }
 
 func (b *Billing) onShard(id shard.ID) stub[rpc.BillingClient] {
-	return stub[rpc.BillingClient]{b.c, id, rpc.NewBillingClient}
+	return stub[rpc.BillingClient]{c: b.c, id: id, newSC: rpc.NewBillingClient}
 }
 
 func accountTarget(user keys.AccountID) *rpc.Target { return &rpc.Target{UserId: user[:]} }

@@ -24,7 +24,9 @@
 //	if errors.Is(err, client.ErrNotFound) { ... }
 //
 // Retries: a request that the server did not execute (NotLeader, no leader
-// yet, node without the shard) is retried on the right node. A request whose
+// yet, node without the shard, a slot that moved to another shard) is
+// retried on the right node; for a moved slot the client first refreshes
+// its map until it names the new owner (CallRouted). A request whose
 // outcome is unknown (leadership lost after proposing, connection broken) is
 // retried only when sending it twice is safe: reads, and the ledger's
 // ProcessUsage and AddCredits, which the state machine deduplicates by
@@ -369,8 +371,44 @@ type CallOptions struct {
 // CallShard runs call against shard id's leader (or any replica), following
 // NotLeader hints, refreshing the map and retrying with backoff until the
 // call succeeds, fails for good, or ctx ends. Typed stores built on the
-// client use it for their own RPCs.
+// client use it for their own RPCs addressed to a shard (fan-out); a call
+// routed by a routing key goes through CallRouted, which also follows
+// moved slots. A moved answer to a shard-addressed call is returned at
+// once as a *MovedError (the request names its shard: the caller decides
+// where to send it).
 func (c *Client) CallShard(ctx context.Context, id shard.ID, opts CallOptions, call Call) error {
+	return c.call(ctx, &dest{id: id}, opts, call)
+}
+
+// CallRouted runs call against the leader (or any replica) of the shard
+// that owns routingKey's slot, as CallShard does, and follows moves: when
+// the shard answers that the slot moved (a *MovedError: the request was
+// not executed), it refreshes the map until it names the new owner and
+// sends call there at once, whatever opts.Idempotent says. Only ctx
+// bounds the wait for the map; the error then names the move.
+func (c *Client) CallRouted(ctx context.Context, routingKey []byte, opts CallOptions, call Call) error {
+	return c.call(ctx, &dest{rk: routingKey}, opts, call)
+}
+
+// dest is where a call goes: the shard that owns rk's slot under the
+// current map when rk is set, else shard id. follow, when set, re-addresses
+// a shard-addressed call to the shard that owns the moved slot under the
+// refreshed map (RedisExecRequest: its request names its shard).
+type dest struct {
+	id     shard.ID
+	rk     []byte
+	follow func(owner shard.ID)
+}
+
+// shard is the call's shard for the next attempt.
+func (d *dest) shard(c *Client) shard.ID {
+	if d.rk != nil {
+		return c.ShardOf(d.rk)
+	}
+	return d.id
+}
+
+func (c *Client) call(ctx context.Context, d *dest, opts CallOptions, call Call) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.DefaultTimeout)
@@ -386,6 +424,7 @@ func (c *Client) CallShard(ctx context.Context, id shard.ID, opts CallOptions, c
 			}
 			return fmt.Errorf("%w (after %d attempts; last error: %w)", err, attempt, last)
 		}
+		id := d.shard(c)
 		addr, ok := c.target(id, attempt, opts.AnyReplica, offset)
 		if !ok {
 			if err := c.RefreshMap(ctx); err != nil {
@@ -426,6 +465,27 @@ func (c *Client) CallShard(ctx context.Context, id shard.ID, opts CallOptions, c
 		case classRetry:
 			// Definitely not executed (no leader yet, leader not ready):
 			// back off and try again, keeping the cached leader.
+		case classMoved:
+			// Definitely not executed: the slot is not the shard's (any
+			// more). Wait for a map that names its owner, then send the
+			// call there at once, idempotent or not.
+			var me *MovedError
+			errors.As(cerr, &me)
+			if d.rk == nil && d.follow == nil {
+				return cerr // the caller chooses the shard (fanLookup)
+			}
+			if err := c.awaitMap(ctx, me); err != nil {
+				return err
+			}
+			if d.follow != nil {
+				d.id = c.slotOwner(shard.Slot(me.Slot))
+				d.follow(d.id)
+			}
+			if d.shard(c) != id {
+				continue
+			}
+			// The map still gives the slot to the shard that refused it
+			// (a move the map does not publish yet): pause.
 		case classAmbiguous:
 			if !opts.Idempotent {
 				if !errors.Is(cerr, ErrOutcomeUnknown) {
@@ -438,6 +498,46 @@ func (c *Client) CallShard(ctx context.Context, id shard.ID, opts CallOptions, c
 		backoff.Wait(ctx)
 	}
 }
+
+// mapVersion is the version of the map the client routes with.
+func (c *Client) mapVersion() uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.mu.smap.Version
+}
+
+// slotOwner is the shard that owns slot under the current map.
+func (c *Client) slotOwner(slot shard.Slot) shard.ID {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.mu.smap.ShardOfSlot(slot)
+}
+
+// awaitMap refreshes the map, from any node, until its version is at
+// least me.MapVersion, backing off between refreshes (nodes follow the
+// meta group's map within about half a second); with MapVersion 0 (the
+// shard that refused knows no move of the slot) it refreshes once. ctx
+// bounds it: the error then names the move and the version reached.
+func (c *Client) awaitMap(ctx context.Context, me *MovedError) error {
+	if me.MapVersion > 0 && c.mapVersion() >= me.MapVersion {
+		return nil // another call refreshed it already
+	}
+	backoff := mapBackoff.Backoff()
+	for {
+		err := c.RefreshMap(ctx)
+		v := c.mapVersion()
+		if v >= me.MapVersion {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: the client's shard map is still at version %d (last refresh: %v): %w", me, v, err, ctx.Err())
+		}
+		backoff.Wait(ctx)
+	}
+}
+
+// mapBackoff draws awaitMap's waits between map refreshes.
+var mapBackoff = retry.Options{Initial: 20 * time.Millisecond, Max: 250 * time.Millisecond}
 
 // callBackoff draws CallShard's waits between attempts: 10 ms doubling up
 // to 500 ms, with jitter. The attempts are bounded by ctx alone

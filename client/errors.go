@@ -89,6 +89,28 @@ func (e *PoolNotEmptyError) Error() string {
 	return fmt.Sprintf("swarmkv: pool %q has %d bots", e.PoolID, e.Bots)
 }
 
+// MovedError is returned when a request named a slot its shard no longer
+// owns (the slot moved, or is moving, to another shard) and the client's
+// shard map did not reach MapVersion before the context ended, so the
+// request could not be sent to the new owner. The request was not
+// executed. The client retries moved requests itself (refreshing its map
+// until it names the new owner); a caller sees this error only when the
+// move did not complete in time.
+type MovedError struct {
+	Slot        uint32
+	TargetShard uint32 // the shard the slot moves to, when MapVersion > 0
+	// MapVersion is the shard map version that gives the slot to
+	// TargetShard; 0 when the answering shard knew no move of the slot.
+	MapVersion uint64
+}
+
+func (e *MovedError) Error() string {
+	if e.MapVersion == 0 {
+		return fmt.Sprintf("swarmkv: slot %d is not owned by the shard that was asked (moving)", e.Slot)
+	}
+	return fmt.Sprintf("swarmkv: slot %d moved to shard %d (map version %d)", e.Slot, e.TargetShard, e.MapVersion)
+}
+
 // errClass says what the retry loop does with an error.
 type errClass int
 
@@ -97,6 +119,7 @@ const (
 	classNotLeader                 // definite: not executed; follow the hint
 	classRetry                     // definite: not executed; try another replica
 	classAmbiguous                 // may have executed; retry only idempotent calls
+	classMoved                     // definite: not executed; refresh the map, send to the new owner
 )
 
 // retryClass is the loop's class of each retry rule of the kinds' table
@@ -106,6 +129,7 @@ var retryClass = map[rpc.Retry]errClass{
 	rpc.RetryLeader:       classNotLeader,
 	rpc.RetrySafe:         classRetry,
 	rpc.RetryIfIdempotent: classAmbiguous,
+	rpc.RetryMoved:        classMoved,
 }
 
 // kindErrors is the client error of each kind that answers with a sentinel
@@ -133,6 +157,8 @@ func kindError(err error, st *status.Status, k rpc.Kind, detail proto.Message) e
 		return &DuplicateEventError{EventID: d.GetEventId()}
 	case *rpc.PoolNotEmpty:
 		return &PoolNotEmptyError{PoolID: d.GetPoolId(), Bots: int(d.GetBots())}
+	case *rpc.Moved:
+		return &MovedError{Slot: d.GetSlot(), TargetShard: d.GetTargetShard(), MapVersion: d.GetMapVersion()}
 	}
 	switch k {
 	case rpc.KindDeadlineExceeded:

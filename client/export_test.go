@@ -4,5 +4,5 @@ package client
 // with the retry class by name.
 func ClassifyForTest(err error) (error, string) {
 	cerr, class, _ := classify(err)
-	return cerr, [...]string{classFatal: "fatal", classNotLeader: "not leader", classRetry: "retry", classAmbiguous: "ambiguous"}[class]
+	return cerr, [...]string{classFatal: "fatal", classNotLeader: "not leader", classRetry: "retry", classAmbiguous: "ambiguous", classMoved: "moved"}[class]
 }

@@ -31,7 +31,7 @@ func consistency(opts []ReadOption) (rpc.Consistency, CallOptions) {
 }
 
 func (c *Client) routed(ctx context.Context, rk []byte, opts CallOptions, call func(ctx context.Context, kv rpc.KVClient) error) error {
-	return c.CallShard(ctx, c.ShardOf(rk), opts, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+	return c.CallRouted(ctx, rk, opts, func(ctx context.Context, cc grpc.ClientConnInterface) error {
 		return call(ctx, rpc.NewKVClient(cc))
 	})
 }

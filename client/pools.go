@@ -149,7 +149,7 @@ type Invite struct {
 
 // shard is the pools service on the pools shard.
 func (p *Pools) shard() stub[rpc.PoolsClient] {
-	return stub[rpc.PoolsClient]{p.c, p.c.ShardOf(poolsRoutingKey), rpc.NewPoolsClient}
+	return stub[rpc.PoolsClient]{c: p.c, rk: poolsRoutingKey, newSC: rpc.NewPoolsClient}
 }
 
 // ---------------------------------------------------------------- checks

@@ -72,6 +72,7 @@ func badResponse(what string, err error) error {
 type stub[S any] struct {
 	c     *Client
 	id    shard.ID
+	rk    []byte // when set, the call is routed by rk (CallRouted), not sent to id
 	newSC func(grpc.ClientConnInterface) S
 }
 
@@ -81,7 +82,8 @@ type stub[S any] struct {
 func unary[S, Req, Resp any](ctx context.Context, s stub[S], opts CallOptions,
 	method func(S, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
 	var resp Resp
-	err := s.c.CallShard(ctx, s.id, opts, func(ctx context.Context, cc grpc.ClientConnInterface) (err error) {
+	d := &dest{id: s.id, rk: s.rk}
+	err := s.c.call(ctx, d, opts, func(ctx context.Context, cc grpc.ClientConnInterface) (err error) {
 		resp, err = method(s.newSC(cc), ctx, req)
 		return err
 	})
@@ -124,7 +126,30 @@ func allFrom[P, R any](ps []P, from func(P) (R, error)) ([]R, error) {
 // shards' errors joined, or, when every shard answered NotFound, an error
 // wrapping ErrNotFound. Once a value is found, other shards' failures do
 // not matter: the id lives in one shard.
+//
+// A shard that holds the record in a slot it does not own (the slot is
+// moving: frozen on the source, not yet adopted by the target) answers
+// *MovedError. When no shard found the record and one answered moved, the
+// lookup waits for the map to publish the move and asks every shard
+// again, until ctx ends: the record is somewhere, not absent.
 func fanLookup[T any](ctx context.Context, c *Client, what string, get func(context.Context, shard.ID) (T, error)) ([]T, error) {
+	backoff := callBackoff.Backoff()
+	for {
+		found, err := fanLookupOnce(ctx, c, what, get)
+		var me *MovedError
+		if len(found) > 0 || !errors.As(err, &me) {
+			return found, err
+		}
+		if err := c.awaitMap(ctx, me); err != nil {
+			return nil, err
+		}
+		if !backoff.Wait(ctx) {
+			return nil, fmt.Errorf("%w: %w", err, ctx.Err())
+		}
+	}
+}
+
+func fanLookupOnce[T any](ctx context.Context, c *Client, what string, get func(context.Context, shard.ID) (T, error)) ([]T, error) {
 	var mu sync.Mutex
 	found := map[shard.ID]T{}
 	err := c.FanOut(ctx, func(ctx context.Context, id shard.ID) error {
@@ -191,11 +216,11 @@ func (c *Client) Registry() *Registry { return &Registry{c: c} }
 
 // routed is the registry on user's shard, onShard on shard id.
 func (r *Registry) routed(user keys.UserID) stub[rpc.RegistryClient] {
-	return r.onShard(r.c.ShardOf(user[:]))
+	return stub[rpc.RegistryClient]{c: r.c, rk: bytes.Clone(user[:]), newSC: rpc.NewRegistryClient}
 }
 
 func (r *Registry) onShard(id shard.ID) stub[rpc.RegistryClient] {
-	return stub[rpc.RegistryClient]{r.c, id, rpc.NewRegistryClient}
+	return stub[rpc.RegistryClient]{c: r.c, id: id, newSC: rpc.NewRegistryClient}
 }
 
 func userTarget(user keys.UserID) *rpc.Target { return &rpc.Target{UserId: user[:]} }
@@ -509,7 +534,7 @@ func (r *Registry) ListSessionsByAgentOf(ctx context.Context, user keys.UserID, 
 // the next page (nil after the last). The page may hold fewer sessions
 // than the limit, even none, while more follow.
 func (r *Registry) ListSessionsByAgentOfPage(ctx context.Context, user keys.UserID, agentID keys.AgentID, p Page, opts ...ReadOption) ([]*records.SessionRecord, []byte, error) {
-	ss, next, err := r.sessionsPage(ctx, r.c.ShardOf(user[:]), userTarget(user), agentID, p, opts)
+	ss, next, err := r.sessionsPage(ctx, r.routed(user), userTarget(user), agentID, p, opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -519,11 +544,11 @@ func (r *Registry) ListSessionsByAgentOfPage(ctx context.Context, user keys.User
 	return slices.DeleteFunc(ss, func(s *records.SessionRecord) bool { return s.UserID != user }), next, nil
 }
 
-// sessionsPage reads one page of the by-agent index of shard id, for
-// target (a user or the shard).
-func (r *Registry) sessionsPage(ctx context.Context, id shard.ID, target *rpc.Target, agentID keys.AgentID, p Page, opts []ReadOption) ([]*records.SessionRecord, []byte, error) {
+// sessionsPage reads one page of the by-agent index through st (routed by
+// user or on a shard), for target (the user or the shard).
+func (r *Registry) sessionsPage(ctx context.Context, st stub[rpc.RegistryClient], target *rpc.Target, agentID keys.AgentID, p Page, opts []ReadOption) ([]*records.SessionRecord, []byte, error) {
 	cons, co := consistency(opts)
-	resp, err := unary(ctx, r.onShard(id), co, rpc.RegistryClient.ListSessionsByAgent, &rpc.ListSessionsByAgentRequest{Target: target, AgentId: agentID[:],
+	resp, err := unary(ctx, st, co, rpc.RegistryClient.ListSessionsByAgent, &rpc.ListSessionsByAgentRequest{Target: target, AgentId: agentID[:],
 		Consistency: cons, Cursor: p.Cursor, Limit: p.limit()})
 	if err != nil {
 		return nil, nil, err
@@ -541,7 +566,7 @@ func (r *Registry) sessionsPage(ctx context.Context, id shard.ID, target *rpc.Ta
 func (r *Registry) ListSessionsByAgent(ctx context.Context, agentID keys.AgentID, opts ...ReadOption) ([]*records.SessionRecord, error) {
 	all, err := fanCollect(ctx, r.c, func(ctx context.Context, id shard.ID) ([]*records.SessionRecord, error) {
 		return collectPages(ctx, fmt.Sprintf("shard %d: sessions of agent", id), func(ctx context.Context, p Page) ([]*records.SessionRecord, []byte, error) {
-			return r.sessionsPage(ctx, id, shardTarget(id), agentID, p, opts)
+			return r.sessionsPage(ctx, r.onShard(id), shardTarget(id), agentID, p, opts)
 		})
 	})
 	if err != nil {

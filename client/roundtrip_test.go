@@ -58,6 +58,7 @@ func TestErrorRoundTrip(t *testing.T) {
 		rpc.KindOutcomeUnknown:      {sentinels: []string{"ErrOutcomeUnknown"}, class: "ambiguous"},
 		rpc.KindDeadlineExceeded:    {sentinels: []string{"ErrOutcomeUnknown", "DeadlineExceeded"}, class: "ambiguous"},
 		rpc.KindCanceled:            {sentinels: []string{"Canceled"}, class: "fatal"},
+		rpc.KindMoved:               {typed: typed(client.MovedError{Slot: 17, TargetShard: 2, MapVersion: 9}), class: "moved"},
 	}
 	// Every error a node answers with, and its kind. The transport's own
 	// failures (KindUnreachable) come as status errors, which pass through.
@@ -91,6 +92,8 @@ func TestErrorRoundTrip(t *testing.T) {
 		{context.DeadlineExceeded, rpc.KindDeadlineExceeded},
 		{context.Canceled, rpc.KindCanceled},
 		{status.Error(codes.Unavailable, "connection reset by peer"), rpc.KindUnreachable},
+		{&fsm.MovedError{Slot: 17, Target: 2, MapVersion: 9}, rpc.KindMoved},
+		{fmt.Errorf("apply: %w", &fsm.MovedError{Slot: 17, Target: 2, MapVersion: 9}), rpc.KindMoved},
 	}
 	hint := func() (string, string) { return "n2", "10.0.0.2:7100" }
 	covered := map[rpc.Kind]bool{}

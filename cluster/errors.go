@@ -93,6 +93,7 @@ func errorKind(err error) (rpc.Kind, string, proto.Message) {
 	var ic *fsm.InsufficientCreditsError
 	var de *fsm.DuplicateEventError
 	var pne *fsm.PoolNotEmptyError
+	var me *fsm.MovedError
 	switch {
 	case errors.Is(err, fsm.ErrNotFound):
 		// Not found wins over the typed errors: errKinds' first row.
@@ -102,6 +103,8 @@ func errorKind(err error) (rpc.Kind, string, proto.Message) {
 		return rpc.KindDuplicateEvent, err.Error(), &rpc.DuplicateEvent{EventId: de.EventID}
 	case errors.As(err, &pne):
 		return rpc.KindPoolNotEmpty, err.Error(), &rpc.PoolNotEmpty{PoolId: pne.PoolID, Bots: uint32(pne.Bots)}
+	case errors.As(err, &me):
+		return rpc.KindMoved, err.Error(), &rpc.Moved{Slot: uint32(me.Slot), TargetShard: uint32(me.Target), MapVersion: me.MapVersion}
 	}
 	for _, r := range errKinds {
 		if errors.Is(err, r.err) {
@@ -117,7 +120,7 @@ func errorKind(err error) (rpc.Kind, string, proto.Message) {
 // StatusError turns err into a gRPC status error through errKinds: its
 // kind's code and, where the kind carries one, its typed detail (NotLeader
 // and RetryInfo name shard id; hint, when not nil, fills NotLeader's
-// leader). A status error passes through unchanged; nil stays nil.
+// leader; a *fsm.MovedError gets the Moved detail, then a RetryInfo). A status error passes through unchanged; nil stays nil.
 func StatusError(err error, id shard.ID, hint func() (leaderID, leaderAddr string)) error {
 	if err == nil {
 		return nil
@@ -135,6 +138,8 @@ func StatusError(err error, id shard.ID, hint func() (leaderID, leaderAddr strin
 		d = nl
 	case rpc.KindUnavailable:
 		d = &rpc.RetryInfo{Shard: uint32(id), RetryAfterMs: 50}
+	case rpc.KindMoved:
+		return k.Status(msg, rpc.MovedDetails(d.(*rpc.Moved), uint32(id))...)
 	}
 	return k.Status(msg, d)
 }

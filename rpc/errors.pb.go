@@ -295,6 +295,73 @@ func (x *PoolNotEmpty) GetBots() uint32 {
 	return 0
 }
 
+// Sent with codes.Unavailable when the request named a slot its shard does
+// not own (any more): the slot moved, or is moving, to target_shard, which
+// the shard map of version map_version names. Nothing was executed. The
+// client refreshes its map until its version is at least map_version and
+// sends the request again to the slot's new owner. map_version is 0 when
+// the answering shard knows no move of the slot (it never owned it, or is
+// still ingesting it): refresh the map and retry after a pause.
+type Moved struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Slot          uint32                 `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	TargetShard   uint32                 `protobuf:"varint,2,opt,name=target_shard,json=targetShard,proto3" json:"target_shard,omitempty"`
+	MapVersion    uint64                 `protobuf:"varint,3,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Moved) Reset() {
+	*x = Moved{}
+	mi := &file_errors_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Moved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Moved) ProtoMessage() {}
+
+func (x *Moved) ProtoReflect() protoreflect.Message {
+	mi := &file_errors_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Moved.ProtoReflect.Descriptor instead.
+func (*Moved) Descriptor() ([]byte, []int) {
+	return file_errors_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Moved) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *Moved) GetTargetShard() uint32 {
+	if x != nil {
+		return x.TargetShard
+	}
+	return 0
+}
+
+func (x *Moved) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
+}
+
 var File_errors_proto protoreflect.FileDescriptor
 
 const file_errors_proto_rawDesc = "" +
@@ -316,7 +383,12 @@ const file_errors_proto_rawDesc = "" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\";\n" +
 	"\fPoolNotEmpty\x12\x17\n" +
 	"\apool_id\x18\x01 \x01(\tR\x06poolId\x12\x12\n" +
-	"\x04bots\x18\x02 \x01(\rR\x04botsB$Z\"github.com/swarmkv/swarmkv/rpc;rpcb\x06proto3"
+	"\x04bots\x18\x02 \x01(\rR\x04bots\"_\n" +
+	"\x05Moved\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\rR\x04slot\x12!\n" +
+	"\ftarget_shard\x18\x02 \x01(\rR\vtargetShard\x12\x1f\n" +
+	"\vmap_version\x18\x03 \x01(\x04R\n" +
+	"mapVersionB$Z\"github.com/swarmkv/swarmkv/rpc;rpcb\x06proto3"
 
 var (
 	file_errors_proto_rawDescOnce sync.Once
@@ -330,13 +402,14 @@ func file_errors_proto_rawDescGZIP() []byte {
 	return file_errors_proto_rawDescData
 }
 
-var file_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_errors_proto_goTypes = []any{
 	(*NotLeader)(nil),           // 0: swarmkv.v1.NotLeader
 	(*RetryInfo)(nil),           // 1: swarmkv.v1.RetryInfo
 	(*InsufficientCredits)(nil), // 2: swarmkv.v1.InsufficientCredits
 	(*DuplicateEvent)(nil),      // 3: swarmkv.v1.DuplicateEvent
 	(*PoolNotEmpty)(nil),        // 4: swarmkv.v1.PoolNotEmpty
+	(*Moved)(nil),               // 5: swarmkv.v1.Moved
 }
 var file_errors_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -357,7 +430,7 @@ func file_errors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_errors_proto_rawDesc), len(file_errors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -35,6 +35,7 @@ const (
 	KindOutcomeUnknown           // leadership lost after proposing: may have been applied
 	KindDeadlineExceeded         // the deadline passed: may have been applied
 	KindCanceled                 // the caller canceled
+	KindMoved                    // the slot moved to another shard: not executed; refresh the map, send to the new owner
 )
 
 // Retry says what a caller may do with an error of a kind.
@@ -51,6 +52,10 @@ const (
 	// RetryIfIdempotent: may have been executed; send it again only when
 	// executing it twice is the same as once.
 	RetryIfIdempotent
+	// RetryMoved: not executed; the slot is (being) moved to another
+	// shard: refresh the shard map to at least the Moved detail's
+	// map_version and send it to the slot's owner under that map.
+	RetryMoved
 )
 
 // KindSpec is one row of the table.
@@ -82,6 +87,15 @@ var kinds = [...]KindSpec{
 	KindOutcomeUnknown:      {Name: "outcome unknown", Code: codes.Aborted, HTTP: http.StatusServiceUnavailable, Retry: RetryIfIdempotent},
 	KindDeadlineExceeded:    {Name: "deadline exceeded", Code: codes.DeadlineExceeded, HTTP: http.StatusServiceUnavailable, Retry: RetryIfIdempotent},
 	KindCanceled:            {Name: "canceled", Code: codes.Canceled, HTTP: http.StatusInternalServerError, Retry: RetryNever},
+	// Moved travels as Unavailable, with a RetryInfo detail after the
+	// Moved one (MovedDetails): a client that predates the kind does not
+	// know the Moved detail, so it reads the status as KindUnavailable
+	// (RetryInfo: not executed, back off and send again) and retries any
+	// call, never failing it for good nor calling its outcome unknown;
+	// FailedPrecondition would have been final for it. A client that knows
+	// the kind finds the Moved detail first (KindOf takes the first detail
+	// of a kind of the code).
+	KindMoved: {Name: "moved", Code: codes.Unavailable, Detail: &Moved{}, HTTP: http.StatusServiceUnavailable, Retry: RetryMoved},
 }
 
 func init() {
@@ -111,12 +125,15 @@ func (k Kind) HTTPStatus() int { return k.spec().HTTP }
 // Retry says whether a request that failed with the kind may be sent again.
 func (k Kind) Retry() Retry { return k.spec().Retry }
 
-// Status builds the status error of the kind with message msg and, when
-// detail is not nil, the typed detail (which should be of the kind's Detail
-// type).
-func (k Kind) Status(msg string, detail proto.Message) error {
+// Status builds the status error of the kind with message msg and the
+// typed details that are not nil, in order (the first should be of the
+// kind's Detail type; KindMoved's are MovedDetails).
+func (k Kind) Status(msg string, details ...proto.Message) error {
 	st := status.New(k.Code(), msg)
-	if detail != nil {
+	for _, detail := range details {
+		if detail == nil {
+			continue
+		}
 		if d, err := st.WithDetails(protoadapt.MessageV1Of(detail)); err == nil {
 			st = d
 		}
@@ -124,12 +141,23 @@ func (k Kind) Status(msg string, detail proto.Message) error {
 	return st.Err()
 }
 
+// MovedDetails are the details of a KindMoved status: m, then a RetryInfo
+// for shard (the one that answered) so that a client without the Moved
+// kind retries (see the table).
+func MovedDetails(m *Moved, shard uint32) []proto.Message {
+	return []proto.Message{m, &RetryInfo{Shard: shard, RetryAfterMs: 50}}
+}
+
 // KindOf is the table read backwards: the kind of a status and the detail
 // that decided it (nil when none did). The first detail that is the Detail
 // of a kind with the status's code wins; without one the status gets the
 // kind of its code that carries no detail, and KindUnknown when the table
 // has none.
-func KindOf(st *status.Status) (Kind, proto.Message) {
+func KindOf(st *status.Status) (Kind, proto.Message) { return kindOf(kinds[:], st) }
+
+// kindOf is KindOf with the table table (a test reads statuses with the
+// table of an older client).
+func kindOf(table []KindSpec, st *status.Status) (Kind, proto.Message) {
 	c := st.Code()
 	for _, d := range st.Details() {
 		m, ok := d.(proto.Message)
@@ -137,13 +165,13 @@ func KindOf(st *status.Status) (Kind, proto.Message) {
 			continue
 		}
 		name := proto.MessageName(m)
-		for _, s := range kinds {
+		for _, s := range table {
 			if s.Code == c && s.Detail != nil && proto.MessageName(s.Detail) == name {
 				return s.Kind, m
 			}
 		}
 	}
-	for _, s := range kinds {
+	for _, s := range table {
 		if s.Code == c && s.Detail == nil {
 			return s.Kind, nil
 		}

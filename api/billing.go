@@ -33,11 +33,12 @@ func (s *billingServer) PutAccount(ctx context.Context, req *rpc.PutAccountReque
 		})
 }
 
-func (s *billingServer) GetAccount(ctx context.Context, req *rpc.AccountRef) (*rpc.GetAccountResponse, error) {
+func (s *billingServer) GetAccount(ctx context.Context, req *rpc.AccountRef) (resp *rpc.GetAccountResponse, err error) {
 	user, r, err := userRead(ctx, s.server, req.GetUserId(), rpc.AccountIDFromBytes, req.GetConsistency())
 	if err != nil {
 		return nil, err
 	}
+	defer fence(s.server, r, user[:], &resp, &err)
 	var a records.Account
 	if err := getRecord(s.server, r, keys.Account(user), &a); err != nil {
 		return nil, err
@@ -106,11 +107,12 @@ func (s *billingServer) GetTransaction(ctx context.Context, req *rpc.Transaction
 // ListTransactionsByUser lists newest first: offset paging as the seed
 // does (cost grows with the offset), or cursor paging with before (cost
 // independent of depth).
-func (s *billingServer) ListTransactionsByUser(ctx context.Context, req *rpc.ListTransactionsRequest) (*rpc.TransactionList, error) {
+func (s *billingServer) ListTransactionsByUser(ctx context.Context, req *rpc.ListTransactionsRequest) (resp *rpc.TransactionList, err error) {
 	user, r, err := userRead(ctx, s.server, req.GetUserId(), rpc.AccountIDFromBytes, req.GetConsistency())
 	if err != nil {
 		return nil, err
 	}
+	defer fence(s.server, r, user[:], &resp, &err)
 	limit := int(req.GetLimit())
 	if limit <= 0 || limit > s.cfg.MaxScanPage {
 		limit = s.cfg.MaxScanPage

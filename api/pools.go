@@ -230,13 +230,22 @@ func (s *poolsServer) poolsReplica() (*replica.Replica, error) {
 	return r, err
 }
 
-// read routes to the pools shard and passes the read barrier for c.
+// read routes to the pools shard, passes the read barrier for c and
+// checks the pools' slot (the handler fences its answer: pfence).
 func (s *poolsServer) read(ctx context.Context, c rpc.Consistency) (*replica.Replica, error) {
 	r, err := s.poolsReplica()
 	if err != nil {
 		return nil, err
 	}
-	return r, s.readAt(ctx, r.ID(), r, c)
+	if err := s.readAt(ctx, r.ID(), r, c); err != nil {
+		return nil, err
+	}
+	return r, s.checkSlot(r, poolsRoutingKey)
+}
+
+// pfence is fence for the pools' slot.
+func pfence[T any](s *poolsServer, r *replica.Replica, resp *T, err *error) {
+	fence(s.server, r, poolsRoutingKey, resp, err)
 }
 
 // propose proposes cmd to the pools shard and returns the replica it went
@@ -350,8 +359,11 @@ func (s *poolsServer) poolRead(ctx context.Context, actor, poolID string, c rpc.
 	return r, p, err
 }
 
-func (s *poolsServer) GetPool(ctx context.Context, req *rpc.PoolRef) (*rpc.PoolResponse, error) {
-	_, p, err := s.poolRead(ctx, req.GetActor(), req.GetPoolId(), req.GetConsistency())
+func (s *poolsServer) GetPool(ctx context.Context, req *rpc.PoolRef) (resp *rpc.PoolResponse, err error) {
+	r, p, err := s.poolRead(ctx, req.GetActor(), req.GetPoolId(), req.GetConsistency())
+	if r != nil { // read: the answer, NotFound included, is fenced
+		defer pfence(s, r, &resp, &err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -386,7 +398,7 @@ func (s *poolsServer) DeletePool(ctx context.Context, req *rpc.DeletePoolRequest
 	return &rpc.DeletePoolResponse{BotsRemoved: uint32(res.Removed)}, nil
 }
 
-func (s *poolsServer) ListPools(ctx context.Context, req *rpc.ListPoolsRequest) (*rpc.PoolList, error) {
+func (s *poolsServer) ListPools(ctx context.Context, req *rpc.ListPoolsRequest) (resp *rpc.PoolList, err error) {
 	if err := checkActor(req.GetActor()); err != nil {
 		return nil, s.statusErr(0, err)
 	}
@@ -394,6 +406,7 @@ func (s *poolsServer) ListPools(ctx context.Context, req *rpc.ListPoolsRequest) 
 	if err != nil {
 		return nil, err
 	}
+	defer pfence(s, r, &resp, &err)
 	pg, kvs, more, err := s.page(r, keys.TablePrefix(keys.TablePools), req.GetCursor(), req.GetLimit())
 	if err != nil {
 		return nil, err
@@ -498,8 +511,11 @@ func botForReader(b *records.Bot, p *records.Pool, actor string) *rpc.Bot {
 // GetBot answers the bot without its token to its contributor and to
 // whoever may see its pool (botForReader: the contributor's id only to the
 // contributor and the pool's owner).
-func (s *poolsServer) GetBot(ctx context.Context, req *rpc.BotRef) (*rpc.BotResponse, error) {
+func (s *poolsServer) GetBot(ctx context.Context, req *rpc.BotRef) (resp *rpc.BotResponse, err error) {
 	r, b, err := s.botRead(ctx, req)
+	if r != nil { // read: the answer, NotFound included, is fenced
+		defer pfence(s, r, &resp, &err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -523,8 +539,11 @@ func (s *poolsServer) RemoveBot(ctx context.Context, req *rpc.BotRef) (*rpc.Remo
 	return &rpc.RemoveBotResponse{}, nil
 }
 
-func (s *poolsServer) ListBots(ctx context.Context, req *rpc.ListBotsRequest) (*rpc.BotList, error) {
+func (s *poolsServer) ListBots(ctx context.Context, req *rpc.ListBotsRequest) (resp *rpc.BotList, err error) {
 	r, p, err := s.poolRead(ctx, req.GetActor(), req.GetPoolId(), req.GetConsistency())
+	if r != nil { // read: the answer, NotFound included, is fenced
+		defer pfence(s, r, &resp, &err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -549,8 +568,11 @@ func (s *poolsServer) ListBots(ctx context.Context, req *rpc.ListBotsRequest) (*
 // node's key ring, for the bot's contributor or its pool's owner. The
 // caller needs pools:secrets (grpcPerms), and its actor is bound to its
 // credential (bindActor).
-func (s *poolsServer) GetBotToken(ctx context.Context, req *rpc.BotRef) (*rpc.GetBotTokenResponse, error) {
+func (s *poolsServer) GetBotToken(ctx context.Context, req *rpc.BotRef) (resp *rpc.GetBotTokenResponse, err error) {
 	r, b, err := s.botRead(ctx, req)
+	if r != nil { // read: the answer, NotFound included, is fenced
+		defer pfence(s, r, &resp, &err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -588,7 +610,7 @@ func (s *poolsServer) Heartbeat(ctx context.Context, req *rpc.HeartbeatRequest) 
 	return &rpc.HeartbeatResponse{Runner: rpc.RunnerToProto(rn)}, nil
 }
 
-func (s *poolsServer) ListRunners(ctx context.Context, req *rpc.ListRunnersRequest) (*rpc.RunnerList, error) {
+func (s *poolsServer) ListRunners(ctx context.Context, req *rpc.ListRunnersRequest) (resp *rpc.RunnerList, err error) {
 	if req.GetStaleAfterMs() < 0 {
 		return nil, s.statusErr(0, invalid("stale_after_ms %d is negative", req.GetStaleAfterMs()))
 	}
@@ -596,6 +618,7 @@ func (s *poolsServer) ListRunners(ctx context.Context, req *rpc.ListRunnersReque
 	if err != nil {
 		return nil, err
 	}
+	defer pfence(s, r, &resp, &err)
 	pg, kvs, more, err := s.page(r, keys.TablePrefix(keys.TableRunners), req.GetCursor(), req.GetLimit())
 	if err != nil {
 		return nil, err
@@ -631,7 +654,7 @@ func (s *poolsServer) guildPool(r *replica.Replica, guild string) (string, error
 	return g.SelectedPoolID, nil
 }
 
-func (s *poolsServer) GetGuildPool(ctx context.Context, req *rpc.GuildRef) (*rpc.GuildPoolResponse, error) {
+func (s *poolsServer) GetGuildPool(ctx context.Context, req *rpc.GuildRef) (resp *rpc.GuildPoolResponse, err error) {
 	if err := checkID("guild_id", req.GetGuildId(), keys.MaxStringIDLen); err != nil {
 		return nil, s.statusErr(0, err)
 	}
@@ -639,6 +662,7 @@ func (s *poolsServer) GetGuildPool(ctx context.Context, req *rpc.GuildRef) (*rpc
 	if err != nil {
 		return nil, err
 	}
+	defer pfence(s, r, &resp, &err)
 	pool, err := s.guildPool(r, req.GetGuildId())
 	if err != nil {
 		return nil, err
@@ -663,7 +687,7 @@ func (s *poolsServer) SetGuildPool(ctx context.Context, req *rpc.SetGuildPoolReq
 // PlanDeploy is a linearizable read: the pool is the request's, else the
 // guild's selection, else records.DefaultPoolID, and must be visible to
 // the actor.
-func (s *poolsServer) PlanDeploy(ctx context.Context, req *rpc.PlanDeployRequest) (*rpc.DeployPlan, error) {
+func (s *poolsServer) PlanDeploy(ctx context.Context, req *rpc.PlanDeployRequest) (resp *rpc.DeployPlan, err error) {
 	if err := validatePlanRequest(req); err != nil {
 		return nil, s.statusErr(0, err)
 	}
@@ -671,6 +695,7 @@ func (s *poolsServer) PlanDeploy(ctx context.Context, req *rpc.PlanDeployRequest
 	if err != nil {
 		return nil, err
 	}
+	defer pfence(s, r, &resp, &err)
 	poolID := req.GetPoolId()
 	if poolID == "" {
 		if poolID, err = s.guildPool(r, req.GetGuildId()); err != nil {

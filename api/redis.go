@@ -85,10 +85,59 @@ func CheckRedis(cfg *cluster.Config, smap *shard.Map, req *RedisRequest) *resp.V
 	return nil
 }
 
+// Keys returns every key the request names: its commands' and its
+// watches' (aliases into the request).
+func (req *RedisRequest) Keys() [][]byte {
+	var ks [][]byte
+	for _, argv := range req.Cmds {
+		ks = append(ks, fsm.RedisKeys(argv)...)
+	}
+	for _, w := range req.Watches {
+		ks = append(ks, w.Key)
+	}
+	return ks
+}
+
+// RedisShardOf returns the one shard that owns every key of ks under smap
+// and the slot of the first key; ok is false when ks is empty or its keys
+// route to several shards.
+func RedisShardOf(smap *shard.Map, ks [][]byte) (id shard.ID, first shard.Slot, ok bool) {
+	for i, k := range ks {
+		slot := shard.SlotOf(keys.RedisRoutingKey(k))
+		s := smap.ShardOfSlot(slot)
+		if i == 0 {
+			id, first = s, slot
+		} else if s != id {
+			return 0, 0, false
+		}
+	}
+	return id, first, len(ks) > 0
+}
+
+// misrouted returns the moved answer to a request checked by CheckRedis
+// and refused as CROSSSLOT when its keys do route to one shard, another
+// than the one it names under smap: the sender's map and this node's
+// disagree (a slot moved). A *fsm.MovedError naming that shard and smap's
+// version makes the sender refresh its map and send it again, where a
+// CROSSSLOT reply would fail it for good. nil when the keys do span
+// shards.
+func misrouted(smap *shard.Map, req *RedisRequest) error {
+	if smap == nil {
+		return nil
+	}
+	id, slot, ok := RedisShardOf(smap, req.Keys())
+	if !ok || id == req.Shard {
+		return nil
+	}
+	return &fsm.MovedError{Slot: slot, Target: id, MapVersion: smap.Version}
+}
+
 // RedisOn runs a request checked by CheckRedis on replica r, which must
 // lead its shard: a block or a write is proposed (one log entry), a
 // single read is answered from the state machine after the read barrier.
-// index is the entry's log index (0 for reads).
+// index is the entry's log index (0 for reads). A key of a slot the shard
+// does not own fails it with *fsm.MovedError, nothing executed (a block
+// is refused whole, before any write).
 func RedisOn(ctx context.Context, r *replica.Replica, req *RedisRequest) (v resp.Value, index uint64, err error) {
 	if req.Multi || fsm.LookupRedis(req.Cmds[0][0]).Write {
 		op := fsm.OpRedis
@@ -105,7 +154,17 @@ func RedisOn(ctx context.Context, r *replica.Replica, req *RedisRequest) (v resp
 		return resp.Value{}, 0, err
 	}
 	v, err = r.FSM().RedisRead(req.Cmds[0])
-	return v, 0, err
+	if err != nil {
+		return resp.Value{}, 0, err
+	}
+	// RedisRead checked the keys' slots before reading; check them again
+	// (fsm.FSM.CheckSlot: a freeze and drop completing during the read).
+	for _, k := range fsm.RedisKeys(req.Cmds[0]) {
+		if err := r.FSM().CheckRoutingKey(keys.RedisRoutingKey(k)); err != nil {
+			return resp.Value{}, 0, err
+		}
+	}
+	return v, 0, nil
 }
 
 // RedisLocal runs a request (checked by the caller as CheckRedis does)

@@ -14,6 +14,9 @@ import (
 // on the shard leader: it checks the commands (Redis's error replies for
 // bad ones, nothing proposed), checks that every key routes to the
 // request's shard, then runs the request on the local replica (redis.go).
+// Keys that all route to another shard than the request names are not
+// CROSSSLOT but a map the sender and this node disagree on: the answer is
+// the moved status (misrouted), so the sender refreshes its map.
 // A node that does not lead the shard answers NotLeader, so callers (the
 // RESP fronts of other nodes, the Go client) follow the hint.
 type redisServer struct {
@@ -31,7 +34,13 @@ func (s *redisServer) Exec(ctx context.Context, p *rpc.RedisExecRequest) (*rpc.R
 	for _, w := range p.GetWatches() {
 		req.Watches = append(req.Watches, fsm.RedisWatch{Key: w.GetKey(), Version: w.GetVersion()})
 	}
-	if v := CheckRedis(&s.cfg, s.node.ShardMap(), &req); v != nil {
+	smap := s.node.ShardMap()
+	if v := CheckRedis(&s.cfg, smap, &req); v != nil {
+		if string(v.Str) == resp.ErrCrossSlot {
+			if err := misrouted(smap, &req); err != nil {
+				return nil, s.statusErr(req.Shard, err)
+			}
+		}
 		return &rpc.RedisExecResponse{Reply: rpc.ReplyToProto(*v)}, nil
 	}
 	r := s.node.LocalReplica(req.Shard)

@@ -66,14 +66,25 @@ func putRecord[Resp, P, R any](ctx context.Context, s *server, p P, fromProto fu
 // getTargeted reads the record under key from the replica t addresses
 // (after the read barrier) and, for a request routed by user, answers
 // NotFound unless owner() (the decoded record's user) is that user.
+//
+// A shard-addressed request (fan-out) that finds the record in a slot the
+// shard does not own answers the moved status: the slot is moving, and
+// the record is the new owner's to answer.
 func getTargeted[R records.Record](ctx context.Context, s *server, t *rpc.Target, idLen int, c rpc.Consistency,
-	key []byte, rec R, owner func() []byte) error {
+	key []byte, rec R, owner func() []byte) (err error) {
 	r, err := s.readTarget(ctx, t, idLen, c)
 	if err != nil {
 		return err
 	}
+	var none struct{}
+	defer fence(s, r, targetKey(t), &none, &err)
 	if err := getRecord(s, r, key, rec); err != nil {
 		return err
+	}
+	if t.GetHasShard() {
+		if err := s.checkSlot(r, owner()); err != nil {
+			return err
+		}
 	}
 	if !ownedBy(t, owner()) {
 		return status.Error(codes.NotFound, "not found")
@@ -114,7 +125,10 @@ func (s *server) agentOwner(r *replica.Replica, t *rpc.Target, agent keys.AgentI
 	return rpc.UserIDFromBytes(b)
 }
 
-func (s *registryServer) GetAgent(ctx context.Context, req *rpc.AgentRef) (*rpc.GetAgentResponse, error) {
+// GetAgent answers the agent of a user (routed, fenced) or, addressed to a
+// shard, the agent its agent_owners index names, or moved when that
+// owner's slot is not the shard's (getTargeted).
+func (s *registryServer) GetAgent(ctx context.Context, req *rpc.AgentRef) (resp *rpc.GetAgentResponse, err error) {
 	agent, err := rpc.AgentIDFromBytes(req.GetAgentId())
 	if err != nil {
 		return nil, s.statusErr(0, badInput(err))
@@ -127,6 +141,7 @@ func (s *registryServer) GetAgent(ctx context.Context, req *rpc.AgentRef) (*rpc.
 	if err != nil {
 		return nil, err
 	}
+	defer fence(s.server, r, user[:], &resp, &err)
 	var a records.AgentRecord
 	if err := getRecord(s.server, r, keys.Agent(user, agent), &a); err != nil {
 		return nil, err
@@ -159,11 +174,12 @@ func (s *registryServer) DeleteAgent(ctx context.Context, req *rpc.AgentRef) (*r
 }
 
 // ListAgentsByUser answers one page of user's agents (paging.go).
-func (s *registryServer) ListAgentsByUser(ctx context.Context, req *rpc.ListAgentsByUserRequest) (*rpc.AgentList, error) {
+func (s *registryServer) ListAgentsByUser(ctx context.Context, req *rpc.ListAgentsByUserRequest) (resp *rpc.AgentList, err error) {
 	user, r, err := userRead(ctx, s.server, req.GetUserId(), rpc.UserIDFromBytes, req.GetConsistency())
 	if err != nil {
 		return nil, err
 	}
+	defer fence(s.server, r, user[:], &resp, &err)
 	pg, kvs, more, err := s.page(r, keys.AgentPrefix(user), req.GetCursor(), req.GetLimit())
 	if err != nil {
 		return nil, err
@@ -181,11 +197,12 @@ func (s *registryServer) ListAgentsByUser(ctx context.Context, req *rpc.ListAgen
 	return &rpc.AgentList{Agents: agents, NextCursor: next}, nil
 }
 
-func (s *registryServer) CountAgentsByUser(ctx context.Context, req *rpc.UserRef) (*rpc.CountResponse, error) {
+func (s *registryServer) CountAgentsByUser(ctx context.Context, req *rpc.UserRef) (resp *rpc.CountResponse, err error) {
 	user, r, err := userRead(ctx, s.server, req.GetUserId(), rpc.UserIDFromBytes, req.GetConsistency())
 	if err != nil {
 		return nil, err
 	}
+	defer fence(s.server, r, user[:], &resp, &err)
 	prefix := keys.AgentPrefix(user)
 	n, err := r.FSM().Count(prefix, keys.PrefixEnd(prefix))
 	if err != nil {
@@ -222,6 +239,8 @@ func (s *registryServer) UpdateAgentStatus(ctx context.Context, req *rpc.UpdateA
 	return &rpc.UpdateAgentStatusResponse{Agent: rpc.AgentToProto(&a)}, nil
 }
 
+// ListShardAgents lists a page of the shard's agents (or of its status
+// index), leaving out those of slots the shard does not own.
 func (s *registryServer) ListShardAgents(ctx context.Context, req *rpc.ShardAgentsRequest) (*rpc.AgentList, error) {
 	id, r, err := s.shardReplica(req.GetShard())
 	if err != nil {
@@ -244,6 +263,9 @@ func (s *registryServer) ListShardAgents(ctx context.Context, req *rpc.ShardAgen
 		return nil, err
 	}
 	agents, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Agent, bool, error) {
+		if ok, err := s.ownsKey(r, kv); !ok || err != nil {
+			return nil, false, err
+		}
 		b := kv.Value
 		if req.GetByStatus() {
 			_, user, agent, err := keys.DecodeAgentByStatus(kv.Key)
@@ -321,8 +343,9 @@ func (s *registryServer) UpdateSessionStatus(ctx context.Context, req *rpc.Updat
 }
 
 // ListSessionsByAgent answers one page of the by-agent index (paging.go);
-// routed by user, other users' sessions are skipped.
-func (s *registryServer) ListSessionsByAgent(ctx context.Context, req *rpc.ListSessionsByAgentRequest) (*rpc.SessionList, error) {
+// routed by user, other users' sessions are skipped; addressed to a shard,
+// the sessions of slots the shard does not own.
+func (s *registryServer) ListSessionsByAgent(ctx context.Context, req *rpc.ListSessionsByAgentRequest) (resp *rpc.SessionList, err error) {
 	agent, err := rpc.AgentIDFromBytes(req.GetAgentId())
 	if err != nil {
 		return nil, s.statusErr(0, badInput(err))
@@ -331,6 +354,7 @@ func (s *registryServer) ListSessionsByAgent(ctx context.Context, req *rpc.ListS
 	if err != nil {
 		return nil, err
 	}
+	defer fence(s.server, r, targetKey(req.GetTarget()), &resp, &err)
 	pg, kvs, more, err := s.page(r, keys.SessionByAgentPrefix(agent), req.GetCursor(), req.GetLimit())
 	if err != nil {
 		return nil, err
@@ -347,6 +371,9 @@ func (s *registryServer) ListSessionsByAgent(ctx context.Context, req *rpc.ListS
 		if !ownedBy(req.GetTarget(), sess.UserID[:]) {
 			return nil, false, nil
 		}
+		if ok, err := s.owns(r, sess.UserID[:]); !ok || err != nil {
+			return nil, false, err
+		}
 		return rpc.SessionToProto(&sess), true, nil
 	})
 	if err != nil {
@@ -362,11 +389,12 @@ func (s *registryServer) PutUser(ctx context.Context, req *rpc.PutUserRequest) (
 		})
 }
 
-func (s *registryServer) GetUser(ctx context.Context, req *rpc.UserRef) (*rpc.GetUserResponse, error) {
+func (s *registryServer) GetUser(ctx context.Context, req *rpc.UserRef) (resp *rpc.GetUserResponse, err error) {
 	user, r, err := userRead(ctx, s.server, req.GetUserId(), rpc.UserIDFromBytes, req.GetConsistency())
 	if err != nil {
 		return nil, err
 	}
+	defer fence(s.server, r, user[:], &resp, &err)
 	var u records.UserRecord
 	if err := getRecord(s.server, r, keys.User(user), &u); err != nil {
 		return nil, err

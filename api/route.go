@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/swarmkv/swarmkv/cluster"
@@ -34,7 +35,7 @@ func (s *server) route(rk []byte) (shard.ID, *replica.Replica, error) {
 }
 
 // readReplica routes a read and, for linearizable reads, waits for the
-// read barrier.
+// read barrier; then it checks the slot of rk.
 func (s *server) readReplica(ctx context.Context, rk []byte, c rpc.Consistency) (*replica.Replica, error) {
 	id, r, err := s.route(rk)
 	if err != nil {
@@ -45,7 +46,7 @@ func (s *server) readReplica(ctx context.Context, rk []byte, c rpc.Consistency) 
 			return nil, s.statusErr(id, err)
 		}
 	}
-	return r, nil
+	return r, s.checkSlot(r, rk)
 }
 
 // shardReplica returns the local replica of shard id for a request that
@@ -80,18 +81,26 @@ func (s *server) target(t *rpc.Target, idLen int) (shard.ID, *replica.Replica, e
 	return s.route(t.GetUserId())
 }
 
-// readTarget resolves t and passes the read barrier.
+// readTarget resolves t and passes the read barrier; for a user, then
+// checks the user's slot.
 func (s *server) readTarget(ctx context.Context, t *rpc.Target, idLen int, c rpc.Consistency) (*replica.Replica, error) {
 	id, r, err := s.target(t, idLen)
 	if err != nil {
 		return nil, err
 	}
-	return r, s.readAt(ctx, id, r, c)
+	if err := s.readAt(ctx, id, r, c); err != nil {
+		return nil, err
+	}
+	if rk := targetKey(t); rk != nil {
+		return r, s.checkSlot(r, rk)
+	}
+	return r, nil
 }
 
 // userRead parses the user (or account) id b with parse (InvalidArgument
-// when malformed), routes by it and passes the read barrier for c. It
-// routes by b itself: parse accepts only the id's exact bytes.
+// when malformed), routes by it, passes the read barrier for c and checks
+// the slot of b. It routes by b itself: parse accepts only the id's exact
+// bytes.
 func userRead[ID any](ctx context.Context, s *server, b []byte, parse func([]byte) (ID, error), c rpc.Consistency) (ID, *replica.Replica, error) {
 	user, err := parse(b)
 	if err != nil {
@@ -101,7 +110,80 @@ func userRead[ID any](ctx context.Context, s *server, b []byte, parse func([]byt
 	if err != nil {
 		return user, nil, err
 	}
-	return user, r, s.readAt(ctx, id, r, c)
+	if err := s.readAt(ctx, id, r, c); err != nil {
+		return user, nil, err
+	}
+	return user, r, s.checkSlot(r, b)
+}
+
+// Slot fencing. A shard answers a read of a routing key only while it
+// owns the key's slot (fsm.FSM.CheckRoutingKey): the routed read helpers
+// (readReplica, userRead, readTarget for a user, the pools service's
+// read) check it after the read barrier, for stale reads too, so a slot
+// frozen at an index the read waited for is refused with the moved status
+// and the client retries at the new owner. The handler checks it again
+// after reading (fence, deferred): a freeze and drop completing during
+// the read could have left it a partial state, which it then drops for
+// the moved status. Listings of a whole shard and lookups by an id
+// without its user (fan-out) are not refused: a listing leaves out the
+// keys of slots the shard does not own (fsm.FSM.OwnsKey), a lookup that
+// finds its record in such a slot answers moved (the record is elsewhere
+// or about to be; the client asks every shard again).
+
+// checkSlot returns the moved status when r's shard does not own the slot
+// of routing key rk.
+func (s *server) checkSlot(r *replica.Replica, rk []byte) error {
+	if err := r.FSM().CheckRoutingKey(rk); err != nil {
+		return s.statusErr(r.ID(), err)
+	}
+	return nil
+}
+
+// fence, deferred by a routed read's handler once its read helper passed,
+// checks the slot of rk again after the read: if the shard lost it
+// meanwhile, the handler's answer (*resp, *err) becomes the moved status.
+// A nil rk (a shard-addressed request) is not fenced.
+func fence[T any](s *server, r *replica.Replica, rk []byte, resp *T, err *error) {
+	if rk == nil {
+		return
+	}
+	if ferr := s.checkSlot(r, rk); ferr != nil {
+		var zero T
+		*resp, *err = zero, ferr
+	}
+}
+
+// targetKey is the routing key a Target routes by: its user id, nil for
+// a shard.
+func targetKey(t *rpc.Target) []byte {
+	if t.GetHasShard() {
+		return nil
+	}
+	return t.GetUserId()
+}
+
+// owns reports whether r's shard owns the slot of routing key rk: false
+// for a slot it does not own, an error (a status) when it cannot tell.
+func (s *server) owns(r *replica.Replica, rk []byte) (bool, error) {
+	err := r.FSM().CheckRoutingKey(rk)
+	var me *fsm.MovedError
+	if errors.As(err, &me) {
+		return false, nil
+	}
+	if err != nil {
+		return false, s.statusErr(r.ID(), err)
+	}
+	return true, nil
+}
+
+// ownsKey reports whether r's shard owns the slot of the stored key (and
+// value) kv: listings of a whole shard leave the others out.
+func (s *server) ownsKey(r *replica.Replica, kv fsm.KV) (bool, error) {
+	ok, err := r.FSM().OwnsKey(kv.Key, kv.Value)
+	if err != nil {
+		return false, s.statusErr(r.ID(), err)
+	}
+	return ok, nil
 }
 
 // readAt passes the read barrier of replica r of shard id when c asks for

@@ -29,7 +29,7 @@ func (s *server) statusErr(id shard.ID, err error) error {
 // notLeader answers with the leader hint this node has for shard id.
 func (s *server) notLeader(id shard.ID) error { return s.statusErr(id, cluster.ErrNotLeader) }
 
-func (s *server) Get(ctx context.Context, req *rpc.GetRequest) (*rpc.GetResponse, error) {
+func (s *server) Get(ctx context.Context, req *rpc.GetRequest) (resp *rpc.GetResponse, err error) {
 	if err := ValidateGet(req, s.cfg.Limits); err != nil {
 		return nil, s.statusErr(0, err)
 	}
@@ -37,6 +37,7 @@ func (s *server) Get(ctx context.Context, req *rpc.GetRequest) (*rpc.GetResponse
 	if err != nil {
 		return nil, err
 	}
+	defer fence(s, r, req.GetRoutingKey(), &resp, &err)
 	v, err := r.FSM().Get(keys.KV(req.GetRoutingKey(), req.GetKey()))
 	if errors.Is(err, fsm.ErrNotFound) {
 		return &rpc.GetResponse{}, nil
@@ -84,7 +85,7 @@ func (s *server) Batch(ctx context.Context, req *rpc.BatchRequest) (*rpc.BatchRe
 	return &rpc.BatchResponse{Succeeded: res.Succeeded, FailedGuard: int32(res.FailedGuard), Index: res.Index}, nil
 }
 
-func (s *server) Scan(ctx context.Context, req *rpc.ScanRequest) (*rpc.ScanResponse, error) {
+func (s *server) Scan(ctx context.Context, req *rpc.ScanRequest) (out *rpc.ScanResponse, err error) {
 	if err := ValidateScan(req, s.cfg.Limits); err != nil {
 		return nil, s.statusErr(0, err)
 	}
@@ -92,6 +93,7 @@ func (s *server) Scan(ctx context.Context, req *rpc.ScanRequest) (*rpc.ScanRespo
 	if err != nil {
 		return nil, err
 	}
+	defer fence(s, r, req.GetRoutingKey(), &out, &err)
 	pg := s.newPager(req.GetLimit())
 	rk := req.GetRoutingKey()
 	prefix := keys.KVPrefix(rk, req.GetPrefix())

@@ -440,7 +440,17 @@ func (r *Registry) listShardAgents(ctx context.Context, byStatus bool, s records
 		return nil, err
 	}
 	sortAgents(all)
-	return all, nil
+	return slices.CompactFunc(all, sameAgent), nil
+}
+
+// sameAgent and sameSession say whether two records of a fan-out listing
+// are one record: each shard lists only the slots it owns, but the shards
+// are read one by one, so a slot that moved between the source's read and
+// the target's could be listed by both.
+func sameAgent(a, b *records.AgentRecord) bool { return a.UserID == b.UserID && a.AgentID == b.AgentID }
+
+func sameSession(a, b *records.SessionRecord) bool {
+	return a.UserID == b.UserID && a.SessionID == b.SessionID
 }
 
 // PutSession creates or replaces a session with its by-agent index entry.
@@ -573,7 +583,7 @@ func (r *Registry) ListSessionsByAgent(ctx context.Context, agentID keys.AgentID
 		return nil, err
 	}
 	sortSessions(all)
-	return all, nil
+	return slices.CompactFunc(all, sameSession), nil
 }
 
 // PutUser creates or replaces a cached user. Retried when the outcome is

@@ -268,6 +268,38 @@ func (f *FSM) CheckRoutingKey(routingKey []byte) error {
 	return st.check(shard.SlotOf(routingKey))
 }
 
+// OwnsKey reports whether the shard owns, as of the applied index, the
+// slot of the stored key key whose value is value (SlotOfKey; the keys
+// whose routing key is in another record are looked up in the replica's
+// state). A listing of the whole shard leaves out the keys it does not
+// own: between a freeze and its drop the source still holds them, and
+// while a target ingests (and after it adopts) it holds them too, so a key
+// must come from its owner alone. A key of no slot is owned only while the
+// shard owns every slot. The error is a storage error (or ErrRestoring).
+func (f *FSM) OwnsKey(key, value []byte) (bool, error) {
+	st := f.slots.Load()
+	if f.restoring.Load() {
+		return false, ErrRestoring
+	}
+	if st.owned.IsFull() {
+		return true, nil
+	}
+	slot, ok, err := slotOfKey(f.get, key, value)
+	if err != nil || !ok {
+		return false, err
+	}
+	return st.owned.Has(slot), nil
+}
+
+// get is a getter over f's state (Get without ErrNotFound).
+func (f *FSM) get(key []byte) ([]byte, bool, error) {
+	v, err := f.Get(key)
+	if errors.Is(err, ErrNotFound) {
+		return nil, false, nil
+	}
+	return v, err == nil, err
+}
+
 // getter reads one key: a copy of its value, or found false.
 type getter func(key []byte) ([]byte, bool, error)
 

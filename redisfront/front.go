@@ -14,11 +14,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/swarmkv/swarmkv/api"
 	"github.com/swarmkv/swarmkv/client"
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/internal/retry"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/resp"
 	"github.com/swarmkv/swarmkv/rpc"
@@ -366,8 +368,25 @@ func (f *Front) exec(ctx context.Context, st *redisConn) resp.Value {
 // leads the shard, else through the routing client. Cluster failures
 // become error replies: TRYAGAIN / CLUSTERDOWN when nothing was done
 // (clients retry those), ERR when a write's outcome is unknown.
+//
+// A request refused because a slot of its keys moved (nothing executed, a
+// MULTI/EXEC block refused whole before any write) is sent again to the
+// slot's new owner once the node's map names it (follow); the Go client
+// does the same for a forwarded request. The Redis client sees no error
+// unless the map does not catch up before the command's timeout.
 func (f *Front) run(ctx context.Context, req *api.RedisRequest) resp.Value {
-	v, err := api.RedisLocal(ctx, f.n, req)
+	var v resp.Value
+	var err error
+	for {
+		v, err = api.RedisLocal(ctx, f.n, req)
+		var me *fsm.MovedError
+		if !errors.As(err, &me) {
+			break
+		}
+		if errv := f.follow(ctx, req, me); errv != nil {
+			return *errv
+		}
+	}
 	switch {
 	case err == nil:
 		return v
@@ -397,6 +416,41 @@ func (f *Front) run(ctx context.Context, req *api.RedisRequest) resp.Value {
 	return v
 }
 
+// follow re-addresses req, refused as moved (me), to the shard that owns
+// its keys under the node's map once that map reaches me.MapVersion (the
+// node follows the meta group's map within about half a second), and
+// returns nil to send it again: at once when the shard changed, after a
+// pause when the map still names req's shard (a move not yet published,
+// or one the refusing shard knows nothing of). It returns the error reply
+// when ctx ends first (TRYAGAIN: clients retry it), or CROSSSLOT when the
+// move split the request's keys over two shards.
+func (f *Front) follow(ctx context.Context, req *api.RedisRequest, me *fsm.MovedError) *resp.Value {
+	b := followBackoff.Backoff()
+	for {
+		if smap := f.n.ShardMap(); smap != nil && smap.Version >= me.MapVersion {
+			id, _, ok := api.RedisShardOf(smap, req.Keys())
+			if !ok {
+				v := errReply(resp.ErrCrossSlot)
+				return &v
+			}
+			if id != req.Shard {
+				req.Shard = id
+				return nil
+			}
+			if b.Wait(ctx) {
+				return nil
+			}
+		} else if b.Wait(ctx) {
+			continue
+		}
+		v := clusterErrReply(fmt.Errorf("%w: the node's shard map did not name the new owner in time: %w", me, ctx.Err()))
+		return &v
+	}
+}
+
+// followBackoff draws follow's pauses.
+var followBackoff = retry.Options{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}
+
 // client returns the routing client, connecting on first use.
 func (f *Front) client(ctx context.Context) (*client.Client, error) {
 	f.cl.Lock()
@@ -420,11 +474,14 @@ func (f *Front) client(ctx context.Context) (*client.Client, error) {
 func clusterErrReply(err error) resp.Value {
 	msg := oneLine(err)
 	var nl *client.NotLeaderError
+	var cm *client.MovedError
+	var fm *fsm.MovedError
 	switch {
 	case errors.Is(err, cluster.ErrOutcomeUnknown), errors.Is(err, client.ErrOutcomeUnknown):
 		return errReply("ERR swarmkv: outcome unknown (leadership changed): " + msg)
 	case errors.Is(err, cluster.ErrNotLeader), errors.Is(err, cluster.ErrLeaderNotReady), errors.Is(err, client.ErrUnavailable),
-		errors.As(err, &nl), errors.Is(err, context.DeadlineExceeded), errors.Is(err, cluster.ErrNotBootstrapped):
+		errors.As(err, &nl), errors.As(err, &cm), errors.As(err, &fm),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, cluster.ErrNotBootstrapped):
 		return errReply("TRYAGAIN swarmkv: " + msg)
 	case errors.Is(err, cluster.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, client.ErrClosed):
 		return errReply("ERR swarmkv: shutting down")

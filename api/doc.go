@@ -9,6 +9,11 @@
 // calls). Errors become gRPC statuses through the core's one table
 // (cluster.StatusError).
 //
+// Reads are fenced by slot (route.go): a routed read of a slot the shard
+// does not own answers the moved status, checked after the read barrier
+// and again after the read; shard-wide listings leave such slots' records
+// out, and fan-out lookups that find a record in one answer moved.
+//
 // It owns no state: every handler routes through the narrow API of
 // cluster.Node (cluster/services.go, cluster/front.go) and
 // replica.Replica (its ID, FSM, Leader, IsLeader, ReadBarrier and

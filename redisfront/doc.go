@@ -10,7 +10,9 @@
 // cluster.Node (ShardMap, Config, the identity checks of its
 // authenticator, Node.Authn) and runs a request on a local leader with
 // package api's RedisLocal. It may import cluster, api, client, rpc,
-// resp, fsm, keys, shard, auth and auth/authn; the core never imports it.
+// resp, fsm, keys, shard, auth, auth/authn and internal/retry; the core
+// never imports it. A request refused because a slot moved is sent again
+// to the new owner once the node's map names it (Front.follow).
 // Package server composes it with a node.
 //
 // Usage:

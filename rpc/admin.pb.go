@@ -1534,6 +1534,138 @@ func (x *PullSlotsResponse) GetAdoptIndex() uint64 {
 	return 0
 }
 
+type MoveAdminRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "split" (shard; slots when has_slots, else the upper half), "merge"
+	// (from's slots into shard) or "cancel" (move_id). Runs on the meta
+	// leader.
+	Op            string `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	Shard         uint32 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	From          uint32 `protobuf:"varint,3,opt,name=from,proto3" json:"from,omitempty"`
+	Slots         string `protobuf:"bytes,4,opt,name=slots,proto3" json:"slots,omitempty"`
+	HasSlots      bool   `protobuf:"varint,5,opt,name=has_slots,json=hasSlots,proto3" json:"has_slots,omitempty"`
+	MoveId        uint64 `protobuf:"varint,6,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveAdminRequest) Reset() {
+	*x = MoveAdminRequest{}
+	mi := &file_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveAdminRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveAdminRequest) ProtoMessage() {}
+
+func (x *MoveAdminRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveAdminRequest.ProtoReflect.Descriptor instead.
+func (*MoveAdminRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *MoveAdminRequest) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *MoveAdminRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *MoveAdminRequest) GetFrom() uint32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *MoveAdminRequest) GetSlots() string {
+	if x != nil {
+		return x.Slots
+	}
+	return ""
+}
+
+func (x *MoveAdminRequest) GetHasSlots() bool {
+	if x != nil {
+		return x.HasSlots
+	}
+	return false
+}
+
+func (x *MoveAdminRequest) GetMoveId() uint64 {
+	if x != nil {
+		return x.MoveId
+	}
+	return 0
+}
+
+type MoveAdminResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The move as the cluster state records it (JSON of placement.Move).
+	MoveJson      []byte `protobuf:"bytes,1,opt,name=move_json,json=moveJson,proto3" json:"move_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveAdminResponse) Reset() {
+	*x = MoveAdminResponse{}
+	mi := &file_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveAdminResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveAdminResponse) ProtoMessage() {}
+
+func (x *MoveAdminResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveAdminResponse.ProtoReflect.Descriptor instead.
+func (*MoveAdminResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *MoveAdminResponse) GetMoveJson() []byte {
+	if x != nil {
+		return x.MoveJson
+	}
+	return nil
+}
+
 var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
@@ -1637,12 +1769,21 @@ const file_admin_proto_rawDesc = "" +
 	"\x11PullSlotsResponse\x12\x14\n" +
 	"\x05pairs\x18\x01 \x01(\x04R\x05pairs\x12\x1f\n" +
 	"\vadopt_index\x18\x02 \x01(\x04R\n" +
-	"adoptIndex*\x89\x01\n" +
+	"adoptIndex\"\x98\x01\n" +
+	"\x10MoveAdminRequest\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x12\n" +
+	"\x04from\x18\x03 \x01(\rR\x04from\x12\x14\n" +
+	"\x05slots\x18\x04 \x01(\tR\x05slots\x12\x1b\n" +
+	"\thas_slots\x18\x05 \x01(\bR\bhasSlots\x12\x17\n" +
+	"\amove_id\x18\x06 \x01(\x04R\x06moveId\"0\n" +
+	"\x11MoveAdminResponse\x12\x1b\n" +
+	"\tmove_json\x18\x01 \x01(\fR\bmoveJson*\x89\x01\n" +
 	"\rReplicaChange\x12\x1e\n" +
 	"\x1aREPLICA_CHANGE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bREPLICA_CHANGE_ADD_NONVOTER\x10\x01\x12\x1c\n" +
 	"\x18REPLICA_CHANGE_ADD_VOTER\x10\x02\x12\x19\n" +
-	"\x15REPLICA_CHANGE_REMOVE\x10\x032\xe7\x06\n" +
+	"\x15REPLICA_CHANGE_REMOVE\x10\x032\xb1\a\n" +
 	"\x05Admin\x12H\n" +
 	"\tMetaState\x12\x1c.swarmkv.v1.MetaStateRequest\x1a\x1d.swarmkv.v1.MetaStateResponse\x12E\n" +
 	"\bJoinNode\x12\x1b.swarmkv.v1.JoinNodeRequest\x1a\x1c.swarmkv.v1.JoinNodeResponse\x12K\n" +
@@ -1656,7 +1797,8 @@ const file_admin_proto_rawDesc = "" +
 	"\n" +
 	"SlotStatus\x12\x1d.swarmkv.v1.SlotStatusRequest\x1a\x1e.swarmkv.v1.SlotStatusResponse\x12M\n" +
 	"\vExportSlots\x12\x1e.swarmkv.v1.ExportSlotsRequest\x1a\x1c.swarmkv.v1.ExportSlotsChunk0\x01\x12H\n" +
-	"\tPullSlots\x12\x1c.swarmkv.v1.PullSlotsRequest\x1a\x1d.swarmkv.v1.PullSlotsResponseB$Z\"github.com/swarmkv/swarmkv/rpc;rpcb\x06proto3"
+	"\tPullSlots\x12\x1c.swarmkv.v1.PullSlotsRequest\x1a\x1d.swarmkv.v1.PullSlotsResponse\x12H\n" +
+	"\tMoveAdmin\x12\x1c.swarmkv.v1.MoveAdminRequest\x1a\x1d.swarmkv.v1.MoveAdminResponseB$Z\"github.com/swarmkv/swarmkv/rpc;rpcb\x06proto3"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -1671,7 +1813,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_admin_proto_goTypes = []any{
 	(ReplicaChange)(0),             // 0: swarmkv.v1.ReplicaChange
 	(*MetaStateRequest)(nil),       // 1: swarmkv.v1.MetaStateRequest
@@ -1699,6 +1841,8 @@ var file_admin_proto_goTypes = []any{
 	(*ExportSlotsChunk)(nil),       // 23: swarmkv.v1.ExportSlotsChunk
 	(*PullSlotsRequest)(nil),       // 24: swarmkv.v1.PullSlotsRequest
 	(*PullSlotsResponse)(nil),      // 25: swarmkv.v1.PullSlotsResponse
+	(*MoveAdminRequest)(nil),       // 26: swarmkv.v1.MoveAdminRequest
+	(*MoveAdminResponse)(nil),      // 27: swarmkv.v1.MoveAdminResponse
 }
 var file_admin_proto_depIdxs = []int32{
 	8,  // 0: swarmkv.v1.ReplicaStatusResponse.servers:type_name -> swarmkv.v1.RaftServer
@@ -1716,19 +1860,21 @@ var file_admin_proto_depIdxs = []int32{
 	18, // 12: swarmkv.v1.Admin.SlotStatus:input_type -> swarmkv.v1.SlotStatusRequest
 	21, // 13: swarmkv.v1.Admin.ExportSlots:input_type -> swarmkv.v1.ExportSlotsRequest
 	24, // 14: swarmkv.v1.Admin.PullSlots:input_type -> swarmkv.v1.PullSlotsRequest
-	2,  // 15: swarmkv.v1.Admin.MetaState:output_type -> swarmkv.v1.MetaStateResponse
-	4,  // 16: swarmkv.v1.Admin.JoinNode:output_type -> swarmkv.v1.JoinNodeResponse
-	6,  // 17: swarmkv.v1.Admin.RemoveNode:output_type -> swarmkv.v1.RemoveNodeResponse
-	9,  // 18: swarmkv.v1.Admin.ReplicaStatus:output_type -> swarmkv.v1.ReplicaStatusResponse
-	11, // 19: swarmkv.v1.Admin.ChangeReplica:output_type -> swarmkv.v1.ChangeReplicaResponse
-	13, // 20: swarmkv.v1.Admin.TransferLeader:output_type -> swarmkv.v1.TransferLeaderResponse
-	15, // 21: swarmkv.v1.Admin.Snapshot:output_type -> swarmkv.v1.SnapshotResponse
-	17, // 22: swarmkv.v1.Admin.SlotCommand:output_type -> swarmkv.v1.SlotCommandResponse
-	20, // 23: swarmkv.v1.Admin.SlotStatus:output_type -> swarmkv.v1.SlotStatusResponse
-	23, // 24: swarmkv.v1.Admin.ExportSlots:output_type -> swarmkv.v1.ExportSlotsChunk
-	25, // 25: swarmkv.v1.Admin.PullSlots:output_type -> swarmkv.v1.PullSlotsResponse
-	15, // [15:26] is the sub-list for method output_type
-	4,  // [4:15] is the sub-list for method input_type
+	26, // 15: swarmkv.v1.Admin.MoveAdmin:input_type -> swarmkv.v1.MoveAdminRequest
+	2,  // 16: swarmkv.v1.Admin.MetaState:output_type -> swarmkv.v1.MetaStateResponse
+	4,  // 17: swarmkv.v1.Admin.JoinNode:output_type -> swarmkv.v1.JoinNodeResponse
+	6,  // 18: swarmkv.v1.Admin.RemoveNode:output_type -> swarmkv.v1.RemoveNodeResponse
+	9,  // 19: swarmkv.v1.Admin.ReplicaStatus:output_type -> swarmkv.v1.ReplicaStatusResponse
+	11, // 20: swarmkv.v1.Admin.ChangeReplica:output_type -> swarmkv.v1.ChangeReplicaResponse
+	13, // 21: swarmkv.v1.Admin.TransferLeader:output_type -> swarmkv.v1.TransferLeaderResponse
+	15, // 22: swarmkv.v1.Admin.Snapshot:output_type -> swarmkv.v1.SnapshotResponse
+	17, // 23: swarmkv.v1.Admin.SlotCommand:output_type -> swarmkv.v1.SlotCommandResponse
+	20, // 24: swarmkv.v1.Admin.SlotStatus:output_type -> swarmkv.v1.SlotStatusResponse
+	23, // 25: swarmkv.v1.Admin.ExportSlots:output_type -> swarmkv.v1.ExportSlotsChunk
+	25, // 26: swarmkv.v1.Admin.PullSlots:output_type -> swarmkv.v1.PullSlotsResponse
+	27, // 27: swarmkv.v1.Admin.MoveAdmin:output_type -> swarmkv.v1.MoveAdminResponse
+	16, // [16:28] is the sub-list for method output_type
+	4,  // [4:16] is the sub-list for method input_type
 	4,  // [4:4] is the sub-list for extension type_name
 	4,  // [4:4] is the sub-list for extension extendee
 	0,  // [0:4] is the sub-list for field type_name
@@ -1745,7 +1891,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

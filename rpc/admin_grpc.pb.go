@@ -35,6 +35,7 @@ const (
 	Admin_SlotStatus_FullMethodName     = "/swarmkv.v1.Admin/SlotStatus"
 	Admin_ExportSlots_FullMethodName    = "/swarmkv.v1.Admin/ExportSlots"
 	Admin_PullSlots_FullMethodName      = "/swarmkv.v1.Admin/PullSlots"
+	Admin_MoveAdmin_FullMethodName      = "/swarmkv.v1.Admin/MoveAdmin"
 )
 
 // AdminClient is the client API for Admin service.
@@ -74,6 +75,9 @@ type AdminClient interface {
 	// refusal by the target's state machine (a key that collides in a
 	// merge, a move aborted there) is FailedPrecondition: abort the move.
 	PullSlots(ctx context.Context, in *PullSlotsRequest, opts ...grpc.CallOption) (*PullSlotsResponse, error)
+	// MoveAdmin plans a split or a merge, or cancels a move; forwarded to
+	// the meta leader (Node.SplitShard, MergeShards, CancelMove).
+	MoveAdmin(ctx context.Context, in *MoveAdminRequest, opts ...grpc.CallOption) (*MoveAdminResponse, error)
 }
 
 type adminClient struct {
@@ -203,6 +207,16 @@ func (c *adminClient) PullSlots(ctx context.Context, in *PullSlotsRequest, opts 
 	return out, nil
 }
 
+func (c *adminClient) MoveAdmin(ctx context.Context, in *MoveAdminRequest, opts ...grpc.CallOption) (*MoveAdminResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveAdminResponse)
+	err := c.cc.Invoke(ctx, Admin_MoveAdmin_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -240,6 +254,9 @@ type AdminServer interface {
 	// refusal by the target's state machine (a key that collides in a
 	// merge, a move aborted there) is FailedPrecondition: abort the move.
 	PullSlots(context.Context, *PullSlotsRequest) (*PullSlotsResponse, error)
+	// MoveAdmin plans a split or a merge, or cancels a move; forwarded to
+	// the meta leader (Node.SplitShard, MergeShards, CancelMove).
+	MoveAdmin(context.Context, *MoveAdminRequest) (*MoveAdminResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -282,6 +299,9 @@ func (UnimplementedAdminServer) ExportSlots(*ExportSlotsRequest, grpc.ServerStre
 }
 func (UnimplementedAdminServer) PullSlots(context.Context, *PullSlotsRequest) (*PullSlotsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PullSlots not implemented")
+}
+func (UnimplementedAdminServer) MoveAdmin(context.Context, *MoveAdminRequest) (*MoveAdminResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MoveAdmin not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -495,6 +515,24 @@ func _Admin_PullSlots_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_MoveAdmin_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveAdminRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).MoveAdmin(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_MoveAdmin_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).MoveAdmin(ctx, req.(*MoveAdminRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -541,6 +579,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PullSlots",
 			Handler:    _Admin_PullSlots_Handler,
+		},
+		{
+			MethodName: "MoveAdmin",
+			Handler:    _Admin_MoveAdmin_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -420,7 +420,11 @@ func TestMergeCollisionAborts(t *testing.T) {
 	for _, bad := range []func() error{
 		func() error { _, err := tc.nodes[0].MergeShards(ctx, 0, 0); return err },
 		func() error { _, err := tc.nodes[0].MergeShards(ctx, 0, 9); return err },
-		func() error { s := shard.SlotSetOf(all(m0, 1)...); _, err := tc.nodes[0].SplitShard(ctx, 0, &s); return err },
+		func() error {
+			s := shard.SlotSetOf(all(m0, 1)...)
+			_, err := tc.nodes[0].SplitShard(ctx, 0, &s)
+			return err
+		},
 		func() error { _, err := tc.nodes[2].CancelMove(ctx, 99); return err },
 	} {
 		if err := bad(); ErrorKind(err).String() != "failed precondition" {

@@ -1,9 +1,10 @@
 // Package placement owns the cluster state as data (State: members, shard
 // map, placement of every replica, the meta group's voters, tokens) and the
 // pure decisions made from it: the initial placement (Place), the meta
-// group's size (MetaVoterTarget), and the reconciler's choices (plan.go;
+// group's size (MetaVoterTarget), the reconciler's choices (plan.go;
 // reconcile.go: Step, BalanceReplicas, BalanceLeaders and the Action
-// they return).
+// they return), and the slot moves of elastic shards (move.go: PlanSplit,
+// PlanMerge and the phase changes the mover commits).
 // Nothing here does I/O, holds a lock or talks to a node: package cluster
 // reads the state, calls these functions and acts on what they return, so
 // they are tested without a cluster. It imports shard (and the standard

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/swarmkv/swarmkv/cluster"
@@ -57,9 +58,16 @@ func (s *server) shardReplica(id uint32) (shard.ID, *replica.Replica, error) {
 		return 0, nil, s.statusErr(0, cluster.ErrNotBootstrapped)
 	}
 	if int(id) >= smap.NumShards {
-		return 0, nil, s.statusErr(0, invalid("shard %d: the cluster has %d shards", id, smap.NumShards))
+		return 0, nil, s.statusErr(0, invalid("shard %d: shard ids are below %d", id, smap.NumShards))
 	}
 	r := s.node.LocalReplica(shard.ID(id))
+	// Ids may have holes (merged shards): one that owns no slot in the map
+	// and has no replica here is unknown. (A replica that owns no slot yet,
+	// a split's target, answers for itself: its state machine refuses the
+	// slots it does not own.)
+	if r == nil && !slices.Contains(smap.Shards(), shard.ID(id)) {
+		return 0, nil, s.statusErr(0, invalid("shard %d owns no slot (map version %d)", id, smap.Version))
+	}
 	if r == nil {
 		return shard.ID(id), nil, s.notLeader(shard.ID(id))
 	}

@@ -549,16 +549,16 @@ var callBackoff = retry.Options{Initial: 10 * time.Millisecond, Max: 500 * time.
 // all, lookups without a routing key) use it together with CallShard.
 func (c *Client) FanOut(ctx context.Context, fn func(ctx context.Context, id shard.ID) error) error {
 	c.mu.RLock()
-	n := c.mu.smap.NumShards
+	ids := c.mu.smap.Shards() // the shards that own slots (ids may have holes)
 	c.mu.RUnlock()
-	errs := make([]error, n)
+	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
-	for i := range n {
+	for i, id := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := fn(ctx, shard.ID(i)); err != nil {
-				errs[i] = fmt.Errorf("shard %d: %w", i, err)
+			if err := fn(ctx, id); err != nil {
+				errs[i] = fmt.Errorf("shard %d: %w", id, err)
 			}
 		}()
 	}

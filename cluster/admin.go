@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -444,7 +445,11 @@ func (n *Node) groupByName(st *State, name string) (placement.Group, error) {
 			return g, nil
 		}
 	}
-	return placement.Group{}, status.Errorf(codes.NotFound, "no shard %q (want 0..%d or meta)", name, st.NumShards-1)
+	ids := make([]string, 0, len(st.Shards)) // ids may have holes after merges
+	for _, p := range st.Shards {
+		ids = append(ids, fmt.Sprint(p.Shard))
+	}
+	return placement.Group{}, status.Errorf(codes.NotFound, "no shard %q (want one of %s, or meta)", name, strings.Join(ids, ", "))
 }
 
 // TransferLeader moves the leadership of a shard ("meta" for the meta

@@ -300,6 +300,11 @@ type Testing struct {
 	// ProtocolVersion overrides the announced protocol version (tests of
 	// the version check); 0 means ProtocolVersion.
 	ProtocolVersion int
+	// AfterMovePhase, if set, is called by the mover (meta leader) after
+	// it committed a slot move's phase ("done" once removed); returning
+	// true halts this node's mover for good (tests stop the node there to
+	// check that another meta leader resumes the move).
+	AfterMovePhase func(moveID uint64, phase string) (halt bool)
 }
 
 // Config.LogStore values.

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/swarmkv/swarmkv/auth/authn"
+	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
@@ -64,6 +65,11 @@ var errKinds = []struct {
 	{ErrInvalidArgument, rpc.KindInvalidArgument, ""},
 	{authn.ErrInvalidArgument, rpc.KindInvalidArgument, ""}, // token requests
 	{ErrTokenNotFound, rpc.KindNotFound, ""},
+	// Slot moves: a plan the state refuses (unknown shard, already
+	// moving, ...), a move step a state machine refuses.
+	{placement.ErrMoveRefused, rpc.KindFailedPrecondition, ""},
+	{errMoveRefused, rpc.KindFailedPrecondition, ""},
+	{fsm.ErrMoveConflict, rpc.KindFailedPrecondition, ""},
 	{fsm.ErrInvalidCommand, rpc.KindInvalidArgument, ""},
 	{ErrNotLeader, rpc.KindNotLeader, "not the leader of shard"},
 	{errMetaNotLeader, rpc.KindNotLeader, ""},

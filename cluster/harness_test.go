@@ -204,8 +204,8 @@ func (tc *testCluster) waitReady() {
 		// Every shard has a leader that committed an entry of its term,
 		// so the first writes of a test do not meet the elections that
 		// follow a bootstrap.
-		for id := range smap.NumShards {
-			if !tc.leaderReady(shard.ID(id)) {
+		for _, id := range smap.Shards() {
+			if !tc.leaderReady(id) {
 				return fmt.Errorf("shard %d: no ready leader", id)
 			}
 		}

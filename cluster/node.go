@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -84,6 +85,10 @@ type Node struct {
 	// all groups at once (transport/readcheck.go).
 	checker *transport.LeaderChecker
 	kick    chan struct{}
+	// moveKick wakes the mover (move.go); moveHalt stops it for good
+	// (Config.Testing.AfterMovePhase).
+	moveKick chan struct{}
+	moveHalt atomic.Bool
 
 	// adoptMu serializes bootstrap, admission and the sync loop's changes
 	// to the local replicas; metaMu serializes metaUpdate calls.
@@ -123,7 +128,7 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 			return cfg.Testing.Faults.Listen(ln)
 		}
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), kick: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), kick: make(chan struct{}, 1), moveKick: make(chan struct{}, 1)}
 	n.cfg.Logger = n.log // every component logs with the node attribute
 	n.mu.replicas = make(map[shard.ID]*replica.Replica)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -279,9 +284,10 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 		n.wg.Add(1)
 		go n.bootstrapLoop()
 	}
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.syncLoop()
 	go n.reconcileLoop()
+	go n.moveLoop()
 	n.log.Info("node started", "raft", n.addrs.RaftAddr, "grpc", n.addrs.GRPCAddr,
 		"http", n.addrs.HTTPAddr, "gossip", n.addrs.GossipAddr, "data_dir", cfg.DataDir,
 		"bootstrapped", st != nil && st.Bootstrapped, "tls", n.tls != nil, "gossip_encrypted", len(cfg.GossipKeys) > 0, "auth", n.authn.On())
@@ -501,14 +507,13 @@ func (n *Node) adoptState(st *State) error {
 	return nil
 }
 
-// openShard opens the local replica of p's shard. With bootstrap set, a
-// replica without Raft state is bootstrapped with p's voters; otherwise it
-// waits for its leader to add it and send it the log.
+// openShard opens the local replica of p's shard. With bootstrap set, or
+// when p is a new group a split made (p.New) and this node is one of its
+// voters, a replica without Raft state is bootstrapped with p's voters;
+// otherwise it waits for its leader to add it and send it the log. A
+// group a split made starts owning no slot (p.StartsEmpty).
 func (n *Node) openShard(st *State, p Placement, bootstrap bool) error {
-	smap, err := st.Map()
-	if err != nil {
-		return err
-	}
+	bootstrap = bootstrap || (p.New && slices.Contains(p.Voters, n.cfg.ID))
 	var servers []raft.Server
 	for _, v := range p.Voters {
 		a, ok := st.Node(v)
@@ -524,10 +529,11 @@ func (n *Node) openShard(st *State, p Placement, bootstrap bool) error {
 	rc := n.cfg.replicaConfig(p.Shard)
 	rc.Dir, rc.Layer, rc.Cache, rc.Checker = n.shardDir(p.Shard), layer, n.cache, n.checker
 	rc.Voters, rc.Bootstrap = servers, bootstrap
-	// The leader of the pools shard ensures the default pool (seed 004).
-	if p.Shard == smap.ShardOf(poolsRoutingKey) {
-		rc.OnReady = replica.EnsureDefaultPool
+	if p.StartsEmpty {
+		rc.InitialSlots = &shard.SlotSet{}
 	}
+	// The leader of the pools shard ensures the default pool (seed 004).
+	rc.OnReady = n.shardReady
 	r, err := replica.Open(rc)
 	if err != nil {
 		layer.Close()

@@ -569,7 +569,7 @@ func (c *Command) Validate(l Limits) error {
 		return c.Redis.validate(c.Op, l.WithDefaults())
 	case OpMulti:
 		return validateMulti(c.Multi)
-	case OpFreezeSlots, OpUnfreezeSlots, OpIngestSlots, OpAdoptSlots, OpDropSlots:
+	case OpFreezeSlots, OpUnfreezeSlots, OpIngestSlots, OpAdoptSlots, OpDropSlots, OpRestrictSlots:
 		return c.Move.validate(c.Op, l.WithDefaults())
 	}
 	if err := c.validateRecords(); err != nil {

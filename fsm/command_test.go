@@ -113,6 +113,7 @@ func validCommands() []*Command {
 			Pairs: []Pair{{Key: []byte("\x20a"), Value: []byte("1")}, {Key: []byte("\x20b")}}}},
 		{Op: OpAdoptSlots, Move: &SlotMove{ID: 1, Slots: ptr(shard.SlotSetOf(1, 2)), MapVersion: 2}},
 		{Op: OpDropSlots, Move: &SlotMove{ID: 1, Max: 100}},
+		{Op: OpRestrictSlots, Move: &SlotMove{Slots: ptr(shard.SlotSetOf(0, 7))}},
 	}
 }
 

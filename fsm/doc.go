@@ -77,6 +77,7 @@
 //	ingest_slots           52  meta, the pairs' keys               meta, any table (the pairs)
 //	adopt_slots            53  meta                                meta
 //	drop_slots             54  meta, every table                   meta, any table (deletes)
+//	restrict_slots         55  meta                                meta
 //
 // Each command is atomic: it makes every check against the state (as left
 // by earlier entries, including earlier entries of the same run) before it
@@ -121,7 +122,9 @@
 // listings leave other slots' keys out). An OpBatch whose keys' routing
 // keys fall in two slots is invalid. The slot move ops (move.go) freeze,
 // export (ExportSlots), ingest, adopt, drop and unfreeze slots: the state
-// machine's half of online split and merge. Ownership changes are
+// machine's half of online split and merge; OpRestrictSlots narrows a
+// shard that owns every slot (made at bootstrap) to its map's slots once,
+// before its first move. Ownership changes are
 // published with the commit of the batch that makes them, never before the
 // data.
 //

@@ -56,6 +56,14 @@ const (
 	// Result.Remaining is the number of the move's keys left, counted up to
 	// Max (Max means at least Max); repeat until it is 0.
 	OpDropSlots Op = 54
+	// OpRestrictSlots (Move: Slots only, no ID) narrows a shard that owns
+	// every slot, and has no move record, to Slots: a group made at
+	// bootstrap owns all 256 slots in its state machine (InitialSlots
+	// nil) while the map gives it only some, and the first move that
+	// involves it must first make its state machine own exactly its map's
+	// slots. Idempotent: already owning exactly Slots succeeds; any other
+	// state is ErrMoveConflict.
+	OpRestrictSlots Op = 55
 )
 
 // MaxDropKeys is the largest Max an OpDropSlots may carry.
@@ -78,12 +86,21 @@ type Pair struct {
 	Value []byte `cbor:"v,omitempty"`
 }
 
-func isSlotOp(op Op) bool { return op >= OpFreezeSlots && op <= OpDropSlots }
+func isSlotOp(op Op) bool { return op >= OpFreezeSlots && op <= OpRestrictSlots }
 
 // validate checks m for op (called by Command.Validate).
 func (m *SlotMove) validate(op Op, l Limits) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: op %s: %s", ErrInvalidCommand, op, fmt.Sprintf(format, args...))
+	}
+	if op == OpRestrictSlots {
+		switch {
+		case m.ID != 0 || m.Peer != 0 || m.MapVersion != 0 || m.Pairs != nil || m.Max != 0:
+			return bad("carries more than slots")
+		case m.Slots == nil || m.Slots.IsEmpty():
+			return bad("no slots")
+		}
+		return nil
 	}
 	if m.ID == 0 {
 		return bad("move id 0")
@@ -153,6 +170,8 @@ func (a *applier) applySlotOp(c *Command, index uint64, res *Result) error {
 		rej, err = a.adopt(m, rec, index)
 	case OpDropSlots:
 		rej, err = a.drop(m, rec, res)
+	case OpRestrictSlots:
+		rej, err = a.restrict(m)
 	}
 	if err != nil {
 		return err
@@ -178,6 +197,24 @@ func (a *applier) setMove(r *MoveRecord, owned shard.SlotSet) error {
 	}
 	a.st = st
 	return nil
+}
+
+func (a *applier) restrict(m *SlotMove) (rej, err error) {
+	switch {
+	case a.st.owned == *m.Slots:
+		return nil, nil
+	case !a.st.owned.IsFull() || len(a.st.moves) > 0:
+		return fmt.Errorf("%w: op %s: the shard owns slots %s and has %d move records; only a shard that owns every slot and never moved one may be restricted",
+			ErrMoveConflict, OpRestrictSlots, a.st.owned.String(), len(a.st.moves)), nil
+	}
+	st := a.st.clone()
+	st.owned = *m.Slots
+	v, _ := st.owned.MarshalBinary()
+	if err := a.b.Set(metaSlots, v, nil); err != nil {
+		return nil, err
+	}
+	a.st = st
+	return nil, nil
 }
 
 func (a *applier) freeze(m *SlotMove, rec *MoveRecord, index uint64, res *Result) (rej, err error) {

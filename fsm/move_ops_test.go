@@ -54,6 +54,10 @@ func TestSlotOpsValidate(t *testing.T) {
 		{"drop max big", &Command{Op: OpDropSlots, Move: &SlotMove{ID: 1, Max: MaxDropKeys + 1}}, "max 65537"},
 		{"adopt pairs", &Command{Op: OpAdoptSlots, Move: &SlotMove{ID: 1, Slots: S, Pairs: []Pair{{Key: []byte{0x20}}}}}, "carries pairs"},
 		{"freeze max", &Command{Op: OpFreezeSlots, Move: &SlotMove{ID: 1, Slots: S, MapVersion: 1, Max: 3}}, "carries max"},
+		{"restrict id", &Command{Op: OpRestrictSlots, Move: &SlotMove{ID: 1, Slots: S}}, "carries more than slots"},
+		{"restrict version", &Command{Op: OpRestrictSlots, Move: &SlotMove{Slots: S, MapVersion: 2}}, "carries more than slots"},
+		{"restrict empty", &Command{Op: OpRestrictSlots, Move: &SlotMove{Slots: &shard.SlotSet{}}}, "no slots"},
+		{"restrict nil", &Command{Op: OpRestrictSlots, Move: &SlotMove{}}, "no slots"},
 		{"ingest meta key", ingestCmd(1, *S, Pair{Key: []byte("\x00slots")}), "reserved meta table"},
 		{"ingest empty key", ingestCmd(1, *S, Pair{}), "empty key"},
 		{"ingest order", ingestCmd(1, *S, kvPair("a", "2", ""), kvPair("a", "1", "")), "strictly ascending"},
@@ -364,6 +368,53 @@ func TestSlotFencingPerOp(t *testing.T) {
 	movedErr(t, out[1].Err)
 }
 
+// TestRestrictSlots: a shard that owns every slot and never moved one is
+// narrowed once; repeating it succeeds; any other state is refused and
+// changes nothing; writes of the other slots are then refused.
+func TestRestrictSlots(t *testing.T) {
+	r := newReplica(t, 1, nil)
+	S := shard.SlotSetOf(0, 1, 2, 3, 100)
+	rkIn, rkOut := rkInSlot(t, S, false), rkInSlot(t, S, true)
+	r.must(restrictCmd(S))
+	if r.f.Owned() != S {
+		t.Fatalf("owned %v, want %v", r.f.Owned(), S)
+	}
+	r.must(restrictCmd(S)) // idempotent
+	before := rawDump(t, r.f)
+	res := r.apply(restrictCmd(shard.SlotSetOf(0, 1)))
+	if !errors.Is(res.Err, ErrMoveConflict) || !strings.Contains(res.Err.Error(), "owns slots 0-3,100") {
+		t.Fatalf("restrict again with other slots: %v", res.Err)
+	}
+	if d := diffKVs(before, rawDump(t, r.f)); d != "" || r.f.Owned() != S {
+		t.Fatalf("refused restrict wrote: %s", d)
+	}
+	r.must(batchCmd(nil, Mutation{Kind: MutPut, Key: keys.KV([]byte(rkIn), []byte("k")), Value: []byte("v")}))
+	res = r.apply(batchCmd(nil, Mutation{Kind: MutPut, Key: keys.KV([]byte(rkOut), []byte("k")), Value: []byte("v")}))
+	movedErr(t, res.Err)
+	// Survives a snapshot and restore.
+	c := newReplica(t, 1, nil)
+	if err := c.f.Restore(reader(snapshotBytes(t, r.f))); err != nil {
+		t.Fatal(err)
+	}
+	if c.f.Owned() != S {
+		t.Fatalf("restored owned %v", c.f.Owned())
+	}
+	// A shard with a move record is refused even if it owns every slot
+	// again (a freeze then unfreeze leaves no record; an incoming one does).
+	m := newReplica(t, 1, ptr(shard.AllSlots().Minus(shard.SlotSetOf(9))))
+	m.must(adoptCmd(1, shard.SlotSetOf(9)))
+	if m.f.Owned() != shard.AllSlots() {
+		t.Fatal("adopt did not complete the set")
+	}
+	if res := m.apply(restrictCmd(S)); !errors.Is(res.Err, ErrMoveConflict) || !strings.Contains(res.Err.Error(), "1 move records") {
+		t.Fatalf("restrict after a move: %v", res.Err)
+	}
+}
+
+func restrictCmd(s shard.SlotSet) *Command {
+	return &Command{Op: OpRestrictSlots, Move: &SlotMove{Slots: &s}}
+}
+
 // FuzzSlotMoves drives one FSM with slot move and data commands drawn
 // from the input: nothing panics, a refused command writes nothing, the
 // owned slots never overlap a frozen or incoming move's, and a snapshot
@@ -372,13 +423,18 @@ func FuzzSlotMoves(f *testing.F) {
 	f.Add([]byte{0, 1, 3, 2, 5, 4, 1, 0, 9, 3})
 	f.Add([]byte{2, 0, 7, 2, 1, 7, 3, 0, 7, 4, 0, 7, 4, 1, 7})
 	f.Add([]byte{0, 0, 0, 4, 0, 1, 4, 0, 1, 4, 0, 1, 1, 0, 0})
+	f.Add([]byte{5, 0, 9, 5, 0, 9, 0, 1, 9, 5, 0, 9, 1, 1, 9})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 300 {
 			return
 		}
-		r := newReplica(t, 1, ptr(shard.AllSlots().Minus(shard.SlotSetOf(0, 1, 2, 3))))
+		initial := ptr(shard.AllSlots().Minus(shard.SlotSetOf(0, 1, 2, 3)))
+		if len(data)%2 == 1 {
+			initial = nil // every slot: OpRestrictSlots may apply
+		}
+		r := newReplica(t, 1, initial)
 		for len(data) >= 3 {
-			op, id, arg := data[0]%8, uint64(data[1]%3)+1, data[2]
+			op, id, arg := data[0]%9, uint64(data[1]%3)+1, data[2]
 			data = data[3:]
 			slots := shard.SlotSetOf(shard.Slot(arg%8), shard.Slot(arg/8%8))
 			rk := rkInSlot(t, slots, false)
@@ -394,6 +450,8 @@ func FuzzSlotMoves(f *testing.F) {
 				c = adoptCmd(id, slots)
 			case 4:
 				c = dropCmd(id, uint32(arg%3)+1)
+			case 5:
+				c = restrictCmd(shard.AllSlots().Minus(slots))
 			default:
 				c = batchCmd(nil, Mutation{Kind: MutPut, Key: keys.KV([]byte(rk), []byte{arg}), Value: []byte{op}})
 			}

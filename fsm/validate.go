@@ -91,6 +91,7 @@ var opSpecs = map[Op]opSpec{
 	OpIngestSlots:         {"ingest_slots", fMove, 0},
 	OpAdoptSlots:          {"adopt_slots", fMove, 0},
 	OpDropSlots:           {"drop_slots", fMove, 0},
+	OpRestrictSlots:       {"restrict_slots", fMove, 0},
 }
 
 // fields returns the set of fields c carries.

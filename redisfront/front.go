@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -669,30 +670,31 @@ func cmdConfig(_ *Front, _ context.Context, _ *redisConn, a [][]byte) resp.Value
 	return resp.Map(out...)
 }
 
-// numShards returns the number of shards, or the error reply.
-func (f *Front) numShards() (int, *resp.Value) {
+// shardIDs returns the shards that own slots (ids may have holes after
+// merges), in increasing order, or the error reply.
+func (f *Front) shardIDs() ([]shard.ID, *resp.Value) {
 	smap := f.n.ShardMap()
 	if smap == nil {
 		v := errReply("CLUSTERDOWN swarmkv: cluster not bootstrapped yet")
-		return 0, &v
+		return nil, &v
 	}
-	return smap.NumShards, nil
+	return smap.Shards(), nil
 }
 
 // fanOut runs argv on every shard in parallel and returns the replies in
 // shard order, or the first error reply.
 func (f *Front) fanOut(ctx context.Context, argv fsm.RedisArgv) ([]resp.Value, *resp.Value) {
-	n, errv := f.numShards()
+	ids, errv := f.shardIDs()
 	if errv != nil {
 		return nil, errv
 	}
-	out := make([]resp.Value, n)
+	out := make([]resp.Value, len(ids))
 	var wg sync.WaitGroup
-	for i := range n {
+	for i, id := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = f.run(ctx, &api.RedisRequest{Shard: shard.ID(i), Cmds: []fsm.RedisArgv{argv}})
+			out[i] = f.run(ctx, &api.RedisRequest{Shard: id, Cmds: []fsm.RedisArgv{argv}})
 		}()
 	}
 	wg.Wait()
@@ -758,13 +760,17 @@ func cmdScan(f *Front, ctx context.Context, _ *redisConn, a [][]byte) resp.Value
 	if _, errv := fsm.ParseScanOptions(a[2:]); errv != nil {
 		return *errv
 	}
-	n, errv := f.numShards()
+	ids, errv := f.shardIDs()
 	if errv != nil {
 		return *errv
 	}
 	id := int(cursor >> scanShardShift)
 	local := cursor & (1<<scanShardShift - 1)
-	if id >= n {
+	if cursor == 0 && len(ids) > 0 {
+		id = int(ids[0])
+	}
+	pos, found := slices.BinarySearch(ids, shard.ID(id))
+	if !found {
 		return errReply(resp.ErrInvalidCursor)
 	}
 	argv := append(fsm.RedisArgv{[]byte("swarmkv.scan"), []byte(strconv.FormatUint(local, 10))}, a[2:]...)
@@ -782,8 +788,8 @@ func cmdScan(f *Front, ctx context.Context, _ *redisConn, a [][]byte) resp.Value
 	switch {
 	case next != 0:
 		next |= uint64(id) << scanShardShift
-	case id+1 < n:
-		next = uint64(id+1) << scanShardShift
+	case pos+1 < len(ids):
+		next = uint64(ids[pos+1]) << scanShardShift
 	}
 	return resp.Array(resp.Bulk(strconv.FormatUint(next, 10)), v.Elems[1])
 }

@@ -943,6 +943,729 @@ func (x *SnapshotResponse) GetIndex() uint64 {
 	return 0
 }
 
+type SlotCommandRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// One slot move command of the state machine (ops 50-55: freeze,
+	// unfreeze, ingest, adopt, drop, restrict), as fsm.EncodeCommand
+	// encodes it. Proposed on the shard's leader (FailedPrecondition with a
+	// NotLeader detail elsewhere).
+	Command       []byte `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotCommandRequest) Reset() {
+	*x = SlotCommandRequest{}
+	mi := &file_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotCommandRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotCommandRequest) ProtoMessage() {}
+
+func (x *SlotCommandRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotCommandRequest.ProtoReflect.Descriptor instead.
+func (*SlotCommandRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SlotCommandRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *SlotCommandRequest) GetCommand() []byte {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+type SlotCommandResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Raft index of the entry.
+	Index uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// Freeze: the log index of the freeze (the recorded one when repeated).
+	MoveIndex uint64 `protobuf:"varint,2,opt,name=move_index,json=moveIndex,proto3" json:"move_index,omitempty"`
+	// Drop: keys of the move left (0: done).
+	Remaining     uint32 `protobuf:"varint,3,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotCommandResponse) Reset() {
+	*x = SlotCommandResponse{}
+	mi := &file_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotCommandResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotCommandResponse) ProtoMessage() {}
+
+func (x *SlotCommandResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotCommandResponse.ProtoReflect.Descriptor instead.
+func (*SlotCommandResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SlotCommandResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SlotCommandResponse) GetMoveIndex() uint64 {
+	if x != nil {
+		return x.MoveIndex
+	}
+	return 0
+}
+
+func (x *SlotCommandResponse) GetRemaining() uint32 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+type SlotStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shard         uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotStatusRequest) Reset() {
+	*x = SlotStatusRequest{}
+	mi := &file_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotStatusRequest) ProtoMessage() {}
+
+func (x *SlotStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotStatusRequest.ProtoReflect.Descriptor instead.
+func (*SlotStatusRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SlotStatusRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+type SlotMoveRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// "frozen", "moved", "incoming", "adopted", "aborted".
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// The slots, in the text form "0-15,32".
+	Slots         string `protobuf:"bytes,3,opt,name=slots,proto3" json:"slots,omitempty"`
+	Peer          uint32 `protobuf:"varint,4,opt,name=peer,proto3" json:"peer,omitempty"`
+	MapVersion    uint64 `protobuf:"varint,5,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	Dropped       bool   `protobuf:"varint,6,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotMoveRecord) Reset() {
+	*x = SlotMoveRecord{}
+	mi := &file_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotMoveRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotMoveRecord) ProtoMessage() {}
+
+func (x *SlotMoveRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotMoveRecord.ProtoReflect.Descriptor instead.
+func (*SlotMoveRecord) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SlotMoveRecord) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SlotMoveRecord) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *SlotMoveRecord) GetSlots() string {
+	if x != nil {
+		return x.Slots
+	}
+	return ""
+}
+
+func (x *SlotMoveRecord) GetPeer() uint32 {
+	if x != nil {
+		return x.Peer
+	}
+	return 0
+}
+
+func (x *SlotMoveRecord) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
+}
+
+func (x *SlotMoveRecord) GetDropped() bool {
+	if x != nil {
+		return x.Dropped
+	}
+	return false
+}
+
+type SlotStatusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The slots the shard's state machine owns, text form; read on its
+	// leader after a read barrier.
+	Owned         string            `protobuf:"bytes,1,opt,name=owned,proto3" json:"owned,omitempty"`
+	Moves         []*SlotMoveRecord `protobuf:"bytes,2,rep,name=moves,proto3" json:"moves,omitempty"`
+	AppliedIndex  uint64            `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotStatusResponse) Reset() {
+	*x = SlotStatusResponse{}
+	mi := &file_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotStatusResponse) ProtoMessage() {}
+
+func (x *SlotStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotStatusResponse.ProtoReflect.Descriptor instead.
+func (*SlotStatusResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SlotStatusResponse) GetOwned() string {
+	if x != nil {
+		return x.Owned
+	}
+	return ""
+}
+
+func (x *SlotStatusResponse) GetMoves() []*SlotMoveRecord {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+func (x *SlotStatusResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+type ExportSlotsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shard         uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	MoveId        uint64                 `protobuf:"varint,2,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportSlotsRequest) Reset() {
+	*x = ExportSlotsRequest{}
+	mi := &file_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportSlotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportSlotsRequest) ProtoMessage() {}
+
+func (x *ExportSlotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportSlotsRequest.ProtoReflect.Descriptor instead.
+func (*ExportSlotsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ExportSlotsRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ExportSlotsRequest) GetMoveId() uint64 {
+	if x != nil {
+		return x.MoveId
+	}
+	return 0
+}
+
+type SlotPair struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotPair) Reset() {
+	*x = SlotPair{}
+	mi := &file_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotPair) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotPair) ProtoMessage() {}
+
+func (x *SlotPair) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotPair.ProtoReflect.Descriptor instead.
+func (*SlotPair) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SlotPair) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *SlotPair) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type ExportSlotsChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One OpIngestSlots' worth of the frozen slots' pairs, in key order.
+	Pairs         []*SlotPair `protobuf:"bytes,1,rep,name=pairs,proto3" json:"pairs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportSlotsChunk) Reset() {
+	*x = ExportSlotsChunk{}
+	mi := &file_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportSlotsChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportSlotsChunk) ProtoMessage() {}
+
+func (x *ExportSlotsChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportSlotsChunk.ProtoReflect.Descriptor instead.
+func (*ExportSlotsChunk) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ExportSlotsChunk) GetPairs() []*SlotPair {
+	if x != nil {
+		return x.Pairs
+	}
+	return nil
+}
+
+type PullSlotsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	MoveId uint64                 `protobuf:"varint,1,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
+	Source uint32                 `protobuf:"varint,2,opt,name=source,proto3" json:"source,omitempty"`
+	Target uint32                 `protobuf:"varint,3,opt,name=target,proto3" json:"target,omitempty"`
+	// The move's slots, text form.
+	Slots         string `protobuf:"bytes,4,opt,name=slots,proto3" json:"slots,omitempty"`
+	MapVersion    uint64 `protobuf:"varint,5,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullSlotsRequest) Reset() {
+	*x = PullSlotsRequest{}
+	mi := &file_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullSlotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullSlotsRequest) ProtoMessage() {}
+
+func (x *PullSlotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullSlotsRequest.ProtoReflect.Descriptor instead.
+func (*PullSlotsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PullSlotsRequest) GetMoveId() uint64 {
+	if x != nil {
+		return x.MoveId
+	}
+	return 0
+}
+
+func (x *PullSlotsRequest) GetSource() uint32 {
+	if x != nil {
+		return x.Source
+	}
+	return 0
+}
+
+func (x *PullSlotsRequest) GetTarget() uint32 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *PullSlotsRequest) GetSlots() string {
+	if x != nil {
+		return x.Slots
+	}
+	return ""
+}
+
+func (x *PullSlotsRequest) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
+}
+
+type PullSlotsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Pairs ingested by this call (0 when the move was already adopted).
+	Pairs uint64 `protobuf:"varint,1,opt,name=pairs,proto3" json:"pairs,omitempty"`
+	// Raft index of the adopt.
+	AdoptIndex    uint64 `protobuf:"varint,2,opt,name=adopt_index,json=adoptIndex,proto3" json:"adopt_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullSlotsResponse) Reset() {
+	*x = PullSlotsResponse{}
+	mi := &file_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullSlotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullSlotsResponse) ProtoMessage() {}
+
+func (x *PullSlotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullSlotsResponse.ProtoReflect.Descriptor instead.
+func (*PullSlotsResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *PullSlotsResponse) GetPairs() uint64 {
+	if x != nil {
+		return x.Pairs
+	}
+	return 0
+}
+
+func (x *PullSlotsResponse) GetAdoptIndex() uint64 {
+	if x != nil {
+		return x.AdoptIndex
+	}
+	return 0
+}
+
+type MoveAdminRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "split" (shard; slots when has_slots, else the upper half), "merge"
+	// (from's slots into shard) or "cancel" (move_id). Runs on the meta
+	// leader.
+	Op            string `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	Shard         uint32 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	From          uint32 `protobuf:"varint,3,opt,name=from,proto3" json:"from,omitempty"`
+	Slots         string `protobuf:"bytes,4,opt,name=slots,proto3" json:"slots,omitempty"`
+	HasSlots      bool   `protobuf:"varint,5,opt,name=has_slots,json=hasSlots,proto3" json:"has_slots,omitempty"`
+	MoveId        uint64 `protobuf:"varint,6,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveAdminRequest) Reset() {
+	*x = MoveAdminRequest{}
+	mi := &file_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveAdminRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveAdminRequest) ProtoMessage() {}
+
+func (x *MoveAdminRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveAdminRequest.ProtoReflect.Descriptor instead.
+func (*MoveAdminRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *MoveAdminRequest) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *MoveAdminRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *MoveAdminRequest) GetFrom() uint32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *MoveAdminRequest) GetSlots() string {
+	if x != nil {
+		return x.Slots
+	}
+	return ""
+}
+
+func (x *MoveAdminRequest) GetHasSlots() bool {
+	if x != nil {
+		return x.HasSlots
+	}
+	return false
+}
+
+func (x *MoveAdminRequest) GetMoveId() uint64 {
+	if x != nil {
+		return x.MoveId
+	}
+	return 0
+}
+
+type MoveAdminResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The move as the cluster state records it (JSON of placement.Move).
+	MoveJson      []byte `protobuf:"bytes,1,opt,name=move_json,json=moveJson,proto3" json:"move_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveAdminResponse) Reset() {
+	*x = MoveAdminResponse{}
+	mi := &file_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveAdminResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveAdminResponse) ProtoMessage() {}
+
+func (x *MoveAdminResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveAdminResponse.ProtoReflect.Descriptor instead.
+func (*MoveAdminResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *MoveAdminResponse) GetMoveJson() []byte {
+	if x != nil {
+		return x.MoveJson
+	}
+	return nil
+}
+
 var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
@@ -1005,12 +1728,62 @@ const file_admin_proto_rawDesc = "" +
 	"\x04meta\x18\x02 \x01(\bR\x04meta\"A\n" +
 	"\x10SnapshotResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index*\x89\x01\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"D\n" +
+	"\x12SlotCommandRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x18\n" +
+	"\acommand\x18\x02 \x01(\fR\acommand\"h\n" +
+	"\x13SlotCommandResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1d\n" +
+	"\n" +
+	"move_index\x18\x02 \x01(\x04R\tmoveIndex\x12\x1c\n" +
+	"\tremaining\x18\x03 \x01(\rR\tremaining\")\n" +
+	"\x11SlotStatusRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\"\x9b\x01\n" +
+	"\x0eSlotMoveRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
+	"\x05slots\x18\x03 \x01(\tR\x05slots\x12\x12\n" +
+	"\x04peer\x18\x04 \x01(\rR\x04peer\x12\x1f\n" +
+	"\vmap_version\x18\x05 \x01(\x04R\n" +
+	"mapVersion\x12\x18\n" +
+	"\adropped\x18\x06 \x01(\bR\adropped\"\x81\x01\n" +
+	"\x12SlotStatusResponse\x12\x14\n" +
+	"\x05owned\x18\x01 \x01(\tR\x05owned\x120\n" +
+	"\x05moves\x18\x02 \x03(\v2\x1a.swarmkv.v1.SlotMoveRecordR\x05moves\x12#\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"C\n" +
+	"\x12ExportSlotsRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x17\n" +
+	"\amove_id\x18\x02 \x01(\x04R\x06moveId\"2\n" +
+	"\bSlotPair\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\">\n" +
+	"\x10ExportSlotsChunk\x12*\n" +
+	"\x05pairs\x18\x01 \x03(\v2\x14.swarmkv.v1.SlotPairR\x05pairs\"\x92\x01\n" +
+	"\x10PullSlotsRequest\x12\x17\n" +
+	"\amove_id\x18\x01 \x01(\x04R\x06moveId\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\rR\x06source\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\rR\x06target\x12\x14\n" +
+	"\x05slots\x18\x04 \x01(\tR\x05slots\x12\x1f\n" +
+	"\vmap_version\x18\x05 \x01(\x04R\n" +
+	"mapVersion\"J\n" +
+	"\x11PullSlotsResponse\x12\x14\n" +
+	"\x05pairs\x18\x01 \x01(\x04R\x05pairs\x12\x1f\n" +
+	"\vadopt_index\x18\x02 \x01(\x04R\n" +
+	"adoptIndex\"\x98\x01\n" +
+	"\x10MoveAdminRequest\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x12\n" +
+	"\x04from\x18\x03 \x01(\rR\x04from\x12\x14\n" +
+	"\x05slots\x18\x04 \x01(\tR\x05slots\x12\x1b\n" +
+	"\thas_slots\x18\x05 \x01(\bR\bhasSlots\x12\x17\n" +
+	"\amove_id\x18\x06 \x01(\x04R\x06moveId\"0\n" +
+	"\x11MoveAdminResponse\x12\x1b\n" +
+	"\tmove_json\x18\x01 \x01(\fR\bmoveJson*\x89\x01\n" +
 	"\rReplicaChange\x12\x1e\n" +
 	"\x1aREPLICA_CHANGE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bREPLICA_CHANGE_ADD_NONVOTER\x10\x01\x12\x1c\n" +
 	"\x18REPLICA_CHANGE_ADD_VOTER\x10\x02\x12\x19\n" +
-	"\x15REPLICA_CHANGE_REMOVE\x10\x032\xb1\x04\n" +
+	"\x15REPLICA_CHANGE_REMOVE\x10\x032\xb1\a\n" +
 	"\x05Admin\x12H\n" +
 	"\tMetaState\x12\x1c.swarmkv.v1.MetaStateRequest\x1a\x1d.swarmkv.v1.MetaStateResponse\x12E\n" +
 	"\bJoinNode\x12\x1b.swarmkv.v1.JoinNodeRequest\x1a\x1c.swarmkv.v1.JoinNodeResponse\x12K\n" +
@@ -1019,7 +1792,13 @@ const file_admin_proto_rawDesc = "" +
 	"\rReplicaStatus\x12 .swarmkv.v1.ReplicaStatusRequest\x1a!.swarmkv.v1.ReplicaStatusResponse\x12T\n" +
 	"\rChangeReplica\x12 .swarmkv.v1.ChangeReplicaRequest\x1a!.swarmkv.v1.ChangeReplicaResponse\x12W\n" +
 	"\x0eTransferLeader\x12!.swarmkv.v1.TransferLeaderRequest\x1a\".swarmkv.v1.TransferLeaderResponse\x12E\n" +
-	"\bSnapshot\x12\x1b.swarmkv.v1.SnapshotRequest\x1a\x1c.swarmkv.v1.SnapshotResponseB$Z\"github.com/swarmkv/swarmkv/rpc;rpcb\x06proto3"
+	"\bSnapshot\x12\x1b.swarmkv.v1.SnapshotRequest\x1a\x1c.swarmkv.v1.SnapshotResponse\x12N\n" +
+	"\vSlotCommand\x12\x1e.swarmkv.v1.SlotCommandRequest\x1a\x1f.swarmkv.v1.SlotCommandResponse\x12K\n" +
+	"\n" +
+	"SlotStatus\x12\x1d.swarmkv.v1.SlotStatusRequest\x1a\x1e.swarmkv.v1.SlotStatusResponse\x12M\n" +
+	"\vExportSlots\x12\x1e.swarmkv.v1.ExportSlotsRequest\x1a\x1c.swarmkv.v1.ExportSlotsChunk0\x01\x12H\n" +
+	"\tPullSlots\x12\x1c.swarmkv.v1.PullSlotsRequest\x1a\x1d.swarmkv.v1.PullSlotsResponse\x12H\n" +
+	"\tMoveAdmin\x12\x1c.swarmkv.v1.MoveAdminRequest\x1a\x1d.swarmkv.v1.MoveAdminResponseB$Z\"github.com/swarmkv/swarmkv/rpc;rpcb\x06proto3"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -1034,7 +1813,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_admin_proto_goTypes = []any{
 	(ReplicaChange)(0),             // 0: swarmkv.v1.ReplicaChange
 	(*MetaStateRequest)(nil),       // 1: swarmkv.v1.MetaStateRequest
@@ -1052,29 +1831,53 @@ var file_admin_proto_goTypes = []any{
 	(*TransferLeaderResponse)(nil), // 13: swarmkv.v1.TransferLeaderResponse
 	(*SnapshotRequest)(nil),        // 14: swarmkv.v1.SnapshotRequest
 	(*SnapshotResponse)(nil),       // 15: swarmkv.v1.SnapshotResponse
+	(*SlotCommandRequest)(nil),     // 16: swarmkv.v1.SlotCommandRequest
+	(*SlotCommandResponse)(nil),    // 17: swarmkv.v1.SlotCommandResponse
+	(*SlotStatusRequest)(nil),      // 18: swarmkv.v1.SlotStatusRequest
+	(*SlotMoveRecord)(nil),         // 19: swarmkv.v1.SlotMoveRecord
+	(*SlotStatusResponse)(nil),     // 20: swarmkv.v1.SlotStatusResponse
+	(*ExportSlotsRequest)(nil),     // 21: swarmkv.v1.ExportSlotsRequest
+	(*SlotPair)(nil),               // 22: swarmkv.v1.SlotPair
+	(*ExportSlotsChunk)(nil),       // 23: swarmkv.v1.ExportSlotsChunk
+	(*PullSlotsRequest)(nil),       // 24: swarmkv.v1.PullSlotsRequest
+	(*PullSlotsResponse)(nil),      // 25: swarmkv.v1.PullSlotsResponse
+	(*MoveAdminRequest)(nil),       // 26: swarmkv.v1.MoveAdminRequest
+	(*MoveAdminResponse)(nil),      // 27: swarmkv.v1.MoveAdminResponse
 }
 var file_admin_proto_depIdxs = []int32{
 	8,  // 0: swarmkv.v1.ReplicaStatusResponse.servers:type_name -> swarmkv.v1.RaftServer
 	0,  // 1: swarmkv.v1.ChangeReplicaRequest.change:type_name -> swarmkv.v1.ReplicaChange
-	1,  // 2: swarmkv.v1.Admin.MetaState:input_type -> swarmkv.v1.MetaStateRequest
-	3,  // 3: swarmkv.v1.Admin.JoinNode:input_type -> swarmkv.v1.JoinNodeRequest
-	5,  // 4: swarmkv.v1.Admin.RemoveNode:input_type -> swarmkv.v1.RemoveNodeRequest
-	7,  // 5: swarmkv.v1.Admin.ReplicaStatus:input_type -> swarmkv.v1.ReplicaStatusRequest
-	10, // 6: swarmkv.v1.Admin.ChangeReplica:input_type -> swarmkv.v1.ChangeReplicaRequest
-	12, // 7: swarmkv.v1.Admin.TransferLeader:input_type -> swarmkv.v1.TransferLeaderRequest
-	14, // 8: swarmkv.v1.Admin.Snapshot:input_type -> swarmkv.v1.SnapshotRequest
-	2,  // 9: swarmkv.v1.Admin.MetaState:output_type -> swarmkv.v1.MetaStateResponse
-	4,  // 10: swarmkv.v1.Admin.JoinNode:output_type -> swarmkv.v1.JoinNodeResponse
-	6,  // 11: swarmkv.v1.Admin.RemoveNode:output_type -> swarmkv.v1.RemoveNodeResponse
-	9,  // 12: swarmkv.v1.Admin.ReplicaStatus:output_type -> swarmkv.v1.ReplicaStatusResponse
-	11, // 13: swarmkv.v1.Admin.ChangeReplica:output_type -> swarmkv.v1.ChangeReplicaResponse
-	13, // 14: swarmkv.v1.Admin.TransferLeader:output_type -> swarmkv.v1.TransferLeaderResponse
-	15, // 15: swarmkv.v1.Admin.Snapshot:output_type -> swarmkv.v1.SnapshotResponse
-	9,  // [9:16] is the sub-list for method output_type
-	2,  // [2:9] is the sub-list for method input_type
-	2,  // [2:2] is the sub-list for extension type_name
-	2,  // [2:2] is the sub-list for extension extendee
-	0,  // [0:2] is the sub-list for field type_name
+	19, // 2: swarmkv.v1.SlotStatusResponse.moves:type_name -> swarmkv.v1.SlotMoveRecord
+	22, // 3: swarmkv.v1.ExportSlotsChunk.pairs:type_name -> swarmkv.v1.SlotPair
+	1,  // 4: swarmkv.v1.Admin.MetaState:input_type -> swarmkv.v1.MetaStateRequest
+	3,  // 5: swarmkv.v1.Admin.JoinNode:input_type -> swarmkv.v1.JoinNodeRequest
+	5,  // 6: swarmkv.v1.Admin.RemoveNode:input_type -> swarmkv.v1.RemoveNodeRequest
+	7,  // 7: swarmkv.v1.Admin.ReplicaStatus:input_type -> swarmkv.v1.ReplicaStatusRequest
+	10, // 8: swarmkv.v1.Admin.ChangeReplica:input_type -> swarmkv.v1.ChangeReplicaRequest
+	12, // 9: swarmkv.v1.Admin.TransferLeader:input_type -> swarmkv.v1.TransferLeaderRequest
+	14, // 10: swarmkv.v1.Admin.Snapshot:input_type -> swarmkv.v1.SnapshotRequest
+	16, // 11: swarmkv.v1.Admin.SlotCommand:input_type -> swarmkv.v1.SlotCommandRequest
+	18, // 12: swarmkv.v1.Admin.SlotStatus:input_type -> swarmkv.v1.SlotStatusRequest
+	21, // 13: swarmkv.v1.Admin.ExportSlots:input_type -> swarmkv.v1.ExportSlotsRequest
+	24, // 14: swarmkv.v1.Admin.PullSlots:input_type -> swarmkv.v1.PullSlotsRequest
+	26, // 15: swarmkv.v1.Admin.MoveAdmin:input_type -> swarmkv.v1.MoveAdminRequest
+	2,  // 16: swarmkv.v1.Admin.MetaState:output_type -> swarmkv.v1.MetaStateResponse
+	4,  // 17: swarmkv.v1.Admin.JoinNode:output_type -> swarmkv.v1.JoinNodeResponse
+	6,  // 18: swarmkv.v1.Admin.RemoveNode:output_type -> swarmkv.v1.RemoveNodeResponse
+	9,  // 19: swarmkv.v1.Admin.ReplicaStatus:output_type -> swarmkv.v1.ReplicaStatusResponse
+	11, // 20: swarmkv.v1.Admin.ChangeReplica:output_type -> swarmkv.v1.ChangeReplicaResponse
+	13, // 21: swarmkv.v1.Admin.TransferLeader:output_type -> swarmkv.v1.TransferLeaderResponse
+	15, // 22: swarmkv.v1.Admin.Snapshot:output_type -> swarmkv.v1.SnapshotResponse
+	17, // 23: swarmkv.v1.Admin.SlotCommand:output_type -> swarmkv.v1.SlotCommandResponse
+	20, // 24: swarmkv.v1.Admin.SlotStatus:output_type -> swarmkv.v1.SlotStatusResponse
+	23, // 25: swarmkv.v1.Admin.ExportSlots:output_type -> swarmkv.v1.ExportSlotsChunk
+	25, // 26: swarmkv.v1.Admin.PullSlots:output_type -> swarmkv.v1.PullSlotsResponse
+	27, // 27: swarmkv.v1.Admin.MoveAdmin:output_type -> swarmkv.v1.MoveAdminResponse
+	16, // [16:28] is the sub-list for method output_type
+	4,  // [4:16] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -1088,7 +1891,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,11 @@ const (
 	Admin_ChangeReplica_FullMethodName  = "/swarmkv.v1.Admin/ChangeReplica"
 	Admin_TransferLeader_FullMethodName = "/swarmkv.v1.Admin/TransferLeader"
 	Admin_Snapshot_FullMethodName       = "/swarmkv.v1.Admin/Snapshot"
+	Admin_SlotCommand_FullMethodName    = "/swarmkv.v1.Admin/SlotCommand"
+	Admin_SlotStatus_FullMethodName     = "/swarmkv.v1.Admin/SlotStatus"
+	Admin_ExportSlots_FullMethodName    = "/swarmkv.v1.Admin/ExportSlots"
+	Admin_PullSlots_FullMethodName      = "/swarmkv.v1.Admin/PullSlots"
+	Admin_MoveAdmin_FullMethodName      = "/swarmkv.v1.Admin/MoveAdmin"
 )
 
 // AdminClient is the client API for Admin service.
@@ -55,6 +60,24 @@ type AdminClient interface {
 	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
 	// Snapshot makes the answering node's replica take a snapshot now.
 	Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (*SnapshotResponse, error)
+	// SlotCommand proposes one slot move command on a shard's leader.
+	SlotCommand(ctx context.Context, in *SlotCommandRequest, opts ...grpc.CallOption) (*SlotCommandResponse, error)
+	// SlotStatus reports a shard's owned slots and move records, read on its
+	// leader.
+	SlotStatus(ctx context.Context, in *SlotStatusRequest, opts ...grpc.CallOption) (*SlotStatusResponse, error)
+	// ExportSlots streams the data of a move's frozen slots from the
+	// answering node's replica of the source shard (any replica that has
+	// applied the freeze: the frozen data never changes).
+	ExportSlots(ctx context.Context, in *ExportSlotsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportSlotsChunk], error)
+	// PullSlots runs on the target shard's leader: it streams the frozen
+	// data from the source (ExportSlots), ingests it in order and adopts
+	// the slots. Idempotent: a move already adopted succeeds at once. A
+	// refusal by the target's state machine (a key that collides in a
+	// merge, a move aborted there) is FailedPrecondition: abort the move.
+	PullSlots(ctx context.Context, in *PullSlotsRequest, opts ...grpc.CallOption) (*PullSlotsResponse, error)
+	// MoveAdmin plans a split or a merge, or cancels a move; forwarded to
+	// the meta leader (Node.SplitShard, MergeShards, CancelMove).
+	MoveAdmin(ctx context.Context, in *MoveAdminRequest, opts ...grpc.CallOption) (*MoveAdminResponse, error)
 }
 
 type adminClient struct {
@@ -135,6 +158,65 @@ func (c *adminClient) Snapshot(ctx context.Context, in *SnapshotRequest, opts ..
 	return out, nil
 }
 
+func (c *adminClient) SlotCommand(ctx context.Context, in *SlotCommandRequest, opts ...grpc.CallOption) (*SlotCommandResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SlotCommandResponse)
+	err := c.cc.Invoke(ctx, Admin_SlotCommand_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) SlotStatus(ctx context.Context, in *SlotStatusRequest, opts ...grpc.CallOption) (*SlotStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SlotStatusResponse)
+	err := c.cc.Invoke(ctx, Admin_SlotStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ExportSlots(ctx context.Context, in *ExportSlotsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportSlotsChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Admin_ServiceDesc.Streams[0], Admin_ExportSlots_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExportSlotsRequest, ExportSlotsChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_ExportSlotsClient = grpc.ServerStreamingClient[ExportSlotsChunk]
+
+func (c *adminClient) PullSlots(ctx context.Context, in *PullSlotsRequest, opts ...grpc.CallOption) (*PullSlotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PullSlotsResponse)
+	err := c.cc.Invoke(ctx, Admin_PullSlots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) MoveAdmin(ctx context.Context, in *MoveAdminRequest, opts ...grpc.CallOption) (*MoveAdminResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveAdminResponse)
+	err := c.cc.Invoke(ctx, Admin_MoveAdmin_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -157,6 +239,24 @@ type AdminServer interface {
 	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
 	// Snapshot makes the answering node's replica take a snapshot now.
 	Snapshot(context.Context, *SnapshotRequest) (*SnapshotResponse, error)
+	// SlotCommand proposes one slot move command on a shard's leader.
+	SlotCommand(context.Context, *SlotCommandRequest) (*SlotCommandResponse, error)
+	// SlotStatus reports a shard's owned slots and move records, read on its
+	// leader.
+	SlotStatus(context.Context, *SlotStatusRequest) (*SlotStatusResponse, error)
+	// ExportSlots streams the data of a move's frozen slots from the
+	// answering node's replica of the source shard (any replica that has
+	// applied the freeze: the frozen data never changes).
+	ExportSlots(*ExportSlotsRequest, grpc.ServerStreamingServer[ExportSlotsChunk]) error
+	// PullSlots runs on the target shard's leader: it streams the frozen
+	// data from the source (ExportSlots), ingests it in order and adopts
+	// the slots. Idempotent: a move already adopted succeeds at once. A
+	// refusal by the target's state machine (a key that collides in a
+	// merge, a move aborted there) is FailedPrecondition: abort the move.
+	PullSlots(context.Context, *PullSlotsRequest) (*PullSlotsResponse, error)
+	// MoveAdmin plans a split or a merge, or cancels a move; forwarded to
+	// the meta leader (Node.SplitShard, MergeShards, CancelMove).
+	MoveAdmin(context.Context, *MoveAdminRequest) (*MoveAdminResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -187,6 +287,21 @@ func (UnimplementedAdminServer) TransferLeader(context.Context, *TransferLeaderR
 }
 func (UnimplementedAdminServer) Snapshot(context.Context, *SnapshotRequest) (*SnapshotResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Snapshot not implemented")
+}
+func (UnimplementedAdminServer) SlotCommand(context.Context, *SlotCommandRequest) (*SlotCommandResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SlotCommand not implemented")
+}
+func (UnimplementedAdminServer) SlotStatus(context.Context, *SlotStatusRequest) (*SlotStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SlotStatus not implemented")
+}
+func (UnimplementedAdminServer) ExportSlots(*ExportSlotsRequest, grpc.ServerStreamingServer[ExportSlotsChunk]) error {
+	return status.Error(codes.Unimplemented, "method ExportSlots not implemented")
+}
+func (UnimplementedAdminServer) PullSlots(context.Context, *PullSlotsRequest) (*PullSlotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PullSlots not implemented")
+}
+func (UnimplementedAdminServer) MoveAdmin(context.Context, *MoveAdminRequest) (*MoveAdminResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MoveAdmin not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -335,6 +450,89 @@ func _Admin_Snapshot_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_SlotCommand_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SlotCommandRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SlotCommand(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SlotCommand_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SlotCommand(ctx, req.(*SlotCommandRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_SlotStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SlotStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SlotStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SlotStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SlotStatus(ctx, req.(*SlotStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ExportSlots_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExportSlotsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServer).ExportSlots(m, &grpc.GenericServerStream[ExportSlotsRequest, ExportSlotsChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_ExportSlotsServer = grpc.ServerStreamingServer[ExportSlotsChunk]
+
+func _Admin_PullSlots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PullSlotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).PullSlots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_PullSlots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).PullSlots(ctx, req.(*PullSlotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_MoveAdmin_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveAdminRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).MoveAdmin(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_MoveAdmin_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).MoveAdmin(ctx, req.(*MoveAdminRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -370,7 +568,29 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Snapshot",
 			Handler:    _Admin_Snapshot_Handler,
 		},
+		{
+			MethodName: "SlotCommand",
+			Handler:    _Admin_SlotCommand_Handler,
+		},
+		{
+			MethodName: "SlotStatus",
+			Handler:    _Admin_SlotStatus_Handler,
+		},
+		{
+			MethodName: "PullSlots",
+			Handler:    _Admin_PullSlots_Handler,
+		},
+		{
+			MethodName: "MoveAdmin",
+			Handler:    _Admin_MoveAdmin_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ExportSlots",
+			Handler:       _Admin_ExportSlots_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "admin.proto",
 }

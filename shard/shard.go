@@ -12,11 +12,13 @@ import (
 // almost every key.
 const NumSlots = 256
 
-// MaxShards is the largest number of shards a Map may have. Every shard owns
-// at least one slot, so there can be no more shards than slots.
+// MaxShards bounds a Map's NumShards (the shard id bound): shard ids are
+// below it.
 const MaxShards = NumSlots
 
-// ID identifies a shard, 0..NumShards-1.
+// ID identifies a shard, below its map's NumShards. Ids need not be dense:
+// after a merge an id below NumShards may own no slot (Map.Shards lists
+// the ones that own some).
 type ID uint32
 
 // Slot is a hash bucket of routing keys, 0..NumSlots-1.
@@ -41,7 +43,10 @@ type Map struct {
 	// Version orders maps: every change to NumShards or Slots produces a
 	// map with a larger Version. Valid maps have Version >= 1.
 	Version uint64
-	// NumShards is the number of shards, 1..MaxShards.
+	// NumShards is the shard id bound, 1..MaxShards: every slot's shard
+	// is below it (1 + the highest id a split or the bootstrap made). An
+	// id below it may own no slot (merged away, or not yet published); use
+	// Shards to iterate the shards that own slots.
 	NumShards int
 	// Slots[s] is the shard that owns slot s.
 	Slots [NumSlots]ID
@@ -63,8 +68,9 @@ func DefaultMap(numShards int) (*Map, error) {
 }
 
 // Validate returns an error wrapping ErrInvalidMap, naming the first
-// problem, unless Version >= 1, 1 <= NumShards <= MaxShards, every slot
-// maps to a shard below NumShards, and every shard owns at least one slot.
+// problem, unless Version >= 1, 1 <= NumShards <= MaxShards and every slot
+// maps to a shard below NumShards. A shard id below NumShards may own no
+// slot (elastic shards: ids have holes after merges).
 func (m *Map) Validate() error {
 	if m == nil {
 		return fmt.Errorf("%w: nil", ErrInvalidMap)
@@ -75,19 +81,32 @@ func (m *Map) Validate() error {
 	if m.NumShards < 1 || m.NumShards > MaxShards {
 		return fmt.Errorf("%w: %d shards, want 1..%d", ErrInvalidMap, m.NumShards, MaxShards)
 	}
-	var owns [MaxShards]bool
 	for s, id := range m.Slots {
 		if int64(id) >= int64(m.NumShards) {
 			return fmt.Errorf("%w: slot %d maps to shard %d, want < %d", ErrInvalidMap, s, id, m.NumShards)
 		}
-		owns[id] = true
-	}
-	for id, ok := range owns[:m.NumShards] {
-		if !ok {
-			return fmt.Errorf("%w: shard %d owns no slot", ErrInvalidMap, id)
-		}
 	}
 	return nil
+}
+
+// Shards returns the distinct shards that own at least one slot, in
+// increasing order: the shards a query spanning every shard visits.
+func (m *Map) Shards() []ID {
+	var owns [MaxShards]bool
+	n := 0
+	for _, id := range m.Slots {
+		if int(id) < MaxShards && !owns[id] {
+			owns[id] = true
+			n++
+		}
+	}
+	out := make([]ID, 0, n)
+	for id, ok := range owns {
+		if ok {
+			out = append(out, ID(id))
+		}
+	}
+	return out
 }
 
 // ShardOf returns the shard that owns routingKey.

@@ -84,6 +84,10 @@ type Registry struct {
 	// Pipeline streams: messages and the calls or results they carried, by
 	// direction ("calls" received, "results" sent).
 	pipeMsgs, pipeItems *prometheus.CounterVec
+	// moveUnavailable: seconds a slot move's slots were unavailable, from
+	// the source's freeze committed to the map's publish committed
+	// (observed by the meta leader's mover).
+	moveUnavailable prometheus.Histogram
 }
 
 // New returns a node's registry; its collector reads src at each scrape.
@@ -101,11 +105,16 @@ func New(src Source) *Registry {
 			Help: "Messages on Pipeline streams, by direction (calls received, results sent)."}, []string{"direction"}),
 		pipeItems: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "swarmkv", Name: "pipeline_items_total",
 			Help: "Calls received and results sent on Pipeline streams, by direction."}, []string{"direction"}),
+		moveUnavailable: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "swarmkv", Name: "move_unavailable_seconds",
+			Help:    "Time a slot move's slots were unavailable: from the source's freeze committed to the new map's publish committed.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.grpc, m.apply, m.pipeMsgs, m.pipeItems, &nodeCollector{src: src},
+		m.grpc, m.apply, m.pipeMsgs, m.pipeItems, m.moveUnavailable, &nodeCollector{src: src},
 	)
 	return m
 }
@@ -115,6 +124,10 @@ func New(src Source) *Registry {
 func (m *Registry) ObserveApply(shard uint32, d time.Duration) {
 	m.apply.WithLabelValues(strconv.FormatUint(uint64(shard), 10)).Observe(d.Seconds())
 }
+
+// ObserveMoveUnavailable records a slot move's unavailability window
+// (swarmkv_move_unavailable_seconds).
+func (m *Registry) ObserveMoveUnavailable(d time.Duration) { m.moveUnavailable.Observe(d.Seconds()) }
 
 // CountPipeline counts one Pipeline message in direction dir carrying
 // items calls or results.

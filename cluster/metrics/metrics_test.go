@@ -91,6 +91,7 @@ func TestCollectorSeries(t *testing.T) {
 	r.CountPipeline("calls", 4)
 	r.CountPipeline("calls", 2)
 	r.CountPipeline("results", 6)
+	r.ObserveMoveUnavailable(300 * time.Millisecond)
 	fams := scrapeText(t, r)
 	want := map[string]float64{
 		`swarmkv_raft_state{shard="0"}`:                                 2,
@@ -130,6 +131,7 @@ func TestCollectorSeries(t *testing.T) {
 		`swarmkv_gossip_members{state="dead"}`:                          1,
 		`swarmkv_node_ready`:                                            1,
 		`swarmkv_apply_duration_seconds{shard="0"}_count`:               1,
+		`swarmkv_move_unavailable_seconds_count`:                        1,
 		`swarmkv_pipeline_messages_total{direction="calls"}`:            2,
 		`swarmkv_pipeline_messages_total{direction="results"}`:          1,
 		`swarmkv_pipeline_items_total{direction="calls"}`:               6,
@@ -168,14 +170,16 @@ func TestCollectorSeries(t *testing.T) {
 }
 
 // TestCollectorAbsent: without a block cache, a shared log store or
-// replicas, only the gossip and readiness series remain.
+// replicas, only the gossip and readiness series remain (and the move
+// histogram, empty: it is the node's own, not a scraped one).
 func TestCollectorAbsent(t *testing.T) {
 	r := New(func() Scrape { return Scrape{Alive: 1} })
 	got := series(scrapeText(t, r), "swarmkv_")
 	want := map[string]float64{
-		`swarmkv_gossip_members{state="alive"}`: 1,
-		`swarmkv_gossip_members{state="dead"}`:  0,
-		`swarmkv_node_ready`:                    0,
+		`swarmkv_gossip_members{state="alive"}`:  1,
+		`swarmkv_gossip_members{state="dead"}`:   0,
+		`swarmkv_node_ready`:                     0,
+		`swarmkv_move_unavailable_seconds_count`: 0,
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("series %v, want %v", got, want)

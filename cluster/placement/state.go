@@ -1,9 +1,10 @@
 // Package placement owns the cluster state as data (State: members, shard
 // map, placement of every replica, the meta group's voters, tokens) and the
 // pure decisions made from it: the initial placement (Place), the meta
-// group's size (MetaVoterTarget), and the reconciler's choices (plan.go;
+// group's size (MetaVoterTarget), the reconciler's choices (plan.go;
 // reconcile.go: Step, BalanceReplicas, BalanceLeaders and the Action
-// they return).
+// they return), and the slot moves of elastic shards (move.go: PlanSplit,
+// PlanMerge and the phase changes the mover commits).
 // Nothing here does I/O, holds a lock or talks to a node: package cluster
 // reads the state, calls these functions and acts on what they return, so
 // they are tested without a cluster. It imports shard (and the standard
@@ -57,6 +58,16 @@ type Placement struct {
 	Shard    shard.ID `json:"shard"`
 	Voters   []string `json:"voters"`
 	Learners []string `json:"learners,omitempty"`
+	// New marks a group a split created at runtime that has had no leader
+	// yet: each of its voters bootstraps it with Voters (the identical
+	// configuration on every voter, which hashicorp/raft allows). The
+	// mover clears it once the group has a leader.
+	New bool `json:"new,omitempty"`
+	// StartsEmpty: the group's state machine starts owning no slot
+	// (fsm.Config.InitialSlots = the empty set), on every replica and for
+	// its whole life (a replica added later replays the log from the
+	// same start). Groups made at bootstrap start owning every slot.
+	StartsEmpty bool `json:"starts_empty,omitempty"`
 }
 
 // Holds reports whether node id holds a replica (voter or learner).
@@ -98,6 +109,12 @@ type State struct {
 	// Tokens are the clients' bearer tokens (auth/authn,
 	// cluster/tokens.go): only the SHA-256 of each secret is stored.
 	Tokens []Token `json:"tokens,omitempty"`
+	// Moves are the slot moves in progress (split, merge; move.go), and
+	// NextMoveID the id the next one gets (ids are never reused: the
+	// shards' state machines keep their move records forever). Documents
+	// written before elastic shards have neither.
+	Moves      []Move `json:"moves,omitempty"`
+	NextMoveID uint64 `json:"next_move_id,omitempty"`
 }
 
 // Token is a bearer token's record in the cluster state.
@@ -135,8 +152,10 @@ func (s *State) Clone() *State {
 	}
 	c.Shards = make([]Placement, len(s.Shards))
 	for i, p := range s.Shards {
-		c.Shards[i] = Placement{Shard: p.Shard, Voters: slices.Clone(p.Voters), Learners: slices.Clone(p.Learners)}
+		c.Shards[i] = p
+		c.Shards[i].Voters, c.Shards[i].Learners = slices.Clone(p.Voters), slices.Clone(p.Learners)
 	}
+	c.Moves = slices.Clone(s.Moves)
 	return &c
 }
 

@@ -15,7 +15,8 @@ import (
 // as a new leader, has applied its leadership no-op, it proposes
 // OpEnsureDefaultPool (create pool_goot27, public, owned by "system"; or
 // make it public) unless the local state, complete at that point, already
-// has it public. A failed proposal is retried with backoff while the
+// has it public. A shard that does not own the pools slot (it moved, or is
+// frozen for a move) gets *fsm.MovedError and stops: no retry loop. A failed proposal is retried with backoff while the
 // replica stays ready in the same term; a deterministic rejection by the
 // state machine is logged and not retried. It returns when the replica
 // closes.
@@ -49,8 +50,15 @@ func proposeDefaultPool(r *Replica) (done bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	res, err := r.Propose(ctx, &fsm.Command{Op: fsm.OpEnsureDefaultPool, Time: time.Now().UnixMilli()})
+	var moved *fsm.MovedError
 	switch {
 	case err == nil:
+	case errors.As(err, &moved):
+		// The pools slot moved (or is moving) to another shard: the pool
+		// record moves with the data, and the new owner's leader ensures
+		// it. Nothing to do here, and nothing to retry.
+		r.log.Info("default pool not ensured here: the pools slot is not owned by this shard", "pool", records.DefaultPoolID, "err", err)
+		return true, nil
 	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrOutcomeUnknown), errors.Is(err, ErrClosed),
 		errors.Is(err, context.DeadlineExceeded):
 		return false, err // the proposal did not (or may not) apply: retry

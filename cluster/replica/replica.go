@@ -140,6 +140,11 @@ type Config struct {
 	// Bootstrap: bootstrap the group with Voters if the replica has no Raft
 	// state yet.
 	Bootstrap bool
+	// InitialSlots is the state machine's ownership while its DB records
+	// none (fsm.Config.InitialSlots): nil, every slot, for the groups made
+	// at bootstrap; the empty set for a group a split made. It must be the
+	// same on every replica of the group, for its whole life.
+	InitialSlots *shard.SlotSet
 	// OnReady, if set, runs after each new leadership's no-op is applied
 	// (ReadyTerm set), on the watcher's per-leadership goroutine, which
 	// Close joins. It must return when the replica closes and should stop
@@ -200,6 +205,7 @@ func Open(c Config) (_ *Replica, err error) {
 		Limits:       c.Limits,
 		Reply:        c.Reply,
 		Logger:       c.Logger,
+		InitialSlots: c.InitialSlots,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: state machine: %w", c.ID, err)

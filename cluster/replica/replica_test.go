@@ -15,6 +15,8 @@ import (
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/raftlog"
+	"github.com/swarmkv/swarmkv/records"
+	"github.com/swarmkv/swarmkv/shard"
 )
 
 // tcpLayer is a raft.StreamLayer on a plain TCP listener (the node uses
@@ -27,13 +29,13 @@ func (tcpLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, 
 
 // openSingle opens a bootstrapped one-voter replica in dir (log store
 // shared when ls is not nil) and waits until it is a ready leader.
-func openSingle(t *testing.T, dir string, ls *raftlog.Store) *Replica {
+func openSingle(t *testing.T, dir string, ls *raftlog.Store, opts ...func(*Config)) *Replica {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Open(Config{
+	r, err := openWith(Config{
 		ID:       3,
 		Dir:      dir,
 		LocalID:  "n1",
@@ -53,7 +55,7 @@ func openSingle(t *testing.T, dir string, ls *raftlog.Store) *Replica {
 		Voters:       []raft.Server{{Suffrage: raft.Voter, ID: "n1", Address: raft.ServerAddress(ln.Addr().String())}},
 		Bootstrap:    true,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}, opts...)
 	if err != nil {
 		ln.Close()
 		t.Fatal(err)
@@ -65,6 +67,37 @@ func openSingle(t *testing.T, dir string, ls *raftlog.Store) *Replica {
 		}
 	}
 	return r
+}
+
+func openWith(c Config, opts ...func(*Config)) (*Replica, error) {
+	for _, o := range opts {
+		o(&c)
+	}
+	return Open(c)
+}
+
+// TestDefaultPoolNotOwned: the leader of a shard that does not own the
+// pools slot (a split's new group starts owning none) stops ensuring the
+// default pool at the state machine's MovedError instead of retrying, and
+// writes nothing.
+func TestDefaultPoolNotOwned(t *testing.T) {
+	done := make(chan struct{})
+	r := openSingle(t, t.TempDir(), nil, func(c *Config) {
+		c.InitialSlots = &shard.SlotSet{}
+		c.OnReady = func(r *Replica) { EnsureDefaultPool(r); close(done) }
+	})
+	defer r.Close()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("EnsureDefaultPool still running on a shard without the pools slot")
+	}
+	if _, err := r.FSM().Get(keys.Pool(records.DefaultPoolID)); !errors.Is(err, fsm.ErrNotFound) {
+		t.Fatalf("default pool on a shard without the pools slot: %v", err)
+	}
+	if !r.FSM().Owned().IsEmpty() {
+		t.Fatalf("owned %v, want none", r.FSM().Owned())
+	}
 }
 
 // TestReplicaSingleVoter: a one-voter group, with either log store,

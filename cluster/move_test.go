@@ -1,0 +1,439 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/swarmkv/swarmkv/cluster/placement"
+	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// anyMap returns the shard map of the first live node.
+func (tc *testCluster) anyMap() *shard.Map {
+	for _, n := range tc.nodes {
+		if n != nil {
+			return n.smapNow()
+		}
+	}
+	return nil
+}
+
+// retryable reports whether a write through a replica may be sent again:
+// the slot moved (the test's map is stale), no leader, or an unknown
+// outcome (the test writes each key with one value only).
+func retryable(err error) bool {
+	var moved *fsm.MovedError
+	return errors.As(err, &moved) || errors.Is(err, ErrNotLeader) || errors.Is(err, ErrOutcomeUnknown) ||
+		errors.Is(err, ErrClosed) || errors.Is(err, ErrLeaderNotReady) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// putRouted writes rk/key=value through the node API: the leader replica
+// of the shard a node's map names, retrying on the moved answer (the
+// client of this branch does not follow moves yet).
+func (tc *testCluster) putRouted(ctx context.Context, rk []byte, key string, value []byte) error {
+	for ctx.Err() == nil {
+		id := tc.anyMap().ShardOf(rk)
+		i := tc.currentLeaderOf(id)
+		if i < 0 {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		r := tc.nodes[i].localReplica(id)
+		if r == nil {
+			continue
+		}
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := r.Propose(actx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
+			Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: kvKey(rk, key), Value: value}}}})
+		cancel()
+		if err == nil || !retryable(err) {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return ctx.Err()
+}
+
+// getRouted reads rk/key linearizably from the owner the map names.
+func (tc *testCluster) getRouted(ctx context.Context, rk []byte, key string) ([]byte, error) {
+	id := tc.anyMap().ShardOf(rk)
+	i := tc.leaderOf(id)
+	if i < 0 {
+		return nil, fmt.Errorf("no leader of shard %d", id)
+	}
+	r := tc.nodes[i].localReplica(id)
+	if err := r.ReadBarrier(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.FSM().CheckRoutingKey(rk); err != nil {
+		return nil, err
+	}
+	return r.FSM().Get(kvKey(rk, key))
+}
+
+// waitMovesDone waits until the cluster state has no move left.
+func (tc *testCluster) waitMovesDone(ctx context.Context, timeout time.Duration) {
+	tc.t.Helper()
+	waitFor(tc.t, timeout, "moves done", func() error {
+		for _, n := range tc.nodes {
+			if n == nil {
+				continue
+			}
+			ms, err := n.Moves(ctx)
+			if err != nil {
+				return err
+			}
+			if len(ms) > 0 {
+				return fmt.Errorf("move %d is %s (%s)", ms[0].ID, ms[0].Phase, ms[0].Error)
+			}
+			return nil
+		}
+		return errors.New("no live node")
+	})
+}
+
+// rkInSlots returns a routing key whose slot is (in) or is not (!in) in s.
+func rkInSlots(s shard.SlotSet, in bool, from int) ([]byte, int) {
+	for i := from; ; i++ {
+		rk := []byte(fmt.Sprintf("user-%d", i))
+		if s.Has(shard.SlotOf(rk)) == in {
+			return rk, i + 1
+		}
+	}
+}
+
+// moveScrapes returns the swarmkv_move_unavailable_seconds count summed
+// over the live nodes.
+func (tc *testCluster) moveScrapes() int {
+	re := regexp.MustCompile(`(?m)^swarmkv_move_unavailable_seconds_count (\d+)`)
+	total := 0
+	for _, n := range tc.nodes {
+		if n == nil {
+			continue
+		}
+		rec := httptest.NewRecorder()
+		n.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		if m := re.FindStringSubmatch(rec.Body.String()); m != nil {
+			c, _ := strconv.Atoi(m[1])
+			total += c
+		}
+	}
+	return total
+}
+
+type ackedWrite struct {
+	rk    []byte
+	key   string
+	value []byte
+}
+
+// TestSplitMerge splits a shard of a 3-node cluster while a writer writes
+// to keys of the moving slots and of others, checks that every
+// acknowledged write is readable from its owner, the map version grew,
+// the source holds none of the moved data and answers the moved slots
+// with MovedError (and the target the others); then merges it back.
+func TestSplitMerge(t *testing.T) {
+	tc := newTestCluster(t, 3, 2, nil)
+	ctx := ctxT(t, 90*time.Second)
+	n0 := tc.nodes[0]
+	m0 := tc.anyMap()
+	src := shard.ID(0)
+	owned := shard.SlotSetOf(m0.SlotsOf(src)...)
+	all := owned.Slots()
+	moving := shard.SlotSetOf(all[len(all)-len(all)/2:]...)
+
+	// A writer: routing keys in the moving slots, in the source's other
+	// slots and in the other shard, each key written once.
+	var rks [][]byte
+	next := 0
+	for range 4 {
+		var rk []byte
+		rk, next = rkInSlots(moving, true, next)
+		rks = append(rks, rk)
+	}
+	for _, set := range []shard.SlotSet{owned.Minus(moving), shard.AllSlots().Minus(owned)} {
+		for range 2 {
+			var rk []byte
+			rk, next = rkInSlots(set, true, next)
+			rks = append(rks, rk)
+		}
+	}
+	var mu sync.Mutex
+	var acked []ackedWrite
+	stop := make(chan struct{})
+	var werr atomic.Value
+	var wg sync.WaitGroup
+	writer := func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			w := ackedWrite{rk: rks[i%len(rks)], key: fmt.Sprintf("k%05d", i), value: []byte(fmt.Sprintf("v%d", i))}
+			if err := tc.putRouted(ctx, w.rk, w.key, w.value); err != nil {
+				werr.Store(err)
+				return
+			}
+			mu.Lock()
+			acked = append(acked, w)
+			mu.Unlock()
+		}
+	}
+	wg.Add(1)
+	go writer()
+	time.Sleep(300 * time.Millisecond)
+
+	mv, err := n0.SplitShard(ctx, src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mv.Kind != placement.MoveSplit || mv.Source != src || mv.Target != 2 || mv.Slots != moving || mv.MapVersion != m0.Version+1 {
+		t.Fatalf("planned %+v, want split of shard 0's slots %s into shard 2", mv, moving)
+	}
+	// A second plan for the same shard is refused and changes nothing.
+	if _, err := tc.nodes[1].SplitShard(ctx, src, nil); ErrorKind(err).String() != "failed precondition" {
+		t.Fatalf("second split of a moving shard: %v", err)
+	}
+	tc.waitMovesDone(ctx, 45*time.Second)
+	time.Sleep(300 * time.Millisecond) // writes after the publish
+	close(stop)
+	wg.Wait()
+	if err, _ := werr.Load().(error); err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+	waitFor(t, 10*time.Second, "every node has the new map", func() error {
+		for _, n := range tc.nodes {
+			if m := n.smapNow(); m.Version < mv.MapVersion {
+				return fmt.Errorf("%s has map version %d", n.ID(), m.Version)
+			}
+		}
+		return nil
+	})
+	m1 := tc.anyMap()
+	if m1.NumShards != 3 || shard.SlotSetOf(m1.SlotsOf(2)...) != moving || m1.Version != mv.MapVersion {
+		t.Fatalf("map after split: version %d, %d shards, shard 2 owns %v", m1.Version, m1.NumShards, m1.SlotsOf(2))
+	}
+	checkAcked := func(when string, acked []ackedWrite) {
+		t.Helper()
+		for _, w := range acked {
+			v, err := tc.getRouted(ctx, w.rk, w.key)
+			if err != nil || string(v) != string(w.value) {
+				t.Fatalf("%s: acknowledged %s/%s = %q: got %q, %v", when, w.rk, w.key, w.value, v, err)
+			}
+		}
+	}
+	mu.Lock()
+	writes := acked
+	mu.Unlock()
+	inMoving := 0
+	for _, w := range writes {
+		if moving.Has(shard.SlotOf(w.rk)) {
+			inMoving++
+		}
+	}
+	if inMoving == 0 || len(writes) == inMoving {
+		t.Fatalf("writer covered %d writes, %d in the moving slots", len(writes), inMoving)
+	}
+	checkAcked("after split", writes)
+	// No key is answered by both groups; the source keeps none of the
+	// moved data, on any replica.
+	waitFor(t, 10*time.Second, "source dropped the moved data", func() error {
+		for _, n := range tc.nodes {
+			sr, tr := n.localReplica(src), n.localReplica(2)
+			if sr == nil || tr == nil {
+				return fmt.Errorf("%s lacks a replica", n.ID())
+			}
+			for _, w := range writes {
+				in := moving.Has(shard.SlotOf(w.rk))
+				kept := owned.Minus(moving).Has(shard.SlotOf(w.rk))
+				var me *fsm.MovedError
+				if err := sr.FSM().CheckRoutingKey(w.rk); kept == errors.As(err, &me) {
+					return fmt.Errorf("%s: source check of %s: %v", n.ID(), w.rk, err)
+				}
+				if err := tr.FSM().CheckRoutingKey(w.rk); in == errors.As(err, &me) {
+					return fmt.Errorf("%s: target check of %s: %v", n.ID(), w.rk, err)
+				}
+				if in {
+					if _, err := sr.FSM().Get(kvKey(w.rk, w.key)); !errors.Is(err, fsm.ErrNotFound) {
+						return fmt.Errorf("%s: source still holds %s/%s: %v", n.ID(), w.rk, w.key, err)
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if c := tc.moveScrapes(); c < 1 {
+		t.Errorf("swarmkv_move_unavailable_seconds observed %d moves", c)
+	}
+
+	// Merge it back.
+	mm, err := tc.nodes[2].MergeShards(ctx, src, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mm.Kind != placement.MoveMerge || mm.Slots != moving || mm.ID != mv.ID+1 {
+		t.Fatalf("merge planned %+v", mm)
+	}
+	tc.waitMovesDone(ctx, 45*time.Second)
+	waitFor(t, 10*time.Second, "shard 2 gone everywhere", func() error {
+		for _, n := range tc.nodes {
+			m := n.smapNow()
+			if m.Version <= mv.MapVersion || len(m.SlotsOf(2)) != 0 || m.NumShards != 2 {
+				return fmt.Errorf("%s: map version %d, %d shards", n.ID(), m.Version, m.NumShards)
+			}
+			if n.localReplica(2) != nil {
+				return fmt.Errorf("%s still holds shard 2", n.ID())
+			}
+		}
+		return nil
+	})
+	checkAcked("after merge", writes)
+	st, err := n0.ClusterState(ctx)
+	if err != nil || st.Placement(2) != nil {
+		t.Fatalf("state after merge: %v, %+v", err, st.Shards)
+	}
+}
+
+// TestMoveResumesAfterMetaLeaderCrash stops the meta leader right after
+// its mover committed the freeze; another node takes over the meta group
+// and finishes the move from the recorded phase.
+func TestMoveResumesAfterMetaLeaderCrash(t *testing.T) {
+	var halted atomic.Bool
+	haltedAt := make(chan struct{})
+	tc := newTestCluster(t, 3, 2, func(c *Config) {
+		c.Testing.AfterMovePhase = func(id uint64, phase string) bool {
+			if phase == placement.PhaseFrozen && halted.CompareAndSwap(false, true) {
+				close(haltedAt)
+				return true
+			}
+			return false
+		}
+	})
+	ctx := ctxT(t, 90*time.Second)
+	rk, _ := rkInSlots(shard.SlotSetOf(tc.anyMap().SlotsOf(1)...), true, 0)
+	for i := range 20 {
+		if err := tc.putRouted(ctx, rk, fmt.Sprintf("k%d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mv, err := tc.nodes[0].SplitShard(ctx, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-haltedAt:
+	case <-ctx.Done():
+		t.Fatal("the mover never froze")
+	}
+	leader := -1
+	for i, n := range tc.nodes {
+		if r := n.metaReplica(); r != nil && r.IsLeader() {
+			leader = i
+		}
+	}
+	if leader < 0 {
+		t.Fatal("no meta leader")
+	}
+	st, err := tc.nodes[(leader+1)%3].ClusterState(ctx)
+	if err != nil || st.Move(mv.ID) == nil || st.Move(mv.ID).Phase != placement.PhaseFrozen {
+		t.Fatalf("state at the crash: %v %+v", err, st.Moves)
+	}
+	tc.stop(leader)
+	tc.waitMovesDone(ctx, 45*time.Second)
+	tc.start(leader)
+	tc.waitReady()
+	waitFor(t, 10*time.Second, "the restarted node follows the new map", func() error {
+		for _, n := range tc.nodes {
+			m := n.smapNow()
+			if m.Version < mv.MapVersion || shard.SlotSetOf(m.SlotsOf(mv.Target)...) != mv.Slots {
+				return fmt.Errorf("%s: map version %d, target owns %v", n.ID(), m.Version, m.SlotsOf(mv.Target))
+			}
+		}
+		return nil
+	})
+	for i := range 20 {
+		if v, err := tc.getRouted(ctx, rk, fmt.Sprintf("k%d", i)); err != nil || string(v) != "v" {
+			t.Fatalf("k%d after the resumed move: %q %v", i, v, err)
+		}
+	}
+}
+
+// TestMergeCollisionAborts: a merge whose ingest finds a key the target
+// holds with another value aborts: the source owns its slots again and
+// serves writes, the map and placements are unchanged, the move is gone.
+func TestMergeCollisionAborts(t *testing.T) {
+	tc := newTestCluster(t, 3, 2, nil)
+	ctx := ctxT(t, 60*time.Second)
+	m0 := tc.anyMap()
+	from := shard.SlotSetOf(m0.SlotsOf(1)...)
+	rk, _ := rkInSlots(from, true, 0)
+	if err := tc.putRouted(ctx, rk, "x", []byte("B")); err != nil {
+		t.Fatal(err)
+	}
+	// Shard 0, made at bootstrap, still accepts any slot in its state
+	// machine: plant the same key there with another value.
+	_, r0 := tc.leaderReplica(0)
+	if _, err := r0.Propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
+		Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: kvKey(rk, "x"), Value: []byte("A")}}}}); err != nil {
+		t.Fatal(err)
+	}
+	mv, err := tc.nodes[1].MergeShards(ctx, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.waitMovesDone(ctx, 30*time.Second)
+	st, err := tc.nodes[0].ClusterState(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.MapVersion != m0.Version || st.Placement(1) == nil || len(st.Moves) != 0 || st.NextMoveID != mv.ID+1 {
+		t.Fatalf("state after the aborted merge: version %d, shards %+v, moves %+v", st.MapVersion, st.Shards, st.Moves)
+	}
+	_, r1 := tc.leaderReplica(1)
+	if r1.FSM().Owned() != from {
+		t.Fatalf("source owns %v after the abort, want %v", r1.FSM().Owned(), from)
+	}
+	if v, err := tc.getRouted(ctx, rk, "x"); err != nil || string(v) != "B" {
+		t.Fatalf("source's key after the abort: %q %v", v, err)
+	}
+	if err := tc.putRouted(ctx, rk, "y", []byte("C")); err != nil {
+		t.Fatalf("write after the abort: %v", err)
+	}
+	// The target registered and dropped the move: it can never adopt it.
+	for _, rec := range r0.FSM().Moves() {
+		if rec.ID == mv.ID && rec.State != fsm.MoveAborted {
+			t.Fatalf("target's record %+v", rec)
+		}
+	}
+	// Bad input: clear errors, nothing changed.
+	for _, bad := range []func() error{
+		func() error { _, err := tc.nodes[0].MergeShards(ctx, 0, 0); return err },
+		func() error { _, err := tc.nodes[0].MergeShards(ctx, 0, 9); return err },
+		func() error {
+			s := shard.SlotSetOf(all(m0, 1)...)
+			_, err := tc.nodes[0].SplitShard(ctx, 0, &s)
+			return err
+		},
+		func() error { _, err := tc.nodes[2].CancelMove(ctx, 99); return err },
+	} {
+		if err := bad(); ErrorKind(err).String() != "failed precondition" {
+			t.Errorf("bad move request: %v", err)
+		}
+	}
+	if st2, _ := tc.nodes[0].ClusterState(ctx); st2.Epoch != st.Epoch {
+		t.Errorf("refused requests changed the state: epoch %d -> %d", st.Epoch, st2.Epoch)
+	}
+}
+
+func all(m *shard.Map, id shard.ID) []shard.Slot { return m.SlotsOf(id) }

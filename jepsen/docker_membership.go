@@ -123,7 +123,7 @@ func (d *Docker) adminVia(except string) []string {
 	defer d.mu.Unlock()
 	var out []string
 	for _, id := range d.members {
-		if id != except && !d.down[id] {
+		if id != except && !d.down[id] && !d.cut[id] {
 			out = append(out, id)
 		}
 	}
@@ -147,6 +147,16 @@ func (d *Docker) adminMembers(ctx context.Context, via string) ([]cluster.Member
 	err := adminHTTP(ctx, http.MethodGet, "http://"+d.httpAddr(via)+"/v1/members", nil, &ms)
 	return ms, err
 }
+
+// adminHTTPError is an error answer of the HTTP API: its status code, and
+// the gRPC status adminHTTP maps it to (status.Code reads it).
+type adminHTTPError struct {
+	HTTP int
+	err  error
+}
+
+func (e *adminHTTPError) Error() string              { return e.err.Error() }
+func (e *adminHTTPError) GRPCStatus() *status.Status { return status.Convert(e.err) }
 
 // adminHTTP calls a node's HTTP API at url (with body, if not nil) and
 // decodes the JSON answer into out (nil: the answer is not read); an error answer becomes a gRPC status with the code the API
@@ -178,7 +188,7 @@ func adminHTTP(ctx context.Context, method, url string, body io.Reader, out any)
 		case http.StatusNotFound:
 			code = codes.NotFound
 		}
-		return status.Errorf(code, "%s %s: %s: %s", method, req.URL.Path, resp.Status, e.Error)
+		return &adminHTTPError{HTTP: resp.StatusCode, err: status.Errorf(code, "%s %s: %s: %s", method, req.URL.Path, resp.Status, e.Error)}
 	}
 	if out == nil {
 		return nil

@@ -95,6 +95,13 @@ func TestCheckersCatchBrokenStores(t *testing.T) {
 		{"double charge", func() Connect { return NewMemDB(MemBugs{NoEventDedup: true}).Connect() }, "ledger", "charged"},
 		{"overwritten transaction", func() Connect { return NewMemDB(MemBugs{OverwriteTxID: true}).Connect() }, "ledger", "overwritten by a re-use"},
 		{"stale status index", func() Connect { return NewMemDB(MemBugs{StaleStatusIndex: true}).Connect() }, "registry", "listed under status"},
+		// A move that copies its slot without freezing it: the writes
+		// acknowledged during the move are lost at the publish, or
+		// applied twice.
+		{"move loses register writes", func() Connect { return NewMemDB(MemBugs{MoveLosesWrites: true}).Connect() }, "register", "not linearizable"},
+		{"move loses ledger writes", func() Connect { return NewMemDB(MemBugs{MoveLosesWrites: true}).Connect() }, "ledger", "is not listed"},
+		{"move duplicates register writes", func() Connect { return NewMemDB(MemBugs{MoveDuplicatesWrites: true}).Connect() }, "register", "not linearizable"},
+		{"move duplicates ledger writes", func() Connect { return NewMemDB(MemBugs{MoveDuplicatesWrites: true}).Connect() }, "ledger", "listed twice"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := memRun(t, tc.connect())
@@ -310,5 +317,37 @@ func TestLedgerCheckerCatchesOverwrittenTransaction(t *testing.T) {
 				t.Errorf("anomalies do not mention %q:\n%s", tc.want, v)
 			}
 		})
+	}
+}
+
+// Splits and merges under load, alone and while a node is down: the
+// checkers pass, at least one split and one merge complete, and every
+// move is in the history and the report.
+func TestInProcSplitMerge(t *testing.T) {
+	res, _ := runInProc(t, "split-merge,split-merge+kill", 12*time.Second)
+	c := res.MoveCounts()
+	t.Logf("moves: %s", c)
+	if c.Splits == 0 || c.Merges == 0 {
+		t.Errorf("want a split and a merge done, got %s:\n%s", c, res.Summary())
+	}
+	if c.Inconsistent > 0 || c.Unfinished > 0 {
+		t.Errorf("moves: %s", c)
+	}
+	ops := res.History.Of("nemesis")
+	if len(ops) != len(res.Moves) {
+		t.Errorf("%d moves, %d nemesis ops in the history", len(res.Moves), len(ops))
+	}
+	for _, op := range ops {
+		m, ok := op.Output.(MoveRecord)
+		if !ok || m.Outcome == MoveDone && (op.Outcome != OK || m.ID == 0 || m.Duration <= 0) {
+			t.Errorf("history op %+v", op)
+		}
+	}
+	if !strings.Contains(res.Summary(), "Moves: ") {
+		t.Errorf("summary without moves:\n%s", res.Summary())
+	}
+	v := verdictOf(t, res, "moves")
+	if v.Stats["splits"] != c.Splits || v.Stats["merges"] != c.Merges {
+		t.Errorf("moves verdict %v, counts %s", v, c)
 	}
 }

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"hash/fnv"
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/swarmkv/swarmkv/client"
@@ -27,6 +30,143 @@ type MemBugs struct {
 	// transaction: the money of both moves, the listing keeps the second
 	// only (the state machine's bug of issue 22, item 10).
 	OverwriteTxID bool
+	// MoveLosesWrites and MoveDuplicatesWrites simulate slot moves (see
+	// memMove) with a bug: a move copies its slot's data when it starts
+	// and keeps serving writes to it (no freeze); at its publish the
+	// target's copy wins. MoveLosesWrites: the writes acknowledged during
+	// the move are lost. MoveDuplicatesWrites: the target ingests them
+	// twice (a chunk applied again): each register written more than once
+	// during the move goes back to its first value of the move, and each
+	// transaction recorded during the move is listed twice.
+	MoveLosesWrites      bool
+	MoveDuplicatesWrites bool
+}
+
+// Simulated moves (MemBugs.MoveLosesWrites, MoveDuplicatesWrites): the
+// data of the KV and billing tables is spread over memSlots slots by
+// routing key (account id for billing); every memMoveEvery-th write starts
+// a move of its slot, published memMoveWindow writes later.
+const (
+	memSlots      = 16
+	memMoveEvery  = 40
+	memMoveWindow = 15
+)
+
+// memMove is a simulated move in progress.
+type memMove struct {
+	slot int
+	left int // writes until the publish
+	kv   map[string][]byte
+	acct map[keys.AccountID]records.Account
+	txs  map[keys.AccountID][]*records.CreditTransaction
+	evs  map[keys.AccountID]map[string]keys.TransactionID
+	puts []memPut // KV writes to the slot during the move, in order
+}
+
+type memPut struct {
+	key   string
+	value []byte
+}
+
+func memSlot(rk []byte) int {
+	h := fnv.New32a()
+	h.Write(rk)
+	return int(h.Sum32() % memSlots)
+}
+
+// kvSlot is the slot of a kv map key (routing key, NUL, key).
+func kvSlot(k string) int {
+	rk, _, _ := strings.Cut(k, "\x00")
+	return memSlot([]byte(rk))
+}
+
+func acctSlot(id keys.AccountID) int { return memSlot(id[:]) }
+
+// writeLocked counts a write to slot (after it is applied; put is the
+// KV write, if it is one) and starts or publishes a simulated move.
+func (m *MemDB) writeLocked(slot int, put *memPut) {
+	if !m.bugs.MoveLosesWrites && !m.bugs.MoveDuplicatesWrites {
+		return
+	}
+	m.writes++
+	if mv := m.move; mv != nil {
+		if put != nil && slot == mv.slot {
+			mv.puts = append(mv.puts, memPut{put.key, bytes.Clone(put.value)})
+		}
+		if mv.left--; mv.left <= 0 {
+			m.publishLocked()
+		}
+		return
+	}
+	if m.writes%memMoveEvery == 0 {
+		m.startMoveLocked(slot)
+	}
+}
+
+// startMoveLocked copies slot's data: what the buggy move will publish.
+func (m *MemDB) startMoveLocked(slot int) {
+	mv := &memMove{slot: slot, left: memMoveWindow, kv: map[string][]byte{}, acct: map[keys.AccountID]records.Account{},
+		txs: map[keys.AccountID][]*records.CreditTransaction{}, evs: map[keys.AccountID]map[string]keys.TransactionID{}}
+	for k, v := range m.kv {
+		if kvSlot(k) == slot {
+			mv.kv[k] = bytes.Clone(v)
+		}
+	}
+	for id, a := range m.acct {
+		if acctSlot(id) == slot {
+			mv.acct[id] = *a
+			mv.txs[id] = slices.Clone(m.txs[id])
+			mv.evs[id] = maps.Clone(m.evs[id])
+		}
+	}
+	m.move = mv
+}
+
+// publishLocked ends the move with its bug.
+func (m *MemDB) publishLocked() {
+	mv := m.move
+	m.move = nil
+	m.moves++
+	if m.bugs.MoveLosesWrites {
+		// The copy made at the start replaces the slot's data.
+		for k := range m.kv {
+			if kvSlot(k) == mv.slot {
+				delete(m.kv, k)
+			}
+		}
+		maps.Copy(m.kv, mv.kv)
+		for id := range m.acct {
+			if acctSlot(id) != mv.slot {
+				continue
+			}
+			if a, ok := mv.acct[id]; ok {
+				*m.acct[id] = a
+			}
+			m.txs[id], m.evs[id] = mv.txs[id], mv.evs[id]
+		}
+		return
+	}
+	// MoveDuplicatesWrites: the writes of the move are applied again.
+	seen := map[string]bool{}
+	for _, p := range mv.puts {
+		if !seen[p.key] {
+			seen[p.key] = true
+			m.kv[p.key] = p.value // the first write of the move, again
+		}
+	}
+	for id, old := range mv.txs {
+		for _, t := range m.txs[id][len(old):] {
+			c := *t
+			m.txs[id] = append(m.txs[id], &c)
+		}
+	}
+}
+
+// Moves returns the number of simulated moves published so far.
+func (m *MemDB) Moves() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.moves
 }
 
 // MemDB is a naive, obviously correct in-memory DB (one mutex, maps): the
@@ -41,6 +181,11 @@ type MemDB struct {
 	evs  map[keys.AccountID]map[string]keys.TransactionID
 	ags  map[keys.AgentID]*records.AgentRecord
 	idx  map[records.AgentState]map[keys.AgentID]bool
+
+	// Simulated moves (MemBugs.MoveLosesWrites, MoveDuplicatesWrites).
+	writes int
+	moves  int
+	move   *memMove
 }
 
 var _ DB = (*MemDB)(nil)
@@ -73,6 +218,7 @@ func (m *MemDB) Put(_ context.Context, rk, key, value []byte) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.kv[kvKey(rk, key)] = bytes.Clone(value)
+	m.writeLocked(memSlot(rk), &memPut{kvKey(rk, key), value})
 	return nil
 }
 
@@ -84,6 +230,7 @@ func (m *MemDB) CAS(_ context.Context, rk, key, old, new []byte) (bool, error) {
 		return false, nil
 	}
 	m.kv[kvKey(rk, key)] = bytes.Clone(new)
+	m.writeLocked(memSlot(rk), &memPut{kvKey(rk, key), new})
 	return true, nil
 }
 
@@ -92,6 +239,7 @@ func (m *MemDB) PutAccount(_ context.Context, a *records.Account) error {
 	defer m.mu.Unlock()
 	c := *a
 	m.acct[a.UserID] = &c
+	m.writeLocked(acctSlot(a.UserID), nil)
 	return nil
 }
 
@@ -160,7 +308,9 @@ func (m *MemDB) AddCredits(_ context.Context, id keys.AccountID, amount int64, t
 	c := *t
 	c.BalanceAfterCents = a.BalanceCents
 	m.txs[id] = append(m.txs[id], &c)
-	return a.BalanceCents, nil
+	bal := a.BalanceCents
+	m.writeLocked(acctSlot(id), nil)
+	return bal, nil
 }
 
 func (m *MemDB) ProcessUsage(_ context.Context, e *records.UsageEvent, t *records.CreditTransaction) (int64, error) {
@@ -193,7 +343,9 @@ func (m *MemDB) ProcessUsage(_ context.Context, e *records.UsageEvent, t *record
 		m.evs[e.UserID] = map[string]keys.TransactionID{}
 	}
 	m.evs[e.UserID][e.EventID] = t.TransactionID
-	return a.BalanceCents, nil
+	bal := a.BalanceCents
+	m.writeLocked(acctSlot(e.UserID), nil)
+	return bal, nil
 }
 
 func (m *MemDB) ListTransactions(_ context.Context, id keys.AccountID) ([]*records.CreditTransaction, error) {

@@ -31,6 +31,28 @@ type Nemesis interface {
 type Env struct {
 	Driver Driver
 	Rng    *rand.Rand
+	// Rec is the run's history (nil: none); a nemesis may record its
+	// operations in it under the workload "nemesis", which no checker
+	// reads.
+	Rec *Recorder
+
+	// moves is shared by the split-merge nemeses of a run.
+	moves *moveBook
+}
+
+func (e *Env) moveBook() *moveBook {
+	if e.moves == nil {
+		e.moves = &moveBook{}
+	}
+	return e.moves
+}
+
+// now is the history's time, or 0 without one.
+func (e *Env) now() int64 {
+	if e.Rec == nil {
+		return 0
+	}
+	return e.Rec.Now()
 }
 
 // nemesisRegistry maps names to constructors. New kinds of fault (e.g.
@@ -62,7 +84,10 @@ func NemesisNames() []string {
 }
 
 // Nemeses resolves a comma-separated list of names ("all": every
-// registered nemesis; "none": no faults).
+// registered nemesis; "none": no faults). The schedule injects them one
+// at a time; "a+b" is one nemesis that injects a and b together (started
+// in that order, stopped in reverse), e.g. "split-merge+kill" splits or
+// merges a shard while a node is down.
 func Nemeses(spec string) ([]Nemesis, error) {
 	var names []string
 	switch spec {
@@ -77,13 +102,77 @@ func Nemeses(spec string) ([]Nemesis, error) {
 	defer nemesisRegistry.Unlock()
 	var out []Nemesis
 	for _, n := range names {
-		mk, ok := nemesisRegistry.m[strings.TrimSpace(n)]
-		if !ok {
-			return nil, fmt.Errorf("jepsen: unknown nemesis %q", n)
+		var parts []Nemesis
+		for _, p := range strings.Split(n, "+") {
+			mk, ok := nemesisRegistry.m[strings.TrimSpace(p)]
+			if !ok {
+				return nil, fmt.Errorf("jepsen: unknown nemesis %q", strings.TrimSpace(p))
+			}
+			parts = append(parts, mk())
 		}
-		out = append(out, mk())
+		if len(parts) == 1 {
+			out = append(out, parts[0])
+		} else {
+			out = append(out, &comboNemesis{parts: parts})
+		}
 	}
 	return out, nil
+}
+
+// comboNemesis injects several nemeses together: Start starts them in
+// order (if one is unsupported, those started are stopped and the combo
+// is unsupported), Stop stops them in reverse order.
+type comboNemesis struct {
+	parts   []Nemesis
+	started int
+}
+
+func (c *comboNemesis) Name() string {
+	var names []string
+	for _, p := range c.parts {
+		names = append(names, p.Name())
+	}
+	return strings.Join(names, "+")
+}
+
+func (c *comboNemesis) Start(ctx context.Context, env *Env) (string, error) {
+	var descs []string
+	var errs error
+	c.started = 0
+	for _, p := range c.parts {
+		d, err := p.Start(ctx, env)
+		c.started++
+		if errors.Is(err, ErrUnsupported) {
+			return "", errors.Join(err, c.Stop(ctx, env))
+		}
+		if err != nil {
+			errs = errors.Join(errs, fmt.Errorf("%s: %w", p.Name(), err))
+		}
+		descs = append(descs, d)
+	}
+	return strings.Join(descs, " + "), errs
+}
+
+func (c *comboNemesis) Stop(ctx context.Context, env *Env) error {
+	var errs error
+	for i := c.started - 1; i >= 0; i-- {
+		if err := c.parts[i].Stop(ctx, env); err != nil {
+			errs = errors.Join(errs, fmt.Errorf("%s: %w", c.parts[i].Name(), err))
+		}
+	}
+	c.started = 0
+	return errs
+}
+
+// Result joins the results of the parts that have one.
+func (c *comboNemesis) Result() string {
+	var out []string
+	for _, p := range c.parts {
+		if r, ok := p.(interface{ Result() string }); ok {
+			out = append(out, r.Result())
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 func init() {

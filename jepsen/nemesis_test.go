@@ -76,7 +76,7 @@ func (f *fakeDriver) SetDropRate(_ context.Context, p float64) error {
 // run heals and restarts everything before the final reads.
 func TestScheduleSkipsUnsupportedAndHeals(t *testing.T) {
 	drv := &fakeDriver{down: map[string]bool{}}
-	nems, err := Nemeses("kill,kill-all,pause,partition-minority,bridge,delay,drop,leader-transfer,replace,remove-readd")
+	nems, err := Nemeses("kill,kill-all,pause,partition-minority,bridge,delay,drop,leader-transfer,replace,remove-readd,split-merge,kill+split-merge")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestScheduleSkipsUnsupportedAndHeals(t *testing.T) {
 	}
 	skipped := slices.Clone(res.Skipped)
 	sort.Strings(skipped)
-	if want := []string{"bridge", "delay", "drop", "leader-transfer", "remove-readd", "replace"}; !slices.Equal(skipped, want) {
+	if want := []string{"bridge", "delay", "drop", "kill+split-merge", "leader-transfer", "remove-readd", "replace", "split-merge"}; !slices.Equal(skipped, want) {
 		t.Errorf("skipped %v, want %v", skipped, want)
 	}
 	seen := map[string]bool{}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/swarmkv/swarmkv/cluster/placement"
 )
 
 // Config configures a run.
@@ -96,7 +98,12 @@ type Result struct {
 	Valid bool `json:"valid"`
 	// Counts are ops per "workload f" and outcome.
 	Counts map[string]map[Outcome]int `json:"ops"`
+	// Moves are the splits and merges of the split-merge nemesis.
+	Moves []MoveRecord `json:"moves,omitempty"`
 }
+
+// MoveCounts sums the run's moves by kind and outcome.
+func (r *Result) MoveCounts() MoveCounts { return countMoves(r.Moves) }
 
 // Run sets the workloads up, runs them for cfg.Duration while the nemeses
 // inject faults, heals everything, waits for the cluster, does the final
@@ -161,11 +168,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	var faults []Fault
 	var skipped []string
 	var nemWG sync.WaitGroup
+	env := &Env{Driver: cfg.Driver, Rng: rand.New(rand.NewPCG(cfg.Seed, 0xfa17)), Rec: rec}
 	if cfg.Driver != nil && len(cfg.Nemeses) > 0 {
 		nemWG.Add(1)
 		go func() {
 			defer nemWG.Done()
-			faults, skipped = schedule(runCtx, cfg, rec)
+			faults, skipped = schedule(runCtx, cfg, env)
 		}()
 	}
 	nemWG.Wait()
@@ -174,6 +182,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		db.Close()
 	}
 	res.Faults, res.Skipped = faults, skipped
+	res.Moves = env.moves.records()
 
 	// Heal and recover.
 	if cfg.Driver != nil {
@@ -187,6 +196,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("jepsen: recovery: %w", err)
 		}
 		log.Info("jepsen: cluster healed and ready")
+	}
+	// Every move must end once the cluster is healed.
+	var movesLeft []placement.Move
+	var movesErr error
+	if rs, ok := cfg.Driver.(Resharding); ok && env.moves != nil {
+		rctx, cancel := context.WithTimeout(ctx, cfg.RecoveryTimeout)
+		movesLeft, movesErr = waitNoMoves(rctx, rs)
+		cancel()
 	}
 
 	// Final reads.
@@ -216,6 +233,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Verdicts = append(res.Verdicts, v)
 		log.Info("jepsen: verdict", "checker", v.Checker, "valid", v.Valid, "anomalies", len(v.Anomalies))
 	}
+	if env.moves != nil {
+		v := checkMoves(res.Moves, movesLeft, movesErr)
+		res.Valid = res.Valid && v.Valid
+		res.Verdicts = append(res.Verdicts, v)
+		log.Info("jepsen: verdict", "checker", v.Checker, "valid", v.Valid, "moves", res.MoveCounts().String())
+	}
 	if cfg.OutDir != "" {
 		if err := res.write(cfg.OutDir); err != nil {
 			return res, err
@@ -226,9 +249,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 // schedule injects the nemeses in turn until ctx ends: wait Interval,
 // start one, hold it FaultDuration, stop it.
-func schedule(ctx context.Context, cfg Config, rec *Recorder) ([]Fault, []string) {
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0xfa17))
-	env := &Env{Driver: cfg.Driver, Rng: rng}
+func schedule(ctx context.Context, cfg Config, env *Env) ([]Fault, []string) {
+	rng, rec := env.Rng, env.Rec
 	nems := append([]Nemesis(nil), cfg.Nemeses...)
 	rng.Shuffle(len(nems), func(i, j int) { nems[i], nems[j] = nems[j], nems[i] })
 	var faults []Fault
@@ -278,7 +300,7 @@ func schedule(ctx context.Context, cfg Config, rec *Recorder) ([]Fault, []string
 			f.Error = strings.TrimPrefix(f.Error+"; stop: "+err.Error(), "; ")
 		}
 		cancel()
-		if r, ok := n.(interface{ Result() string }); ok {
+		if r, ok := n.(interface{ Result() string }); ok && r.Result() != "" {
 			f.Description += "; " + r.Result()
 		}
 		f.End = rec.Now()
@@ -354,6 +376,12 @@ func (r *Result) Summary() string {
 	}
 	if len(r.Skipped) > 0 {
 		fmt.Fprintf(&b, "  not supported by this driver: %s\n", strings.Join(r.Skipped, ", "))
+	}
+	if len(r.Moves) > 0 {
+		fmt.Fprintf(&b, "\nMoves: %s\n", r.MoveCounts())
+		for _, m := range r.Moves {
+			fmt.Fprintf(&b, "  %8.1fs - %8.1fs  %s\n", float64(m.Start)/1e9, float64(m.End)/1e9, m)
+		}
 	}
 	fmt.Fprintf(&b, "\nCheckers:\n")
 	for _, v := range r.Verdicts {

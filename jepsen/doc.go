@@ -2,7 +2,8 @@
 // workloads (register: porcupine-checked linearizable reads and writes;
 // ledger: money conserved and no usage event charged twice; registry)
 // against a cluster while nemeses inject faults (kill, pause, partition,
-// membership changes, leader transfers), every operation is recorded in a
+// membership changes, leader transfers, shard splits and merges; "a+b"
+// injects two together), every operation is recorded in a
 // history, and checkers judge the history at the end (Run). A Driver runs
 // the cluster: InProc (nodes in this process over a fault-injecting
 // network, internal/faultnet) or Docker (the compose cluster, faults by

@@ -26,7 +26,8 @@ var _ Resharding = (*Docker)(nil)
 //
 // A refused plan answers 409 Conflict, which these calls turn into
 // FailedPrecondition (adminHTTP makes it Unavailable, as the membership
-// steps retry it).
+// steps retry it); 404 means the node has no such route (ErrUnsupported:
+// the nemesis is left out of the schedule).
 
 func (d *Docker) adminSplit(ctx context.Context, via string, id shard.ID, slots *shard.SlotSet) (placement.Move, error) {
 	return dockerVia{d.httpAddr(via)}.split(ctx, id, slots)
@@ -68,11 +69,16 @@ func (v dockerVia) state(ctx context.Context) (*cluster.State, error) {
 	return &st, nil
 }
 
-// moveRefusal makes a 409 answer FailedPrecondition.
+// moveRefusal makes a 409 answer FailedPrecondition, and a 404 (a node
+// without the shard routes: unknown shards are refusals)
+// ErrUnsupported.
 func moveRefusal(err error) error {
 	var he *adminHTTPError
-	if errors.As(err, &he) && he.HTTP == http.StatusConflict {
+	switch {
+	case errors.As(err, &he) && he.HTTP == http.StatusConflict:
 		return status.Error(codes.FailedPrecondition, he.Error())
+	case errors.As(err, &he) && he.HTTP == http.StatusNotFound:
+		return fmt.Errorf("%w: the node's admin API has no shard split/merge routes: %w", ErrUnsupported, err)
 	}
 	return err
 }

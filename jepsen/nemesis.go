@@ -120,12 +120,18 @@ func Nemeses(spec string) ([]Nemesis, error) {
 }
 
 // comboNemesis injects several nemeses together: Start starts them in
-// order (if one is unsupported, those started are stopped and the combo
-// is unsupported), Stop stops them in reverse order.
+// order, each after a random pause of up to comboStagger (so that, e.g.,
+// the kill of "split-merge+kill" lands in some phase of the move); if one
+// is unsupported, those started are stopped and the combo is unsupported.
+// Stop stops them in reverse order.
 type comboNemesis struct {
 	parts   []Nemesis
 	started int
 }
+
+// comboStagger bounds the pause before each part of a combination after
+// the first.
+const comboStagger = 400 * time.Millisecond
 
 func (c *comboNemesis) Name() string {
 	var names []string
@@ -139,7 +145,13 @@ func (c *comboNemesis) Start(ctx context.Context, env *Env) (string, error) {
 	var descs []string
 	var errs error
 	c.started = 0
-	for _, p := range c.parts {
+	for i, p := range c.parts {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(env.Rng.Int64N(int64(comboStagger)))):
+			}
+		}
 		d, err := p.Start(ctx, env)
 		c.started++
 		if errors.Is(err, ErrUnsupported) {

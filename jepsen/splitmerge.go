@@ -72,11 +72,19 @@ type MoveRecord struct {
 	op *Op // its operation in the history
 }
 
-func (m MoveRecord) String() string {
-	what := fmt.Sprintf("split %d -> %d", m.Source, m.Target)
-	if m.Kind == placement.MoveMerge {
-		what = fmt.Sprintf("merge %d into %d", m.Source, m.Target)
+// what says what the move does.
+func (m MoveRecord) what() string {
+	switch {
+	case m.Kind == placement.MoveMerge:
+		return fmt.Sprintf("merge %d into %d", m.Source, m.Target)
+	case m.ID == 0:
+		return fmt.Sprintf("split %d", m.Source)
 	}
+	return fmt.Sprintf("split %d -> %d", m.Source, m.Target)
+}
+
+func (m MoveRecord) String() string {
+	what := m.what()
 	slots := m.Slots
 	if len(slots) > 40 {
 		slots = slots[:37] + "..."
@@ -186,9 +194,9 @@ var moveTimeout = 55 * time.Second
 // one slot (half the time a random subset of its slots, otherwise the
 // upper half) or, when the cluster has more shards than at the first
 // activation, merges a random shard into another. Start submits the move
-// after a random delay of up to 300 ms (so that a fault started with it,
-// as in "split-merge+kill", hits the move in different phases) and
-// returns; the move runs in the background. Stop waits until the move is
+// and returns; the move runs in the background (a fault started after it,
+// as in "split-merge+kill", which staggers its parts, hits it in some
+// phase). Stop waits until the move is
 // gone from the cluster state and records its outcome, which the slot map
 // decides: done (the slots are the target's), aborted (still the
 // source's, which is legitimate under faults) or inconsistent (an
@@ -210,35 +218,49 @@ func (s *splitMergeNemesis) Start(_ context.Context, env *Env) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%w: %s driver cannot split or merge shards", ErrUnsupported, env.Driver.Name())
 	}
-	book := env.moveBook()
-	seed := env.Rng.Uint64()
-	delay := time.Duration(env.Rng.IntN(300)) * time.Millisecond
+	rng := rand.New(rand.NewPCG(env.Rng.Uint64(), 0x5e1))
+	// The move runs until it ends (or moveTimeout), not until Start's
+	// ctx ends.
 	ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)
 	s.cancel, s.done = cancel, make(chan struct{})
 	s.mu.Lock()
 	s.rec = nil
 	s.mu.Unlock()
+	rec, m, err := s.submit(ctx, env, rs, rng)
+	if errors.Is(err, ErrUnsupported) {
+		close(s.done)
+		if rec != nil && rec.op != nil {
+			env.Rec.Complete(rec.op, Fail, nil, err)
+		}
+		return "", err
+	}
+	book := env.moveBook()
+	if err != nil || rec.Outcome != "" {
+		close(s.done)
+		s.finish(env, book, rec)
+		return rec.String(), nil
+	}
 	go func() {
 		defer close(s.done)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
-		s.run(ctx, env, rs, book, rand.New(rand.NewPCG(seed, 0x5e1)))
+		s.follow(ctx, rs, m, rec)
+		s.finish(env, book, rec)
 	}()
-	return fmt.Sprintf("split or merge a shard in %v", delay), nil
+	return fmt.Sprintf("move %d: %s (%d slots)", rec.ID, rec.what(), rec.NSlots), nil
 }
 
-// run plans, submits and follows one move.
-func (s *splitMergeNemesis) run(ctx context.Context, env *Env, rs Resharding, book *moveBook, rng *rand.Rand) {
+// submit plans a move from the cluster state and submits it; the record
+// has an outcome if no move is to be followed. Only ErrUnsupported is
+// returned as an error (the driver cannot reach the shard routes).
+func (s *splitMergeNemesis) submit(ctx context.Context, env *Env, rs Resharding, rng *rand.Rand) (*MoveRecord, placement.Move, error) {
 	st, err := readState(ctx, rs)
 	if err != nil {
-		s.finish(env, book, &MoveRecord{Kind: "plan", Outcome: MoveUnfinished, Error: err.Error()})
-		return
+		return &MoveRecord{Kind: "plan", Outcome: MoveUnfinished, Error: err.Error()}, placement.Move{}, nil
 	}
 	owned := ownedSlots(st)
-	base := book.baseline(len(owned))
+	base := len(owned)
+	if env.moves != nil {
+		base = env.moves.baseline(base)
+	}
 	busy := map[shard.ID]bool{}
 	for _, m := range st.Moves {
 		busy[m.Source], busy[m.Target] = true, true
@@ -256,7 +278,8 @@ func (s *splitMergeNemesis) run(ctx context.Context, env *Env, rs Resharding, bo
 		from := free[i]
 		rest := slices.Delete(slices.Clone(free), i, i+1)
 		into := rest[rng.IntN(len(rest))]
-		rec.Kind, rec.Source, rec.Target, rec.Slots = placement.MoveMerge, uint32(from), uint32(into), ptr(owned[from]).String()
+		rec.Kind, rec.Source, rec.Target = placement.MoveMerge, uint32(from), uint32(into)
+		rec.Slots, rec.NSlots = ptr(owned[from]).String(), owned[from].Len()
 		submit = func(ctx context.Context, via string) (placement.Move, error) {
 			return rs.adminMerge(ctx, via, into, from)
 		}
@@ -268,9 +291,8 @@ func (s *splitMergeNemesis) run(ctx context.Context, env *Env, rs Resharding, bo
 			}
 		}
 		if len(splittable) == 0 {
-			s.finish(env, book, &MoveRecord{Kind: placement.MoveSplit, Outcome: MoveRefused,
-				Error: fmt.Sprintf("no shard to split (%d shards, %d in moves)", len(owned), len(owned)-len(free))})
-			return
+			return &MoveRecord{Kind: placement.MoveSplit, Outcome: MoveRefused,
+				Error: fmt.Sprintf("no shard to split (%d shards, %d in moves)", len(owned), len(owned)-len(free))}, placement.Move{}, nil
 		}
 		src := splittable[rng.IntN(len(splittable))]
 		var slots *shard.SlotSet
@@ -278,9 +300,9 @@ func (s *splitMergeNemesis) run(ctx context.Context, env *Env, rs Resharding, bo
 			slots = randomSubset(rng, owned[src])
 		}
 		rec.Kind, rec.Source = placement.MoveSplit, uint32(src)
-		rec.Slots = "upper half of " + ptr(owned[src]).String()
+		rec.Slots, rec.NSlots = "upper half of "+ptr(owned[src]).String(), owned[src].Len()/2
 		if slots != nil {
-			rec.Slots = slots.String()
+			rec.Slots, rec.NSlots = slots.String(), slots.Len()
 		}
 		submit = func(ctx context.Context, via string) (placement.Move, error) {
 			return rs.adminSplit(ctx, via, src, slots)
@@ -295,17 +317,19 @@ func (s *splitMergeNemesis) run(ctx context.Context, env *Env, rs Resharding, bo
 	s.mu.Unlock()
 
 	m, err := submitMove(ctx, rs, st.NextMoveID, rec, submit)
+	if errors.Is(err, ErrUnsupported) {
+		return rec, m, err
+	}
+	env.moveBook().baseline(len(owned))
 	if err != nil {
 		rec.Outcome, rec.Error = MoveUnfinished, err.Error()
 		if status.Code(err) == codes.FailedPrecondition {
 			rec.Outcome = MoveRefused
 		}
-		s.finish(env, book, rec)
-		return
+		return rec, m, nil
 	}
 	rec.ID, rec.Target, rec.Slots, rec.NSlots, rec.Phases = m.ID, uint32(m.Target), m.Slots.String(), m.Slots.Len(), []string{m.Phase}
-	s.follow(ctx, rs, m, rec)
-	s.finish(env, book, rec)
+	return rec, m, nil
 }
 
 // submitMove submits a move through the running members until it is
@@ -342,7 +366,7 @@ func submitMove(ctx context.Context, rs Resharding, next uint64, rec *MoveRecord
 					}
 				}
 			}
-			if status.Code(err) == codes.FailedPrecondition {
+			if status.Code(err) == codes.FailedPrecondition || errors.Is(err, ErrUnsupported) {
 				return placement.Move{}, err
 			}
 		}

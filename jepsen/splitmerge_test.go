@@ -3,9 +3,11 @@ package jepsen
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,7 +32,10 @@ type fakeShards struct {
 	// the target only half the slots. stuck: moves never leave frozen.
 	abort, corrupt, stuck bool
 	// lose: the first lose submissions commit but answer Unavailable.
-	lose    int
+	lose int
+	// noRoutes: submissions fail as on a node without the shard routes.
+	noRoutes bool
+
 	submits int
 }
 
@@ -65,6 +70,9 @@ func (f *fakeShards) plan(plan func(s *placement.State) (placement.Move, error))
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.submits++
+	if f.noRoutes {
+		return placement.Move{}, moveRefusal(&adminHTTPError{HTTP: http.StatusNotFound, err: status.Error(codes.NotFound, "404 page not found")})
+	}
 	m, err := plan(&f.st)
 	if err != nil {
 		return m, status.Error(codes.FailedPrecondition, err.Error())
@@ -372,13 +380,42 @@ func TestDockerMoveRoutes(t *testing.T) {
 	if _, err := d.merge(ctx, 1, 4); status.Code(err) != codes.Unavailable {
 		t.Errorf("unavailable merge: %v (code %v)", err, status.Code(err))
 	}
+	if _, err := d.split(ctx, 9, nil); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("a node without the route: %v, want ErrUnsupported", err)
+	}
 	st, err := d.state(ctx)
 	if err != nil || len(st.Moves) != 1 || st.Moves[0].Phase != placement.PhaseFrozen || len(st.Slots) != 2 {
 		t.Fatalf("state: %+v %v", st, err)
 	}
 	want := []string{"POST /v1/shards/3/split?slots=3%2C11", "POST /v1/shards/3/split", "POST /v1/shards/merge?into=1&from=2",
-		"POST /v1/shards/merge?into=1&from=4", "GET /v1/state"}
+		"POST /v1/shards/merge?into=1&from=4", "POST /v1/shards/9/split", "GET /v1/state"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("requests\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// A driver whose nodes lack the shard routes leaves split-merge out of the
+// schedule: no move, no nemesis op, no moves verdict.
+func TestSplitMergeWithoutRoutes(t *testing.T) {
+	f := newFakeShards(4)
+	f.noRoutes = true
+	res, err := Run(context.Background(), Config{Driver: f, Connect: NewMemDB(MemBugs{}).Connect(),
+		Workloads: allWorkloads(t, "noroutes"), Nemeses: must(Nemeses("split-merge,kill")), Duration: 300 * time.Millisecond,
+		Interval: 10 * time.Millisecond, FaultDuration: 10 * time.Millisecond, WorkersPerWorkload: 1, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Skipped, []string{"split-merge"}) || len(res.Moves) != 0 || f.submits != 1 {
+		t.Errorf("skipped %v, moves %v, %d submits", res.Skipped, res.Moves, f.submits)
+	}
+	for _, v := range res.Verdicts {
+		if v.Checker == "moves" {
+			t.Errorf("moves verdict without moves: %v", v)
+		}
+	}
+	for _, op := range res.History.Of("nemesis") {
+		if op.Outcome != Fail {
+			t.Errorf("op %+v", op)
+		}
 	}
 }

@@ -35,7 +35,7 @@ func run(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("jepsen", flag.ContinueOnError)
 	driver := fs.String("driver", "docker", "inproc (nodes in this process) or docker (the docker-compose.cluster.yml cluster)")
 	duration := fs.Duration("duration", time.Minute, "length of the workload phase")
-	nemesis := fs.String("nemesis", "all", "comma-separated nemeses, all, or none; known: "+strings.Join(jepsen.NemesisNames(), ", "))
+	nemesis := fs.String("nemesis", "all", "comma-separated nemeses, injected one at a time (a+b: a and b together, e.g. split-merge+kill), all, or none; known: "+strings.Join(jepsen.NemesisNames(), ", "))
 	interval := fs.Duration("interval", 5*time.Second, "quiet time before each fault")
 	faultFor := fs.Duration("fault-duration", 10*time.Second, "how long each fault lasts")
 	workloads := fs.String("workloads", strings.Join(jepsen.WorkloadNames, ","), "comma-separated workloads")

@@ -69,7 +69,8 @@ type MoveRecord struct {
 	End      int64         `json:"end_ns"`
 	Duration time.Duration `json:"duration_ns"`
 
-	op *Op // its operation in the history
+	op      *Op           // its operation in the history
+	planned shard.SlotSet // the slots the plan moves
 }
 
 // what says what the move does.
@@ -279,7 +280,7 @@ func (s *splitMergeNemesis) submit(ctx context.Context, env *Env, rs Resharding,
 		rest := slices.Delete(slices.Clone(free), i, i+1)
 		into := rest[rng.IntN(len(rest))]
 		rec.Kind, rec.Source, rec.Target = placement.MoveMerge, uint32(from), uint32(into)
-		rec.Slots, rec.NSlots = ptr(owned[from]).String(), owned[from].Len()
+		rec.Slots, rec.NSlots, rec.planned = ptr(owned[from]).String(), owned[from].Len(), owned[from]
 		submit = func(ctx context.Context, via string) (placement.Move, error) {
 			return rs.adminMerge(ctx, via, into, from)
 		}
@@ -300,10 +301,13 @@ func (s *splitMergeNemesis) submit(ctx context.Context, env *Env, rs Resharding,
 			slots = randomSubset(rng, owned[src])
 		}
 		rec.Kind, rec.Source = placement.MoveSplit, uint32(src)
-		rec.Slots, rec.NSlots = "upper half of "+ptr(owned[src]).String(), owned[src].Len()/2
 		if slots != nil {
-			rec.Slots, rec.NSlots = slots.String(), slots.Len()
+			rec.planned = *slots
+		} else { // as placement.PlanSplit: the upper half by count
+			all := owned[src].Slots()
+			rec.planned = shard.SlotSetOf(all[len(all)-len(all)/2:]...)
 		}
+		rec.Slots, rec.NSlots = rec.planned.String(), rec.planned.Len()
 		submit = func(ctx context.Context, via string) (placement.Move, error) {
 			return rs.adminSplit(ctx, via, src, slots)
 		}
@@ -316,7 +320,8 @@ func (s *splitMergeNemesis) submit(ctx context.Context, env *Env, rs Resharding,
 	s.rec = rec
 	s.mu.Unlock()
 
-	m, err := submitMove(ctx, rs, st.NextMoveID, rec, submit)
+	// The id the move gets (placement.State.addMove: ids start at 1).
+	m, err := submitMove(ctx, rs, max(st.NextMoveID, 1), rec, submit)
 	if errors.Is(err, ErrUnsupported) {
 		return rec, m, err
 	}
@@ -355,15 +360,14 @@ func submitMove(ctx context.Context, rs Resharding, next uint64, rec *MoveRecord
 				return m, nil
 			}
 			last = fmt.Errorf("via %s: %w", via, err)
-			if attempt > 0 || status.Code(err) != codes.FailedPrecondition {
-				// Did an earlier (or this) attempt commit the move?
-				actx, acancel := context.WithTimeout(ctx, adminAttemptTimeout)
-				st, serr := rs.adminState(actx, via)
-				acancel()
-				if serr == nil {
-					if m, ok := findMove(st, next, rec); ok {
-						return m, nil
-					}
+			// Did this or an earlier attempt commit the move (the node's
+			// own retries included)?
+			actx, acancel = context.WithTimeout(ctx, adminAttemptTimeout)
+			st, serr := rs.adminState(actx, via)
+			acancel()
+			if serr == nil {
+				if m, ok := findMove(st, next, rec); ok {
+					return m, nil
 				}
 			}
 			if status.Code(err) == codes.FailedPrecondition || errors.Is(err, ErrUnsupported) {
@@ -379,7 +383,10 @@ func submitMove(ctx context.Context, rs Resharding, next uint64, rec *MoveRecord
 }
 
 // findMove returns the move in st with an id from next on that is the one
-// rec asks for.
+// rec asks for. A move that was made and has already ended (the state's
+// next move id is past next, and the split-merge nemesis is the only one
+// that moves slots) is returned as rec plans it, with the target of a
+// split read from the map, and phase "ended".
 func findMove(st *cluster.State, next uint64, rec *MoveRecord) (placement.Move, bool) {
 	for _, m := range st.Moves {
 		if m.ID >= next && m.Kind == rec.Kind && uint32(m.Source) == rec.Source &&
@@ -387,7 +394,14 @@ func findMove(st *cluster.State, next uint64, rec *MoveRecord) (placement.Move, 
 			return m, true
 		}
 	}
-	return placement.Move{}, false
+	if st.NextMoveID <= next || rec.planned.IsEmpty() {
+		return placement.Move{}, false
+	}
+	m := placement.Move{ID: next, Kind: rec.Kind, Source: shard.ID(rec.Source), Target: shard.ID(rec.Target), Slots: rec.planned, Phase: "ended"}
+	if x, ok := rec.planned.First(); ok && m.Kind == placement.MoveSplit && int(x) < len(st.Slots) {
+		m.Target = st.Slots[x]
+	}
+	return m, true
 }
 
 // follow polls the state until move m is gone from it (or ctx ends) and

@@ -16,6 +16,7 @@ import (
 
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/cluster/placement"
+	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
 )
 
@@ -328,7 +329,7 @@ func (s *splitMergeNemesis) submit(ctx context.Context, env *Env, rs Resharding,
 	env.moveBook().baseline(len(owned))
 	if err != nil {
 		rec.Outcome, rec.Error = MoveUnfinished, err.Error()
-		if status.Code(err) == codes.FailedPrecondition {
+		if refusal(err) {
 			rec.Outcome = MoveRefused
 		}
 		return rec, m, nil
@@ -370,7 +371,7 @@ func submitMove(ctx context.Context, rs Resharding, next uint64, rec *MoveRecord
 					return m, nil
 				}
 			}
-			if status.Code(err) == codes.FailedPrecondition || errors.Is(err, ErrUnsupported) {
+			if refusal(err) || errors.Is(err, ErrUnsupported) {
 				return placement.Move{}, err
 			}
 		}
@@ -380,6 +381,18 @@ func submitMove(ctx context.Context, rs Resharding, next uint64, rec *MoveRecord
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// refusal reports whether err refuses a plan (FailedPrecondition), but not
+// as a node that lost the meta group's leadership meanwhile (not leader:
+// retried).
+func refusal(err error) bool {
+	st := status.Convert(err)
+	if st.Code() != codes.FailedPrecondition || strings.Contains(st.Message(), "not the leader") {
+		return false
+	}
+	k, _ := rpc.KindOf(st)
+	return k != rpc.KindNotLeader
 }
 
 // findMove returns the move in st with an id from next on that is the one

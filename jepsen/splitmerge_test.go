@@ -18,6 +18,7 @@ import (
 
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/cluster/placement"
+	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
 )
 
@@ -437,6 +438,26 @@ func TestSplitMergeWithoutRoutes(t *testing.T) {
 	for _, op := range res.History.Of("nemesis") {
 		if op.Outcome != Fail {
 			t.Errorf("op %+v", op)
+		}
+	}
+}
+
+// A plan refused by the state is final; a node that lost the meta group's
+// leadership meanwhile answers not leader (also FailedPrecondition), which
+// is retried.
+func TestMoveRefusal(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{status.Error(codes.FailedPrecondition, "move refused: shard 2 is already in move 7"), true},
+		{rpc.KindNotLeader.Status("not the leader of shard", &rpc.NotLeader{}), false},
+		{moveRefusal(&adminHTTPError{HTTP: http.StatusConflict, err: status.Error(codes.Unavailable, "POST /v1/shards/merge: 409 Conflict: not the leader of shard")}), false},
+		{moveRefusal(&adminHTTPError{HTTP: http.StatusConflict, err: status.Error(codes.Unavailable, "POST /v1/shards/merge: 409 Conflict: move refused: unknown shard 9")}), true},
+		{status.Error(codes.Unavailable, "no meta leader"), false},
+	} {
+		if got := refusal(tc.err); got != tc.want {
+			t.Errorf("refusal(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }

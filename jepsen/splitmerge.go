@@ -242,12 +242,13 @@ func (s *splitMergeNemesis) Start(_ context.Context, env *Env) (string, error) {
 		s.finish(env, book, rec)
 		return rec.String(), nil
 	}
+	desc := fmt.Sprintf("move %d: %s (%d slots)", rec.ID, rec.what(), rec.NSlots)
 	go func() {
 		defer close(s.done)
 		s.follow(ctx, rs, m, rec)
 		s.finish(env, book, rec)
 	}()
-	return fmt.Sprintf("move %d: %s (%d slots)", rec.ID, rec.what(), rec.NSlots), nil
+	return desc, nil
 }
 
 // submit plans a move from the cluster state and submits it; the record

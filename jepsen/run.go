@@ -100,6 +100,9 @@ type Result struct {
 	Counts map[string]map[Outcome]int `json:"ops"`
 	// Moves are the splits and merges of the split-merge nemesis.
 	Moves []MoveRecord `json:"moves,omitempty"`
+	// Error says why the run could not be completed (recovery or final
+	// reads failed); the result then has no verdicts.
+	Error string `json:"error,omitempty"`
 }
 
 // MoveCounts sums the run's moves by kind and outcome.
@@ -108,8 +111,10 @@ func (r *Result) MoveCounts() MoveCounts { return countMoves(r.Moves) }
 // Run sets the workloads up, runs them for cfg.Duration while the nemeses
 // inject faults, heals everything, waits for the cluster, does the final
 // reads, checks, and writes the report. An error means the run could not
-// be completed (setup, recovery or final reads failed); anomalies are
-// reported in the Result.
+// be completed (setup, recovery or final reads failed; after a failed
+// recovery or final read the Result, written as the report, has what
+// happened until then and no verdicts); anomalies are reported in the
+// Result.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
@@ -183,6 +188,20 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.Faults, res.Skipped = faults, skipped
 	res.Moves = env.moves.records()
+	// incomplete reports a run that could not be completed: what happened
+	// until then (operations, faults, moves), no verdicts.
+	incomplete := func(err error) (*Result, error) {
+		res.Valid, res.Error = false, err.Error()
+		res.Duration = time.Since(start)
+		res.History = rec.History()
+		res.Counts = res.History.Counts()
+		if cfg.OutDir != "" {
+			if werr := res.write(cfg.OutDir); werr != nil {
+				err = errors.Join(err, werr)
+			}
+		}
+		return res, err
+	}
 
 	// Heal and recover.
 	if cfg.Driver != nil {
@@ -193,7 +212,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("jepsen: recovery: %w", err)
+			return incomplete(fmt.Errorf("jepsen: recovery: %w", err))
 		}
 		log.Info("jepsen: cluster healed and ready")
 	}
@@ -209,7 +228,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// Final reads.
 	finalDB, err := cfg.Connect(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("jepsen: connect for final reads: %w", err)
+		return incomplete(fmt.Errorf("jepsen: connect for final reads: %w", err))
 	}
 	fw := newWorker(stride, stride+1, finalDB, rec, cfg.Seed, cfg.OpTimeout)
 	for _, wl := range cfg.Workloads {
@@ -218,7 +237,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		cancel()
 		if err != nil {
 			finalDB.Close()
-			return nil, fmt.Errorf("jepsen: %s: %w", wl.Name(), err)
+			return incomplete(fmt.Errorf("jepsen: %s: %w", wl.Name(), err))
 		}
 	}
 	finalDB.Close()
@@ -349,7 +368,10 @@ func (r *Result) write(dir string) error {
 func (r *Result) Summary() string {
 	var b strings.Builder
 	verdict := "VALID: no anomalies"
-	if !r.Valid {
+	switch {
+	case r.Error != "":
+		verdict = "INCOMPLETE: " + r.Error
+	case !r.Valid:
 		verdict = "INVALID: anomalies found"
 	}
 	fmt.Fprintf(&b, "swarmkv jepsen run: driver %s, seed %d, %v\n%s\n\n", r.Driver, r.Seed, r.Duration.Round(time.Millisecond), verdict)

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -459,5 +461,34 @@ func TestMoveRefusal(t *testing.T) {
 		if got := refusal(tc.err); got != tc.want {
 			t.Errorf("refusal(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// neverReady is a cluster that does not recover after healing.
+type neverReady struct{ *fakeShards }
+
+func (neverReady) Ready(context.Context, string) error { return errors.New("no leader") }
+
+// A run that cannot recover still reports what happened (operations,
+// faults, moves), as INCOMPLETE, in its result and its report.
+func TestRunIncompleteReport(t *testing.T) {
+	dir := t.TempDir()
+	res, err := Run(context.Background(), Config{Driver: neverReady{newFakeShards(4)}, Connect: NewMemDB(MemBugs{}).Connect(),
+		Workloads: allWorkloads(t, "incomplete"), Nemeses: must(Nemeses("split-merge")), Duration: 300 * time.Millisecond,
+		Interval: 10 * time.Millisecond, FaultDuration: 10 * time.Millisecond, WorkersPerWorkload: 1,
+		RecoveryTimeout: 300 * time.Millisecond, Seed: 3, OutDir: dir})
+	if err == nil || !strings.Contains(err.Error(), "recovery") {
+		t.Fatalf("err %v", err)
+	}
+	if res == nil || res.Valid || !strings.Contains(res.Error, "no leader") || len(res.Faults) == 0 || len(res.Moves) == 0 ||
+		res.Counts["register write"][OK] == 0 || len(res.Verdicts) != 0 {
+		t.Fatalf("result %+v", res)
+	}
+	if s := res.Summary(); !strings.Contains(s, "INCOMPLETE: jepsen: recovery") || !strings.Contains(s, "Moves: ") {
+		t.Errorf("summary:\n%s", s)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "summary.txt"))
+	if err != nil || !strings.Contains(string(b), "INCOMPLETE") {
+		t.Errorf("report: %v\n%s", err, b)
 	}
 }

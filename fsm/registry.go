@@ -103,6 +103,39 @@ func applyRecordOp(b *pebble.Batch, c *Command, st *slotState, res *Result) erro
 		return err
 	}
 	res.Succeeded, res.Balance, res.Removed = true, balance, removed
+	if key := recordKey(c); key != nil {
+		res.Record = ch.written(key)
+	}
+	return nil
+}
+
+// recordKey is the key of the record op c updates and reports in
+// Result.Record, nil for an op that reports none.
+func recordKey(c *Command) []byte {
+	switch c.Op {
+	case OpUpdateAgentStatus:
+		return keys.Agent(*c.UserID, *c.AgentID)
+	case OpUpdateSessionStatus:
+		return keys.Session(*c.SessionID)
+	case OpUpdatePool:
+		return keys.Pool(c.Pool.PoolID)
+	case OpRegisterBot, OpUpdateBot:
+		return keys.Bot(c.Bot.AgentID)
+	}
+	return nil
+}
+
+// written returns a copy of the value the change's last write of key
+// stores (nil when it wrote none, or deleted it).
+func (ch *change) written(key []byte) []byte {
+	for i := len(ch.writes) - 1; i >= 0; i-- {
+		if w := ch.writes[i]; bytes.Equal(w.key, key) {
+			if w.del {
+				return nil
+			}
+			return bytes.Clone(w.value)
+		}
+	}
 	return nil
 }
 

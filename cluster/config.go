@@ -305,6 +305,10 @@ type Testing struct {
 	// true halts this node's mover for good (tests stop the node there to
 	// check that another meta leader resumes the move).
 	AfterMovePhase func(moveID uint64, phase string) (halt bool)
+	// BeforeAdopt, if set, is called by a target shard's leader that
+	// ingested a move's data, before it proposes the adoption; an error
+	// fails the pull instead (tests cancel a move there).
+	BeforeAdopt func(moveID uint64) error
 }
 
 // Config.LogStore values.

@@ -67,6 +67,7 @@ var errKinds = []struct {
 	{ErrTokenNotFound, rpc.KindNotFound, ""},
 	// Slot moves: a plan the state refuses (unknown shard, already
 	// moving, ...), a move step a state machine refuses.
+	{placement.ErrMoveNotFound, rpc.KindNotFound, ""},
 	{placement.ErrMoveRefused, rpc.KindFailedPrecondition, ""},
 	{errMoveRefused, rpc.KindFailedPrecondition, ""},
 	{fsm.ErrMoveConflict, rpc.KindFailedPrecondition, ""},

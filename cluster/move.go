@@ -501,6 +501,11 @@ func (s *adminServer) PullSlots(ctx context.Context, req *rpc.PullSlotsRequest) 
 	if err != nil {
 		return nil, StatusError(err, dst, hint)
 	}
+	if h := n.cfg.Testing.BeforeAdopt; h != nil {
+		if err := h(req.MoveId); err != nil {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+	}
 	m := mv(nil)
 	res, err := propose(&fsm.Command{Op: fsm.OpAdoptSlots, Move: m})
 	if err != nil {
@@ -565,7 +570,9 @@ func (n *Node) MergeShards(ctx context.Context, into, from shard.ID) (placement.
 
 // CancelMove aborts move id if it is not adopted yet (the mover then
 // unfreezes the source and removes what the move made); a move past
-// adoption finishes. Runs on the meta leader.
+// adoption is refused (FailedPrecondition: it finishes), an unknown or
+// finished one is NotFound (placement.ErrMoveNotFound). Runs on the meta
+// leader.
 func (n *Node) CancelMove(ctx context.Context, id uint64) (placement.Move, error) {
 	return n.planMove(ctx, func(s *State) (placement.Move, error) {
 		if err := placement.Abort(s, id, "cancelled by the operator", time.Now()); err != nil {

@@ -284,6 +284,11 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 		n.wg.Add(1)
 		go n.bootstrapLoop()
 	}
+	// The first sync runs at once: a replica reopened from cluster.json
+	// may be of a group removed while the node was down, its shard id
+	// reused since (placeLocal replaces it); until then it may talk to the
+	// new group's replicas.
+	n.kickSync()
 	n.wg.Add(3)
 	go n.syncLoop()
 	go n.reconcileLoop()
@@ -511,7 +516,9 @@ func (n *Node) adoptState(st *State) error {
 // when p is a new group a split made (p.New) and this node is one of its
 // voters, a replica without Raft state is bootstrapped with p's voters;
 // otherwise it waits for its leader to add it and send it the log. A
-// group a split made starts owning no slot (p.StartsEmpty).
+// group a split made starts owning no slot (p.StartsEmpty). A local
+// replica folder of an older incarnation of the shard id (a dead group's)
+// is deleted first (replica.Config.Incarnation).
 func (n *Node) openShard(st *State, p Placement, bootstrap bool) error {
 	bootstrap = bootstrap || (p.New && slices.Contains(p.Voters, n.cfg.ID))
 	var servers []raft.Server
@@ -528,7 +535,7 @@ func (n *Node) openShard(st *State, p Placement, bootstrap bool) error {
 	}
 	rc := n.cfg.replicaConfig(p.Shard)
 	rc.Dir, rc.Layer, rc.Cache, rc.Checker = n.shardDir(p.Shard), layer, n.cache, n.checker
-	rc.Voters, rc.Bootstrap = servers, bootstrap
+	rc.Voters, rc.Bootstrap, rc.Incarnation = servers, bootstrap, p.Incarnation
 	if p.StartsEmpty {
 		rc.InitialSlots = &shard.SlotSet{}
 	}

@@ -68,6 +68,13 @@ type Placement struct {
 	// its whole life (a replica added later replays the log from the
 	// same start). Groups made at bootstrap start owning every slot.
 	StartsEmpty bool `json:"starts_empty,omitempty"`
+	// Incarnation tells groups apart that had the same shard id (ids are
+	// reused after a merge or an aborted split): the id of the move that
+	// created the group (a split), 0 for a group made at bootstrap. Each
+	// replica records it in its folder; a node that finds a replica of
+	// another incarnation (a dead group's, left while the node was down)
+	// deletes it before opening the group's (package cluster, openShard).
+	Incarnation uint64 `json:"incarnation,omitempty"`
 }
 
 // Holds reports whether node id holds a replica (voter or learner).

@@ -57,16 +57,18 @@ func (s *server) shardReplica(id uint32) (shard.ID, *replica.Replica, error) {
 	if smap == nil {
 		return 0, nil, s.statusErr(0, cluster.ErrNotBootstrapped)
 	}
-	if int(id) >= smap.NumShards {
-		return 0, nil, s.statusErr(0, invalid("shard %d: shard ids are below %d", id, smap.NumShards))
-	}
 	r := s.node.LocalReplica(shard.ID(id))
 	// Ids may have holes (merged shards): one that owns no slot in the map
-	// and has no replica here is unknown. (A replica that owns no slot yet,
-	// a split's target, answers for itself: its state machine refuses the
+	// and has no replica here is unknown to this node: InvalidArgument, or
+	// Unavailable (retry) when a newer map may name it, a split just
+	// published (Node.UnknownShard). (A replica that owns no slot yet, a
+	// split's target, answers for itself: its state machine refuses the
 	// slots it does not own.)
-	if r == nil && !slices.Contains(smap.Shards(), shard.ID(id)) {
-		return 0, nil, s.statusErr(0, invalid("shard %d owns no slot (map version %d)", id, smap.Version))
+	if int(id) >= smap.NumShards || (r == nil && !slices.Contains(smap.Shards(), shard.ID(id))) {
+		if int(id) >= shard.MaxShards {
+			return 0, nil, s.statusErr(0, invalid("shard %d: shard ids are below %d", id, shard.MaxShards))
+		}
+		return 0, nil, s.statusErr(shard.ID(id), s.node.UnknownShard(shard.ID(id)))
 	}
 	if r == nil {
 		return shard.ID(id), nil, s.notLeader(shard.ID(id))

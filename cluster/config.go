@@ -309,6 +309,9 @@ type Testing struct {
 	// ingested a move's data, before it proposes the adoption; an error
 	// fails the pull instead (tests cancel a move there).
 	BeforeAdopt func(moveID uint64) error
+	// HoldSync, if set and true, makes the sync loop skip its round
+	// (tests keep a node's map behind the cluster's).
+	HoldSync func() bool
 }
 
 // Config.LogStore values.

@@ -76,6 +76,7 @@ var errKinds = []struct {
 	{errMetaNotLeader, rpc.KindNotLeader, ""},
 	{ErrLeaderNotReady, rpc.KindUnavailable, ""},
 	{errNotBootstrapped, rpc.KindUnavailable, ""},
+	{errShardPending, rpc.KindUnavailable, ""}, // a map newer than the node's may name the shard
 	{ErrClosed, rpc.KindUnavailable, ""},
 	{ErrOutcomeUnknown, rpc.KindOutcomeUnknown, ""},
 	{context.DeadlineExceeded, rpc.KindDeadlineExceeded, ""},

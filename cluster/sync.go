@@ -43,6 +43,9 @@ func (n *Node) syncLoop() {
 		case <-tick.C:
 		case <-n.kick:
 		}
+		if h := n.cfg.Testing.HoldSync; h != nil && h() {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(n.ctx, 3*time.Second)
 		st, err := n.fetchMeta(ctx)
 		cancel()

@@ -582,3 +582,108 @@ func TestCancelMove(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSplitUnavailableWindow measures the unavailability window of a
+// split of a shard holding about 10 MB in its moving slots on a 3-node
+// in-process cluster (the pull goes over loopback even though the replicas
+// share the node): the freeze-to-publish time the mover exports as
+// swarmkv_move_unavailable_seconds. It logs the figure
+// (docs/architecture.md, "Unavailability") and fails only far above the
+// 1 s target, since the machine may be shared and noisy.
+func TestSplitUnavailableWindow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 10 MB")
+	}
+	tc := newTestCluster(t, 3, 2, nil)
+	ctx := ctxT(t, 180*time.Second)
+	owned := shard.SlotSetOf(tc.anyMap().SlotsOf(0)...)
+	all0 := owned.Slots()
+	moving := shard.SlotSetOf(all0[len(all0)-len(all0)/2:]...)
+	const (
+		valueSize = 4 << 10
+		perEntry  = 64
+		entries   = 40 // 40 * 64 * 4 KiB = 10 MiB
+	)
+	value := make([]byte, valueSize)
+	for i := range value {
+		value[i] = byte('a' + i%26)
+	}
+	var rks [][]byte // a batch's keys share one slot: one routing key per entry
+	next := 0
+	for range 8 {
+		var rk []byte
+		rk, next = rkInSlots(moving, true, next)
+		rks = append(rks, rk)
+	}
+	for e := range entries {
+		muts := make([]fsm.Mutation, perEntry)
+		for j := range muts {
+			muts[j] = fsm.Mutation{Kind: fsm.MutPut, Key: kvKey(rks[e%len(rks)], fmt.Sprintf("big%05d", e*perEntry+j)), Value: value}
+		}
+		for {
+			_, r := tc.leaderReplica(0)
+			_, err := r.Propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{Mutations: muts}})
+			if err == nil {
+				break
+			}
+			if !retryable(err) {
+				t.Fatal(err)
+			}
+		}
+	}
+	before := tc.moveWindow()
+	start := time.Now()
+	mv, err := tc.nodes[0].SplitShard(ctx, 0, &moving)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.waitMovesDone(ctx, 120*time.Second)
+	total := time.Since(start)
+	after := tc.moveWindow()
+	if after.count != before.count+1 {
+		t.Fatalf("swarmkv_move_unavailable_seconds observed %d moves, want 1", after.count-before.count)
+	}
+	window := time.Duration((after.sum - before.sum) * float64(time.Second))
+	t.Logf("split of %d MiB (%d keys) in slots %s: unavailable for %v (freeze to publish); the whole move took %v",
+		entries*perEntry*valueSize>>20, entries*perEntry, mv.Slots.String(), window.Round(time.Millisecond), total.Round(time.Millisecond))
+	if window <= 0 || window > 10*time.Second {
+		t.Fatalf("unavailability window %v", window)
+	}
+	// The moved data is whole at its new owner.
+	_, tr := tc.leaderReplica(mv.Target)
+	for _, k := range []int{0, entries*perEntry/2 + 1, entries*perEntry - 1} {
+		rk := rks[(k/perEntry)%len(rks)] // an entry's keys share its routing key
+		if v, err := tr.FSM().Get(kvKey(rk, fmt.Sprintf("big%05d", k))); err != nil || len(v) != valueSize {
+			t.Fatalf("big%05d at the target: %d bytes, %v", k, len(v), err)
+		}
+	}
+}
+
+type histogramScrape struct {
+	count int
+	sum   float64
+}
+
+// moveWindow returns swarmkv_move_unavailable_seconds' count and sum over
+// the live nodes.
+func (tc *testCluster) moveWindow() histogramScrape {
+	reCount := regexp.MustCompile(`(?m)^swarmkv_move_unavailable_seconds_count (\S+)`)
+	reSum := regexp.MustCompile(`(?m)^swarmkv_move_unavailable_seconds_sum (\S+)`)
+	var out histogramScrape
+	for _, n := range tc.nodes {
+		if n == nil {
+			continue
+		}
+		rec := httptest.NewRecorder()
+		n.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		if m := reCount.FindStringSubmatch(rec.Body.String()); m != nil {
+			c, _ := strconv.Atoi(m[1])
+			out.count += c
+		}
+		if m := reSum.FindStringSubmatch(rec.Body.String()); m != nil {
+			f, _ := strconv.ParseFloat(m[1], 64)
+			out.sum += f
+		}
+	}
+	return out
+}

@@ -304,7 +304,7 @@ func TestAddCreditsRetryAppliesOnce(t *testing.T) {
 }
 
 // BenchmarkProcessUsage applies runs of 64 usage charges against 16
-// accounts: the billing hot path (decode, validate, four reads, five writes).
+// accounts: the billing hot path (decode, validate, three reads, four writes).
 func BenchmarkProcessUsage(b *testing.B) {
 	f := mustOpen(b, testConfig(1, b.TempDir()), nil)
 	var setup []*Command

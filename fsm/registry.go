@@ -19,6 +19,7 @@ type change struct {
 	b      *pebble.Batch
 	st     *slotState // nil: every slot owned; else flush checks each write
 	writes []write
+	reads  int // point reads of the op (get, has), which the tests bound
 }
 
 type write struct {
@@ -150,9 +151,13 @@ func (ch *change) getPending(key []byte, n int) ([]byte, bool, error) {
 }
 
 // get returns a copy of key's value.
-func (ch *change) get(key []byte) ([]byte, bool, error) { return getView(ch.b, key, true) }
+func (ch *change) get(key []byte) ([]byte, bool, error) {
+	ch.reads++
+	return getView(ch.b, key, true)
+}
 
 func (ch *change) has(key []byte) (bool, error) {
+	ch.reads++
 	_, found, err := getView(ch.b, key, false)
 	return found, err
 }

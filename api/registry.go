@@ -265,6 +265,9 @@ func (s *registryServer) ListShardAgents(ctx context.Context, req *rpc.ShardAgen
 	if err := s.readAt(ctx, id, r, req.GetConsistency()); err != nil {
 		return nil, err
 	}
+	if err := s.staleMap(id, r, req.GetMapVersion()); err != nil {
+		return nil, err
+	}
 	var prefix []byte
 	if req.GetByStatus() {
 		if req.GetStatus() > 255 || !records.AgentState(req.GetStatus()).Valid() {

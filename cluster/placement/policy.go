@@ -1,7 +1,9 @@
 package placement
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -185,4 +187,71 @@ func DecideShards(in PolicyInput) Decision {
 	return Decision{Kind: MoveMerge, Shard: b.Shard, From: a.Shard,
 		Reason: fmt.Sprintf("%d shards, %d wanted for %d active nodes (%d per shard): merge the two smallest, shard %d into %d (%d bytes, %.1f ops/s together)",
 			have, desired, in.ActiveNodes, p.NodesPerShard, a.Shard, b.Shard, bytes, load)}
+}
+
+// PolicyPatch is a change of the shard policy: the fields set (non-nil)
+// replace the policy's (`swarmnode shards policy`, the admin API's POST
+// /v1/shards/policy).
+type PolicyPatch struct {
+	Auto          *bool    `json:"auto,omitempty"`
+	NodesPerShard *int     `json:"nodes_per_shard,omitempty"`
+	MaxShardBytes *uint64  `json:"max_shard_bytes,omitempty"`
+	MaxShardLoad  *float64 `json:"max_shard_load,omitempty"`
+}
+
+// maxPatchBytes bounds an encoded PolicyPatch.
+const maxPatchBytes = 4 << 10
+
+// DecodePolicyPatch decodes a JSON PolicyPatch (an empty input is the
+// empty patch); unknown fields, trailing data and more than 4 KiB are
+// refused (ErrBadPolicy). It does not validate the values (Apply, then
+// Validate).
+func DecodePolicyPatch(b []byte) (PolicyPatch, error) {
+	var p PolicyPatch
+	if len(b) == 0 {
+		return p, nil
+	}
+	if len(b) > maxPatchBytes {
+		return p, fmt.Errorf("%w: patch of %d bytes", ErrBadPolicy, len(b))
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return PolicyPatch{}, fmt.Errorf("%w: %v", ErrBadPolicy, err)
+	}
+	if dec.More() {
+		return PolicyPatch{}, fmt.Errorf("%w: trailing data after the patch", ErrBadPolicy)
+	}
+	return p, nil
+}
+
+// IsEmpty reports whether p changes nothing.
+func (p PolicyPatch) IsEmpty() bool { return p == PolicyPatch{} }
+
+// Apply returns the policy with p's fields set.
+func (p PolicyPatch) Apply(to ShardPolicy) ShardPolicy {
+	if p.Auto != nil {
+		to.Auto = *p.Auto
+	}
+	if p.NodesPerShard != nil {
+		to.NodesPerShard = *p.NodesPerShard
+	}
+	if p.MaxShardBytes != nil {
+		to.MaxShardBytes = *p.MaxShardBytes
+	}
+	if p.MaxShardLoad != nil {
+		to.MaxShardLoad = *p.MaxShardLoad
+	}
+	return to
+}
+
+// PolicyOf returns the policy of s: its Policy, or for a state without
+// one (written before the policy) the defaults with the count rule off
+// and no rule acting (Auto false; the size limit shown is what setting
+// the policy starts from), and whether s has one.
+func PolicyOf(s *State) (ShardPolicy, bool) {
+	if s.Policy != nil {
+		return *s.Policy, true
+	}
+	return ShardPolicy{NodesPerShard: DefaultNodesPerShard, MaxShardBytes: DefaultMaxShardBytes}, false
 }

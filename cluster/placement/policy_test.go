@@ -219,3 +219,64 @@ func TestStatePolicyJSON(t *testing.T) {
 		t.Fatal("Clone shares the policy")
 	}
 }
+
+func TestPolicyPatch(t *testing.T) {
+	base := ShardPolicy{Auto: true, NodesPerShard: 3, MaxShardBytes: 100, MaxShardLoad: 5}
+	p, err := DecodePolicyPatch([]byte(`{"auto":false,"nodes_per_shard":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Apply(base); got != (ShardPolicy{NodesPerShard: 2, MaxShardBytes: 100, MaxShardLoad: 5}) {
+		t.Fatalf("Apply = %+v", got)
+	}
+	p, err = DecodePolicyPatch([]byte(`{"max_shard_bytes":0,"max_shard_load":0}`))
+	if err != nil || p.IsEmpty() {
+		t.Fatalf("zero values are changes: %+v, %v", p, err)
+	}
+	if got := p.Apply(base); got != (ShardPolicy{Auto: true, NodesPerShard: 3}) {
+		t.Fatalf("Apply = %+v", got)
+	}
+	for _, b := range []string{"", "{}"} {
+		if p, err := DecodePolicyPatch([]byte(b)); err != nil || !p.IsEmpty() || p.Apply(base) != base {
+			t.Fatalf("%q: %+v, %v", b, p, err)
+		}
+	}
+	for _, b := range []string{`{"auto":1}`, `{"nodes":3}`, `{"auto":true} {}`, `[`, `{"nodes_per_shard":1.5}`, `{"max_shard_bytes":-1}`, "{\"auto\":true" + strings.Repeat(" ", 5000) + "}"} {
+		if _, err := DecodePolicyPatch([]byte(b)); !errors.Is(err, ErrBadPolicy) {
+			t.Errorf("DecodePolicyPatch(%.40q) = %v, want ErrBadPolicy", b, err)
+		}
+	}
+	if p, ok := PolicyOf(&State{}); ok || p.Auto || p.NodesPerShard != DefaultNodesPerShard {
+		t.Fatalf("PolicyOf a state without one = %+v, %v", p, ok)
+	}
+}
+
+// FuzzDecodePolicyPatch: any input decodes or is refused with
+// ErrBadPolicy, never panics; a decoded patch re-encodes to a patch that
+// decodes to the same.
+func FuzzDecodePolicyPatch(f *testing.F) {
+	for _, s := range []string{"", "{}", `{"auto":true,"nodes_per_shard":3,"max_shard_bytes":1073741824,"max_shard_load":2.5}`, `{"auto":null}`, `{"x":1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := DecodePolicyPatch(b)
+		if err != nil {
+			if !errors.Is(err, ErrBadPolicy) {
+				t.Fatalf("error %v does not wrap ErrBadPolicy", err)
+			}
+			return
+		}
+		out, err := json.Marshal(p)
+		if err != nil {
+			return // NaN cannot come from JSON; nothing else fails
+		}
+		q, err := DecodePolicyPatch(out)
+		if err != nil {
+			t.Fatalf("re-decode %s: %v", out, err)
+		}
+		base := ShardPolicy{NodesPerShard: 3}
+		if a, b := p.Apply(base), q.Apply(base); a != b {
+			t.Fatalf("round trip changed the patch: %+v != %+v", a, b)
+		}
+	})
+}

@@ -66,7 +66,11 @@ func (n *Node) policyLoop() {
 			why = err.Error()
 		}
 		if d.Kind == "" && why != lastWhy && n.ctx.Err() == nil {
-			n.log.Debug("policy: no move", "reason", why)
+			if err != nil {
+				n.log.Info("policy: waiting", "reason", why)
+			} else {
+				n.log.Debug("policy: no move", "reason", why)
+			}
 		}
 		lastWhy = why
 	}
@@ -103,9 +107,9 @@ func (n *Node) policyStep(ctx context.Context, last *time.Time) (placement.Decis
 	var m placement.Move
 	*last = now
 	_, err = n.metaUpdate(ctx, func(s *State) error {
-		m = placement.Move{}  // fn runs again after a conflicting change
-		if len(s.Moves) > 0 { // one move at a time, an operator's included
-			return errNoChange
+		m = placement.Move{} // fn runs again after a conflicting change
+		if len(s.Moves) > 0 || s.Policy == nil || *s.Policy != *st.Policy {
+			return errNoChange // one move at a time (an operator's included), and only under the policy decided with
 		}
 		var err error
 		if d.Kind == placement.MoveSplit {
@@ -119,7 +123,7 @@ func (n *Node) policyStep(ctx context.Context, last *time.Time) (placement.Decis
 		return d, fmt.Errorf("policy: %s: %w", d.Reason, err)
 	}
 	if m.ID == 0 {
-		return placement.Decision{Reason: "a move was planned meanwhile"}, nil
+		return placement.Decision{Reason: "a move was planned or the policy changed meanwhile"}, nil
 	}
 	n.kickMove()
 	n.log.Info("policy: move planned", "move", m.ID, "kind", m.Kind, "source", uint32(m.Source), "target", uint32(m.Target),

@@ -3,8 +3,9 @@
 // pure decisions made from it: the initial placement (Place), the meta
 // group's size (MetaVoterTarget), the reconciler's choices (plan.go;
 // reconcile.go: Step, BalanceReplicas, BalanceLeaders and the Action
-// they return), and the slot moves of elastic shards (move.go: PlanSplit,
-// PlanMerge and the phase changes the mover commits).
+// they return), the slot moves of elastic shards (move.go: PlanSplit,
+// PlanMerge and the phase changes the mover commits) and the automatic
+// shard policy (policy.go: DecideShards, the next split or merge).
 // Nothing here does I/O, holds a lock or talks to a node: package cluster
 // reads the state, calls these functions and acts on what they return, so
 // they are tested without a cluster. It imports shard (and the standard
@@ -122,6 +123,10 @@ type State struct {
 	// written before elastic shards have neither.
 	Moves      []Move `json:"moves,omitempty"`
 	NextMoveID uint64 `json:"next_move_id,omitempty"`
+	// Policy is the automatic shard policy (policy.go; the meta leader
+	// acts on it), set at bootstrap. nil (documents written before it):
+	// no automatic split or merge.
+	Policy *ShardPolicy `json:"shard_policy,omitempty"`
 }
 
 // Token is a bearer token's record in the cluster state.
@@ -163,6 +168,10 @@ func (s *State) Clone() *State {
 		c.Shards[i].Voters, c.Shards[i].Learners = slices.Clone(p.Voters), slices.Clone(p.Learners)
 	}
 	c.Moves = slices.Clone(s.Moves)
+	if s.Policy != nil {
+		p := *s.Policy
+		c.Policy = &p
+	}
 	return &c
 }
 

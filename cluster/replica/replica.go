@@ -98,6 +98,8 @@ type Replica struct {
 	// propEntries and propCmds count the coalescer's entries and the
 	// commands they carried (metrics).
 	propEntries, propCmds atomic.Uint64
+	// load measures propCmds' rate (Load).
+	load loadMeter
 
 	done chan struct{}
 	// wg joins every goroutine of the replica: its loops and the waiters

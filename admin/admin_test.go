@@ -10,10 +10,12 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/swarmkv/swarmkv/internal/leakcheck"
+
 	"github.com/swarmkv/swarmkv/cluster"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leakcheck.Options()...) }
 
 // The admin API's tests that need a running cluster are in package
 // cluster (cluster/auth_test.go, conns_test.go, tls_test.go,

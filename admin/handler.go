@@ -23,9 +23,12 @@ import (
 //	GET  /v1/members                     members with gossip state, version, replicas, leaderships
 //	POST /v1/members/{id}/join           admit a node gossip sees (idempotent)
 //	POST /v1/members/{id}/remove         decommission a node: move its replicas, then remove it (idempotent)
-//	GET  /v1/shards                      voters, leader, applied index and lag of every replica
+//	GET  /v1/shards                      voters, leader, applied index and lag of every replica; each
+//	                                     shard's slots, size (disk space) and load (commands/s)
 //	POST /v1/shards/{shard}/transfer-leader?to=<id>  move a shard's ("meta": the meta group's) leadership
 //	POST /v1/shards/{shard}/snapshot     every replica of the shard takes a snapshot
+//	POST /v1/shards/{shard}/split, POST /v1/shards/merge?into=A&from=B, GET /v1/moves,
+//	DELETE /v1/moves/{id}, GET|POST /v1/shards/policy   elastic shards (shards.go)
 //	GET  /v1/state                       the committed cluster state document
 //	POST /v1/tokens, GET /v1/tokens, POST /v1/tokens/{id}/revoke  tokens (tokens.go)
 //	GET /healthz  200 "ok" while the process runs
@@ -148,4 +151,5 @@ func routes(n *cluster.Node, mux *http.ServeMux) {
 	handle("POST /v1/shards/{shard}/snapshot", func(ctx context.Context, r *http.Request) (any, error) {
 		return n.Snapshot(ctx, r.PathValue("shard"))
 	})
+	shardRoutes(n, handle)
 }

@@ -88,6 +88,7 @@ var grpcPerms = map[string]auth.Perm{
 	"/swarmkv.v1.Admin/ExportSlots": {Keyspace: auth.Node},
 	"/swarmkv.v1.Admin/PullSlots":   {Keyspace: auth.Node},
 	"/swarmkv.v1.Admin/MoveAdmin":   {Keyspace: auth.Node},
+	"/swarmkv.v1.Admin/ShardPolicy": {Keyspace: auth.Node},
 }
 
 // authUnary guards every unary gRPC call (see grpcPerms).

@@ -376,15 +376,15 @@ func (s *poolsServer) UpdatePool(ctx context.Context, req *rpc.UpdatePoolRequest
 	if err != nil {
 		return nil, s.statusErr(0, err)
 	}
-	_, r, err := s.propose(ctx, &fsm.Command{Op: fsm.OpUpdatePool, Pool: pool, Actor: req.GetActor(), Time: now})
+	res, r, err := s.propose(ctx, &fsm.Command{Op: fsm.OpUpdatePool, Pool: pool, Actor: req.GetActor(), Time: now})
 	if err != nil {
 		return nil, err
 	}
-	p, err := s.getPool(r, pool.PoolID)
-	if err != nil {
+	var p records.Pool
+	if err := appliedRecord(s.server, r.ID(), res, &p); err != nil {
 		return nil, err
 	}
-	return &rpc.PoolResponse{Pool: rpc.PoolToProto(p)}, nil
+	return &rpc.PoolResponse{Pool: rpc.PoolToProto(&p)}, nil
 }
 
 func (s *poolsServer) DeletePool(ctx context.Context, req *rpc.DeletePoolRequest) (*rpc.DeletePoolResponse, error) {
@@ -432,10 +432,15 @@ func (s *poolsServer) RegisterBot(ctx context.Context, req *rpc.RegisterBotReque
 	if err != nil {
 		return nil, s.statusErr(0, err)
 	}
-	if _, _, err := s.propose(ctx, &fsm.Command{Op: fsm.OpRegisterBot, Bot: b, Actor: req.GetActor()}); err != nil {
+	res, r, err := s.propose(ctx, &fsm.Command{Op: fsm.OpRegisterBot, Bot: b, Actor: req.GetActor()})
+	if err != nil {
 		return nil, err
 	}
-	return &rpc.BotResponse{Bot: rpc.BotToProto(b)}, nil
+	var stored records.Bot
+	if err := appliedRecord(s.server, r.ID(), res, &stored); err != nil {
+		return nil, err
+	}
+	return &rpc.BotResponse{Bot: rpc.BotToProto(&stored)}, nil
 }
 
 func (s *poolsServer) UpdateBot(ctx context.Context, req *rpc.UpdateBotRequest) (*rpc.BotResponse, error) {
@@ -461,15 +466,15 @@ func (s *poolsServer) UpdateBot(ctx context.Context, req *rpc.UpdateBotRequest) 
 	if err != nil {
 		return nil, s.statusErr(0, err)
 	}
-	_, r, err := s.propose(ctx, &fsm.Command{Op: fsm.OpUpdateBot, Bot: b, Actor: req.GetActor(), Time: now})
+	res, r, err := s.propose(ctx, &fsm.Command{Op: fsm.OpUpdateBot, Bot: b, Actor: req.GetActor(), Time: now})
 	if err != nil {
 		return nil, err
 	}
-	stored, err := s.getBot(r, b.AgentID)
-	if err != nil {
+	var stored records.Bot
+	if err := appliedRecord(s.server, r.ID(), res, &stored); err != nil {
 		return nil, err
 	}
-	return &rpc.BotResponse{Bot: rpc.BotToProto(stored)}, nil
+	return &rpc.BotResponse{Bot: rpc.BotToProto(&stored)}, nil
 }
 
 // botRead validates a BotRef and reads the bot after the read barrier.

@@ -15,6 +15,7 @@ import (
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
 	"github.com/swarmkv/swarmkv/rpc"
+	"github.com/swarmkv/swarmkv/shard"
 )
 
 // registryServer implements the Registry gRPC service (seed 000) on a Node.
@@ -41,6 +42,20 @@ func getRecord[R records.Record](s *server, r *replica.Replica, key []byte, rec 
 	}
 	if err := records.Decode(b, rec); err != nil {
 		return s.statusErr(r.ID(), fmt.Errorf("stored record %x: %w", key, err))
+	}
+	return nil
+}
+
+// appliedRecord decodes the record a write's state machine reported
+// stored (fsm.Result.Record) into rec: the update handlers answer with it
+// instead of reading the record back, which a freeze and drop of its slot
+// landing between the apply and the read could have removed.
+func appliedRecord[R records.Record](s *server, id shard.ID, res *fsm.Result, rec R) error {
+	if res == nil || res.Record == nil {
+		return s.statusErr(id, errors.New("api: the state machine reported no stored record"))
+	}
+	if err := records.Decode(res.Record, rec); err != nil {
+		return s.statusErr(id, fmt.Errorf("applied record: %w", err))
 	}
 	return nil
 }
@@ -229,11 +244,12 @@ func (s *registryServer) UpdateAgentStatus(ctx context.Context, req *rpc.UpdateA
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.proposeTo(ctx, id, r, &fsm.Command{Op: fsm.OpUpdateAgentStatus, UserID: &user, AgentID: &agent, Status: &u8, Time: nowMs()}); err != nil {
+	res, err := s.proposeTo(ctx, id, r, &fsm.Command{Op: fsm.OpUpdateAgentStatus, UserID: &user, AgentID: &agent, Status: &u8, Time: nowMs()})
+	if err != nil {
 		return nil, err
 	}
 	var a records.AgentRecord
-	if err := getRecord(s.server, r, keys.Agent(user, agent), &a); err != nil {
+	if err := appliedRecord(s.server, id, res, &a); err != nil {
 		return nil, err
 	}
 	return &rpc.UpdateAgentStatusResponse{Agent: rpc.AgentToProto(&a)}, nil
@@ -247,6 +263,9 @@ func (s *registryServer) ListShardAgents(ctx context.Context, req *rpc.ShardAgen
 		return nil, err
 	}
 	if err := s.readAt(ctx, id, r, req.GetConsistency()); err != nil {
+		return nil, err
+	}
+	if err := s.staleMap(id, r, req.GetMapVersion()); err != nil {
 		return nil, err
 	}
 	var prefix []byte
@@ -332,11 +351,12 @@ func (s *registryServer) UpdateSessionStatus(ctx context.Context, req *rpc.Updat
 		}
 		cmd.UserID = &owner
 	}
-	if _, err := s.proposeTo(ctx, id, r, cmd); err != nil {
+	res, err := s.proposeTo(ctx, id, r, cmd)
+	if err != nil {
 		return nil, err
 	}
 	var sess records.SessionRecord
-	if err := getRecord(s.server, r, keys.Session(sid), &sess); err != nil {
+	if err := appliedRecord(s.server, id, res, &sess); err != nil {
 		return nil, err
 	}
 	return &rpc.UpdateSessionStatusResponse{Session: rpc.SessionToProto(&sess)}, nil

@@ -57,16 +57,18 @@ func (s *server) shardReplica(id uint32) (shard.ID, *replica.Replica, error) {
 	if smap == nil {
 		return 0, nil, s.statusErr(0, cluster.ErrNotBootstrapped)
 	}
-	if int(id) >= smap.NumShards {
-		return 0, nil, s.statusErr(0, invalid("shard %d: shard ids are below %d", id, smap.NumShards))
-	}
 	r := s.node.LocalReplica(shard.ID(id))
 	// Ids may have holes (merged shards): one that owns no slot in the map
-	// and has no replica here is unknown. (A replica that owns no slot yet,
-	// a split's target, answers for itself: its state machine refuses the
+	// and has no replica here is unknown to this node: InvalidArgument, or
+	// Unavailable (retry) when a newer map may name it, a split just
+	// published (Node.UnknownShard). (A replica that owns no slot yet, a
+	// split's target, answers for itself: its state machine refuses the
 	// slots it does not own.)
-	if r == nil && !slices.Contains(smap.Shards(), shard.ID(id)) {
-		return 0, nil, s.statusErr(0, invalid("shard %d owns no slot (map version %d)", id, smap.Version))
+	if int(id) >= smap.NumShards || (r == nil && !slices.Contains(smap.Shards(), shard.ID(id))) {
+		if int(id) >= shard.MaxShards {
+			return 0, nil, s.statusErr(0, invalid("shard %d: shard ids are below %d", id, shard.MaxShards))
+		}
+		return 0, nil, s.statusErr(shard.ID(id), s.node.UnknownShard(shard.ID(id)))
 	}
 	if r == nil {
 		return shard.ID(id), nil, s.notLeader(shard.ID(id))
@@ -81,7 +83,11 @@ func (s *server) target(t *rpc.Target, idLen int) (shard.ID, *replica.Replica, e
 		if len(t.GetUserId()) > 0 {
 			return 0, nil, s.statusErr(0, invalid("target names both a shard and a user id"))
 		}
-		return s.shardReplica(t.GetShard())
+		id, r, err := s.shardReplica(t.GetShard())
+		if err != nil {
+			return id, nil, err
+		}
+		return id, r, s.staleMap(id, r, t.GetMapVersion())
 	}
 	if len(t.GetUserId()) != idLen {
 		return 0, nil, s.statusErr(0, invalid("user_id is %d bytes, want %d", len(t.GetUserId()), idLen))
@@ -102,7 +108,30 @@ func (s *server) readTarget(ctx context.Context, t *rpc.Target, idLen int, c rpc
 	if rk := targetKey(t); rk != nil {
 		return r, s.checkSlot(r, rk)
 	}
-	return r, nil
+	return r, s.staleMap(id, r, t.GetMapVersion())
+}
+
+// staleMap answers moved when shard r gave slots away under a map newer
+// than version, the map a shard-addressed request (a fan-out's listing or
+// lookup) was chosen from; 0 (unknown) is not checked. Without it a client
+// whose map predates a split would list the source, which no longer holds
+// the moved records, and never ask the new shard: the records would be
+// missing with no error. Reads check it after the read barrier (again:
+// target checks it first for writes too). A shard-addressed write whose
+// map is current when checked but published stale before it applies is
+// not covered: the state machine answers it from its own records (docs:
+// Elastic shards).
+func (s *server) staleMap(id shard.ID, r *replica.Replica, version uint64) error {
+	if version == 0 {
+		return nil
+	}
+	for _, m := range r.FSM().Moves() {
+		if (m.State == fsm.MoveFrozen || m.State == fsm.MoveMoved) && m.MapVersion > version {
+			slot, _ := m.Slots.First()
+			return s.statusErr(id, &fsm.MovedError{Slot: slot, Target: m.Peer, MapVersion: m.MapVersion})
+		}
+	}
+	return nil
 }
 
 // userRead parses the user (or account) id b with parse (InvalidArgument

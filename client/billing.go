@@ -192,7 +192,7 @@ func (b *Billing) GetTransactionOf(ctx context.Context, user keys.AccountID, id 
 func (b *Billing) GetTransaction(ctx context.Context, id keys.TransactionID, opts ...ReadOption) (*records.CreditTransaction, error) {
 	cons, co := consistency(opts)
 	found, err := fanLookup(ctx, b.c, fmt.Sprintf("transaction %x", id[:]), func(ctx context.Context, sid shard.ID) (*records.CreditTransaction, error) {
-		resp, err := unary(ctx, b.onShard(sid), co, rpc.BillingClient.GetTransaction, &rpc.TransactionRef{Target: shardTarget(sid), TransactionId: id[:], Consistency: cons})
+		resp, err := unary(ctx, b.onShard(sid), co, rpc.BillingClient.GetTransaction, &rpc.TransactionRef{Target: b.c.shardTarget(ctx, sid), TransactionId: id[:], Consistency: cons})
 		if err != nil {
 			return nil, err
 		}
@@ -317,7 +317,7 @@ func (b *Billing) HasUsageEvent(ctx context.Context, eventID string, opts ...Rea
 	}
 	cons, co := consistency(opts)
 	_, err := fanLookup(ctx, b.c, fmt.Sprintf("usage event %q", eventID), func(ctx context.Context, sid shard.ID) (bool, error) {
-		resp, err := unary(ctx, b.onShard(sid), co, rpc.BillingClient.HasUsageEvent, &rpc.UsageEventRef{Target: shardTarget(sid), EventId: eventID, Consistency: cons})
+		resp, err := unary(ctx, b.onShard(sid), co, rpc.BillingClient.HasUsageEvent, &rpc.UsageEventRef{Target: b.c.shardTarget(ctx, sid), EventId: eventID, Consistency: cons})
 		if err == nil && !resp.GetExists() {
 			err = ErrNotFound
 		}
@@ -371,7 +371,7 @@ func (b *Billing) GetUsageEvent(ctx context.Context, eventID string, opts ...Rea
 	}
 	cons, co := consistency(opts)
 	found, err := fanLookup(ctx, b.c, fmt.Sprintf("usage event %q", eventID), func(ctx context.Context, sid shard.ID) (*records.UsageEvent, error) {
-		resp, err := unary(ctx, b.onShard(sid), co, rpc.BillingClient.GetUsageEvent, &rpc.UsageEventRef{Target: shardTarget(sid), EventId: eventID, Consistency: cons})
+		resp, err := unary(ctx, b.onShard(sid), co, rpc.BillingClient.GetUsageEvent, &rpc.UsageEventRef{Target: b.c.shardTarget(ctx, sid), EventId: eventID, Consistency: cons})
 		if err != nil {
 			return nil, err
 		}

@@ -544,13 +544,31 @@ var mapBackoff = retry.Options{Initial: 20 * time.Millisecond, Max: 250 * time.M
 // (DefaultTimeout when ctx has no deadline).
 var callBackoff = retry.Options{Initial: 10 * time.Millisecond, Max: 500 * time.Millisecond}
 
+// fanOutMap is the context key of the map version a FanOut chose its
+// shards from.
+type fanOutMap struct{}
+
+// mapVersionFor is the map version a shard-addressed request made under
+// ctx was chosen from: its FanOut's, else the current map's.
+func (c *Client) mapVersionFor(ctx context.Context) uint64 {
+	if v, ok := ctx.Value(fanOutMap{}).(uint64); ok {
+		return v
+	}
+	return c.mapVersion()
+}
+
 // FanOut runs fn for every shard in parallel and returns the errors of all
 // shards joined (nil when all succeeded). Queries that span shards (list
 // all, lookups without a routing key) use it together with CallShard.
 func (c *Client) FanOut(ctx context.Context, fn func(ctx context.Context, id shard.ID) error) error {
 	c.mu.RLock()
 	ids := c.mu.smap.Shards() // the shards that own slots (ids may have holes)
+	version := c.mu.smap.Version
 	c.mu.RUnlock()
+	// Each shard is asked with the version of the map its id came from
+	// (fanOutMap): a shard that gave slots away under a newer map answers
+	// moved instead of leaving the moved records out.
+	ctx = context.WithValue(ctx, fanOutMap{}, version)
 	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
 	for i, id := range ids {

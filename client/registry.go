@@ -186,7 +186,28 @@ func fanLookupOnce[T any](ctx context.Context, c *Client, what string, get func(
 // fanCollect asks every shard in parallel for its part of a listing and
 // concatenates the parts. Every shard must answer: a listing missing a
 // shard would be silently incomplete, so any shard's error fails it.
+//
+// A shard that gave slots away under a newer map than the one the fan-out
+// chose its shards from answers *MovedError (api's staleMap): fanCollect
+// then waits for that map and lists every shard again, until ctx ends.
 func fanCollect[T any](ctx context.Context, c *Client, list func(context.Context, shard.ID) ([]T, error)) ([]T, error) {
+	backoff := callBackoff.Backoff()
+	for {
+		all, err := fanCollectOnce(ctx, c, list)
+		var me *MovedError
+		if !errors.As(err, &me) {
+			return all, err
+		}
+		if err := c.awaitMap(ctx, me); err != nil {
+			return nil, err
+		}
+		if !backoff.Wait(ctx) {
+			return nil, fmt.Errorf("%w: %w", err, ctx.Err())
+		}
+	}
+}
+
+func fanCollectOnce[T any](ctx context.Context, c *Client, list func(context.Context, shard.ID) ([]T, error)) ([]T, error) {
 	var mu sync.Mutex
 	var all []T
 	err := c.FanOut(ctx, func(ctx context.Context, id shard.ID) error {
@@ -225,7 +246,11 @@ func (r *Registry) onShard(id shard.ID) stub[rpc.RegistryClient] {
 
 func userTarget(user keys.UserID) *rpc.Target { return &rpc.Target{UserId: user[:]} }
 
-func shardTarget(id shard.ID) *rpc.Target { return &rpc.Target{Shard: uint32(id), HasShard: true} }
+// shardTarget addresses shard id with the map version it was chosen from
+// (mapVersionFor).
+func (c *Client) shardTarget(ctx context.Context, id shard.ID) *rpc.Target {
+	return &rpc.Target{Shard: uint32(id), HasShard: true, MapVersion: c.mapVersionFor(ctx)}
+}
 
 func agentFrom(p *rpc.Agent) (*records.AgentRecord, error) {
 	a, err := rpc.AgentFromProto(p)
@@ -293,7 +318,7 @@ func (r *Registry) GetAgentOf(ctx context.Context, user keys.UserID, agentID key
 func (r *Registry) GetAgent(ctx context.Context, agentID keys.AgentID, opts ...ReadOption) (*records.AgentRecord, error) {
 	cons, co := consistency(opts)
 	found, err := fanLookup(ctx, r.c, fmt.Sprintf("agent %x", agentID[:]), func(ctx context.Context, id shard.ID) (*records.AgentRecord, error) {
-		resp, err := unary(ctx, r.onShard(id), co, rpc.RegistryClient.GetAgent, &rpc.AgentRef{Target: shardTarget(id), AgentId: agentID[:], Consistency: cons})
+		resp, err := unary(ctx, r.onShard(id), co, rpc.RegistryClient.GetAgent, &rpc.AgentRef{Target: r.c.shardTarget(ctx, id), AgentId: agentID[:], Consistency: cons})
 		if err != nil {
 			return nil, err
 		}
@@ -417,7 +442,7 @@ func (r *Registry) listShardAgents(ctx context.Context, byStatus bool, s records
 		var cursor []byte
 		for {
 			resp, err := unary(ctx, r.onShard(id), co, rpc.RegistryClient.ListShardAgents, &rpc.ShardAgentsRequest{Shard: uint32(id), ByStatus: byStatus,
-				Status: uint32(s), Cursor: cursor, Limit: shardPageLimit, Consistency: cons})
+				Status: uint32(s), Cursor: cursor, Limit: shardPageLimit, Consistency: cons, MapVersion: r.c.mapVersionFor(ctx)})
 			if err != nil {
 				return nil, err
 			}
@@ -487,7 +512,7 @@ func (r *Registry) GetSessionOf(ctx context.Context, user keys.UserID, id keys.S
 func (r *Registry) GetSession(ctx context.Context, id keys.SessionID, opts ...ReadOption) (*records.SessionRecord, error) {
 	cons, co := consistency(opts)
 	found, err := fanLookup(ctx, r.c, fmt.Sprintf("session %x", id[:]), func(ctx context.Context, sid shard.ID) (*records.SessionRecord, error) {
-		resp, err := unary(ctx, r.onShard(sid), co, rpc.RegistryClient.GetSession, &rpc.SessionRef{Target: shardTarget(sid), SessionId: id[:], Consistency: cons})
+		resp, err := unary(ctx, r.onShard(sid), co, rpc.RegistryClient.GetSession, &rpc.SessionRef{Target: r.c.shardTarget(ctx, sid), SessionId: id[:], Consistency: cons})
 		if err != nil {
 			return nil, err
 		}
@@ -524,7 +549,7 @@ func (r *Registry) UpdateSessionStatus(ctx context.Context, id keys.SessionID, s
 		return invalidf("session status %s", s)
 	}
 	_, err := fanLookup(ctx, r.c, fmt.Sprintf("session %x", id[:]), func(ctx context.Context, sid shard.ID) (*rpc.Session, error) {
-		resp, err := unary(ctx, r.onShard(sid), writeOnce, rpc.RegistryClient.UpdateSessionStatus, &rpc.UpdateSessionStatusRequest{Target: shardTarget(sid), SessionId: id[:], Status: uint32(s)})
+		resp, err := unary(ctx, r.onShard(sid), writeOnce, rpc.RegistryClient.UpdateSessionStatus, &rpc.UpdateSessionStatusRequest{Target: r.c.shardTarget(ctx, sid), SessionId: id[:], Status: uint32(s)})
 		return resp.GetSession(), err
 	})
 	return err
@@ -576,7 +601,7 @@ func (r *Registry) sessionsPage(ctx context.Context, st stub[rpc.RegistryClient]
 func (r *Registry) ListSessionsByAgent(ctx context.Context, agentID keys.AgentID, opts ...ReadOption) ([]*records.SessionRecord, error) {
 	all, err := fanCollect(ctx, r.c, func(ctx context.Context, id shard.ID) ([]*records.SessionRecord, error) {
 		return collectPages(ctx, fmt.Sprintf("shard %d: sessions of agent", id), func(ctx context.Context, p Page) ([]*records.SessionRecord, []byte, error) {
-			return r.sessionsPage(ctx, r.onShard(id), shardTarget(id), agentID, p, opts)
+			return r.sessionsPage(ctx, r.onShard(id), r.c.shardTarget(ctx, id), agentID, p, opts)
 		})
 	})
 	if err != nil {

@@ -340,6 +340,16 @@ type ShardInfo struct {
 	CommitIndex uint64        `json:"commit_index"`
 	Voters      []string      `json:"voters"`
 	Replicas    []ReplicaInfo `json:"replicas"`
+	// Shards only (0 for the meta group): the slots the map gives the
+	// shard (count, and text form "0-15,32"), and its leader's numbers:
+	// Bytes, the disk space its state machine's store uses, and Load, the
+	// commands it handed to Raft per second over its last load interval
+	// (about 10 s: replica.Replica.Load). The automatic shard policy
+	// decides on these.
+	Slots      int     `json:"slots"`
+	SlotRanges string  `json:"slot_ranges,omitempty"`
+	Bytes      uint64  `json:"bytes"`
+	Load       float64 `json:"load"`
 }
 
 // ClusterStatus is the admin API's overview.
@@ -350,6 +360,10 @@ type ClusterStatus struct {
 	NumShards         int          `json:"num_shards"`
 	Members           []MemberInfo `json:"members"`
 	Shards            []ShardInfo  `json:"shards"`
+	// Policy is the automatic shard policy (nil: the state has none).
+	Policy *placement.ShardPolicy `json:"shard_policy,omitempty"`
+	// Moves are the slot moves in progress.
+	Moves []placement.Move `json:"moves,omitempty"`
 }
 
 // Status gathers the cluster overview: the committed state, gossip, and
@@ -370,7 +384,13 @@ func (n *Node) Status(ctx context.Context) (*ClusterStatus, error) {
 		}()
 	}
 	wg.Wait()
-	out := &ClusterStatus{ClusterID: st.ClusterID, Epoch: st.Epoch, ReplicationFactor: st.ReplicationFactor, NumShards: st.NumShards, Shards: infos}
+	for i, g := range gs {
+		if !g.Meta {
+			infos[i].Slots, infos[i].SlotRanges = shardSlots(st, g.Shard)
+		}
+	}
+	out := &ClusterStatus{ClusterID: st.ClusterID, Epoch: st.Epoch, ReplicationFactor: st.ReplicationFactor, NumShards: st.NumShards, Shards: infos,
+		Policy: st.Policy, Moves: st.Moves}
 	gossiped := n.members.All()
 	for _, m := range st.Nodes {
 		mi := MemberInfo{ID: m.ID, Status: st.Status(m.ID), Gossip: "unknown", RaftAddr: m.RaftAddr, GRPCAddr: m.GRPCAddr, HTTPAddr: m.HTTPAddr,
@@ -415,6 +435,9 @@ func (n *Node) groupInfo(ctx context.Context, g placement.Group) ShardInfo {
 	}
 	if obs.leader != nil {
 		si.Leader, si.Term, commit = obs.leader.NodeId, obs.leader.Term, obs.leader.CommitIndex
+		if !g.Meta {
+			si.Bytes, si.Load = obs.leader.DiskBytes, obs.leader.Load
+		}
 		si.CommitIndex = commit
 		for _, s := range obs.leader.Servers {
 			roles[s.Id] = s.Suffrage

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/swarmkv/swarmkv/cluster/gossip"
+	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/internal/faultnet"
 	"github.com/swarmkv/swarmkv/keys"
@@ -64,9 +65,33 @@ type Config struct {
 	// the node waits until an operator admits it into the cluster it
 	// gossips with (`swarmnode join <id>`, the admin API's join).
 	BootstrapExpect int
-	// Shards is the number of shards (Raft groups) at bootstrap, 1..256.
-	// Default 8. Ignored once the cluster is bootstrapped.
+	// Shards is the number of shards (Raft groups) at bootstrap, 0..256.
+	// 0 (default): automatic, max(1, BootstrapExpect / NodesPerShard)
+	// shards with the policy's count rule on (the meta leader splits and
+	// merges as members come and go: cluster/policy.go); N: N shards with
+	// the count rule off (the size and load rules still apply). Ignored
+	// once the cluster is bootstrapped (the policy is in the cluster
+	// state; `swarmnode shards policy` changes it).
 	Shards int
+	// NodesPerShard is the count rule's ratio: one shard per this many
+	// active members. Default 3 (placement.DefaultNodesPerShard); 1..1000.
+	// Recorded at bootstrap.
+	NodesPerShard int
+	// MaxShardBytes is the size rule: a shard whose leader's state
+	// machine uses more disk space is split. Default 1 GiB; negative: no
+	// size rule. Recorded at bootstrap.
+	MaxShardBytes int64
+	// MaxShardLoad is the load rule: a shard whose leader applies more
+	// commands per second (replica.Replica.Load) is split. 0 (default):
+	// no load rule. Recorded at bootstrap.
+	MaxShardLoad float64
+	// PolicyInterval is how often the meta leader evaluates the shard
+	// policy (asking every shard's replicas for their status), and
+	// PolicyCooldown how long it waits after a move (any: its own or an
+	// operator's) before it plans the next one, and after it becomes the
+	// meta leader. Defaults 10s and 2m.
+	PolicyInterval time.Duration
+	PolicyCooldown time.Duration
 	// ReplicationFactor is the number of voters per shard (fewer when the
 	// cluster has fewer nodes). Default 3. Fixed at bootstrap (recorded in
 	// the cluster state).
@@ -305,6 +330,29 @@ type Testing struct {
 	// true halts this node's mover for good (tests stop the node there to
 	// check that another meta leader resumes the move).
 	AfterMovePhase func(moveID uint64, phase string) (halt bool)
+	// BeforeAdopt, if set, is called by a target shard's leader that
+	// ingested a move's data, before it proposes the adoption; an error
+	// fails the pull instead (tests cancel a move there).
+	BeforeAdopt func(moveID uint64) error
+	// HoldSync, if set and true, makes the sync loop skip its round
+	// (tests keep a node's map behind the cluster's).
+	HoldSync func() bool
+}
+
+// BootstrapShards is the shard count the cluster bootstraps with: Shards,
+// or with Shards 0 the count rule's for BootstrapExpect nodes.
+func (c Config) BootstrapShards() int {
+	if c.Shards > 0 {
+		return c.Shards
+	}
+	return placement.DesiredShards(c.NodesPerShard, c.BootstrapExpect)
+}
+
+// bootstrapPolicy is the shard policy the cluster bootstraps with: the
+// count rule on with automatic shards (Shards 0).
+func (c Config) bootstrapPolicy() placement.ShardPolicy {
+	return placement.ShardPolicy{Auto: c.Shards == 0, NodesPerShard: c.NodesPerShard,
+		MaxShardBytes: uint64(max(c.MaxShardBytes, 0)), MaxShardLoad: c.MaxShardLoad}
 }
 
 // Config.LogStore values.
@@ -365,8 +413,17 @@ func (c Config) WithDefaults() Config {
 	if c.LeaderBalanceInterval == 0 {
 		c.LeaderBalanceInterval = 30 * time.Second
 	}
-	if c.Shards == 0 {
-		c.Shards = 8
+	if c.NodesPerShard == 0 {
+		c.NodesPerShard = placement.DefaultNodesPerShard
+	}
+	if c.MaxShardBytes == 0 {
+		c.MaxShardBytes = placement.DefaultMaxShardBytes
+	}
+	if c.PolicyInterval == 0 {
+		c.PolicyInterval = 10 * time.Second
+	}
+	if c.PolicyCooldown == 0 {
+		c.PolicyCooldown = 2 * time.Minute
 	}
 	if c.ReplicationFactor == 0 {
 		c.ReplicationFactor = 3
@@ -521,8 +578,14 @@ func (c Config) Validate() error {
 	if c.DeadNodeTimeout < time.Second || c.ReconcileInterval < 10*time.Millisecond {
 		return bad("dead node timeout %v (want >= 1s), reconcile interval %v (want >= 10ms)", c.DeadNodeTimeout, c.ReconcileInterval)
 	}
-	if c.Shards < 1 || c.Shards > shard.MaxShards {
-		return bad("shards %d: want 1..%d", c.Shards, shard.MaxShards)
+	if c.Shards < 0 || c.Shards > shard.MaxShards {
+		return bad("shards %d: want 1..%d, or 0 for automatic", c.Shards, shard.MaxShards)
+	}
+	if err := c.bootstrapPolicy().Validate(); err != nil {
+		return bad("%v", err)
+	}
+	if c.PolicyInterval < 10*time.Millisecond || c.PolicyCooldown < 0 {
+		return bad("policy interval %v (want >= 10ms), cooldown %v (want >= 0)", c.PolicyInterval, c.PolicyCooldown)
 	}
 	if c.ReplicationFactor < 1 || c.ReplicationFactor > 7 {
 		return bad("replication factor %d: want 1..7", c.ReplicationFactor)
@@ -682,7 +745,7 @@ func errConfigf(format string, a ...any) error {
 // Shards is the count at bootstrap; a node of a cluster with more shards
 // than its own setting holds less in blocks.
 func (c Config) cacheCapacity() int64 {
-	n := c.BlockCacheSize + int64(c.Shards+1)*int64(c.MemTableSize)
+	n := c.BlockCacheSize + int64(c.BootstrapShards()+1)*int64(c.MemTableSize)
 	if c.LogStore == LogStorePebble {
 		n += raftlog.DefaultMemTableSize
 	}

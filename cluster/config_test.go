@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/shard"
 )
@@ -119,6 +120,46 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// TestBootstrapShape: --shards 0 bootstraps one shard per NodesPerShard
+// bootstrap nodes (at least one) with the count rule on; --shards N
+// bootstraps N with it off; a negative MaxShardBytes turns the size rule
+// off; bad policy values are refused.
+func TestBootstrapShape(t *testing.T) {
+	for _, tc := range []struct {
+		shards, expect, per int
+		maxBytes            int64
+		want                int
+		policy              placement.ShardPolicy
+	}{
+		{0, 1, 0, 0, 1, placement.ShardPolicy{Auto: true, NodesPerShard: 3, MaxShardBytes: 1 << 30}},
+		{0, 3, 0, 0, 1, placement.ShardPolicy{Auto: true, NodesPerShard: 3, MaxShardBytes: 1 << 30}},
+		{0, 6, 0, 0, 2, placement.ShardPolicy{Auto: true, NodesPerShard: 3, MaxShardBytes: 1 << 30}},
+		{0, 7, 2, -1, 3, placement.ShardPolicy{Auto: true, NodesPerShard: 2}},
+		{8, 3, 0, 0, 8, placement.ShardPolicy{NodesPerShard: 3, MaxShardBytes: 1 << 30}},
+		{1, 6, 0, 5 << 20, 1, placement.ShardPolicy{NodesPerShard: 3, MaxShardBytes: 5 << 20}},
+	} {
+		c := Config{ID: "n1", DataDir: "d", Shards: tc.shards, BootstrapExpect: tc.expect, NodesPerShard: tc.per, MaxShardBytes: tc.maxBytes}.WithDefaults()
+		if err := c.Validate(); err != nil {
+			t.Fatalf("%+v: %v", tc, err)
+		}
+		if got := c.BootstrapShards(); got != tc.want {
+			t.Errorf("%+v: %d shards at bootstrap, want %d", tc, got, tc.want)
+		}
+		if got := c.bootstrapPolicy(); got != tc.policy {
+			t.Errorf("%+v: policy %+v, want %+v", tc, got, tc.policy)
+		}
+	}
+	for _, c := range []Config{
+		{Shards: -1}, {NodesPerShard: -1}, {NodesPerShard: 1001}, {MaxShardLoad: -1},
+		{PolicyInterval: time.Millisecond}, {PolicyCooldown: -time.Second},
+	} {
+		c.ID, c.DataDir = "n1", "d"
+		if err := c.WithDefaults().Validate(); !errors.Is(err, ErrConfig) {
+			t.Errorf("%+v: Validate = %v, want ErrConfig", c, err)
+		}
+	}
+}
+
 func TestConfigWithDefaults(t *testing.T) {
 	c := Config{ID: "n1", DataDir: "d"}.WithDefaults()
 	for _, tc := range []struct {
@@ -131,7 +172,13 @@ func TestConfigWithDefaults(t *testing.T) {
 		{"http addr stays empty", c.HTTPAddr, ""},
 		{"gossip profile", c.GossipProfile, "lan"},
 		{"bootstrap expect", c.BootstrapExpect, 1},
-		{"shards", c.Shards, 8},
+		{"shards: automatic", c.Shards, 0},
+		{"bootstrap shards of one node", c.BootstrapShards(), 1},
+		{"nodes per shard", c.NodesPerShard, 3},
+		{"max shard bytes", c.MaxShardBytes, int64(1 << 30)},
+		{"max shard load: off", c.MaxShardLoad, 0.0},
+		{"policy interval", c.PolicyInterval, 10 * time.Second},
+		{"policy cooldown", c.PolicyCooldown, 2 * time.Minute},
 		{"replication factor", c.ReplicationFactor, 3},
 		{"heartbeat", c.HeartbeatTimeout, time.Second},
 		{"election", c.ElectionTimeout, time.Second},

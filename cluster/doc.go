@@ -4,7 +4,9 @@
 // all share one TCP port through Mux), the gRPC server
 // (the node-to-node Admin service; package api's client services are
 // registered on it through New's services argument, services.go) and the
-// admin operations (admin.go, tokens.go). It binds the admin HTTP
+// admin operations (admin.go, tokens.go), and on the meta leader the
+// reconciler (reconcile.go), the slot mover of elastic shards (move.go)
+// and the automatic shard policy (policy.go). It binds the admin HTTP
 // listener, which package admin serves.
 //
 // It is the core: the gRPC services (api, which also runs the RESP
@@ -25,8 +27,7 @@
 //		ID:              "n1",
 //		DataDir:         "/var/lib/swarmkv",
 //		Join:            []string{"10.0.0.2:7103", "10.0.0.3:7103"},
-//		BootstrapExpect: 3,
-//		Shards:          8,
+//		BootstrapExpect: 3, // Shards 0: automatic, one shard per 3 nodes (policy.go)
 //	}, api.Services)
 //	if err != nil { ... }
 //	defer node.Close()

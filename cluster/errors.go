@@ -67,6 +67,7 @@ var errKinds = []struct {
 	{ErrTokenNotFound, rpc.KindNotFound, ""},
 	// Slot moves: a plan the state refuses (unknown shard, already
 	// moving, ...), a move step a state machine refuses.
+	{placement.ErrMoveNotFound, rpc.KindNotFound, ""},
 	{placement.ErrMoveRefused, rpc.KindFailedPrecondition, ""},
 	{errMoveRefused, rpc.KindFailedPrecondition, ""},
 	{fsm.ErrMoveConflict, rpc.KindFailedPrecondition, ""},
@@ -75,6 +76,7 @@ var errKinds = []struct {
 	{errMetaNotLeader, rpc.KindNotLeader, ""},
 	{ErrLeaderNotReady, rpc.KindUnavailable, ""},
 	{errNotBootstrapped, rpc.KindUnavailable, ""},
+	{errShardPending, rpc.KindUnavailable, ""}, // a map newer than the node's may name the shard
 	{ErrClosed, rpc.KindUnavailable, ""},
 	{ErrOutcomeUnknown, rpc.KindOutcomeUnknown, ""},
 	{context.DeadlineExceeded, rpc.KindDeadlineExceeded, ""},

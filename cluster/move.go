@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -501,6 +502,11 @@ func (s *adminServer) PullSlots(ctx context.Context, req *rpc.PullSlotsRequest) 
 	if err != nil {
 		return nil, StatusError(err, dst, hint)
 	}
+	if h := n.cfg.Testing.BeforeAdopt; h != nil {
+		if err := h(req.MoveId); err != nil {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+	}
 	m := mv(nil)
 	res, err := propose(&fsm.Command{Op: fsm.OpAdoptSlots, Move: m})
 	if err != nil {
@@ -565,7 +571,9 @@ func (n *Node) MergeShards(ctx context.Context, into, from shard.ID) (placement.
 
 // CancelMove aborts move id if it is not adopted yet (the mover then
 // unfreezes the source and removes what the move made); a move past
-// adoption finishes. Runs on the meta leader.
+// adoption is refused (FailedPrecondition: it finishes), an unknown or
+// finished one is NotFound (placement.ErrMoveNotFound). Runs on the meta
+// leader.
 func (n *Node) CancelMove(ctx context.Context, id uint64) (placement.Move, error) {
 	return n.planMove(ctx, func(s *State) (placement.Move, error) {
 		if err := placement.Abort(s, id, "cancelled by the operator", time.Now()); err != nil {
@@ -621,6 +629,57 @@ func (n *Node) planMove(ctx context.Context, plan func(*State) (placement.Move, 
 		return json.Unmarshal(resp.MoveJson, &out)
 	})
 	return out, err
+}
+
+// errShardPending is wrapped by UnknownShard's answer for a shard id a
+// newer map than this node's may name: Unavailable, so the client retries
+// (this node's map catches up within a sync).
+var errShardPending = errors.New("cluster: shard unknown to this node's map")
+
+// UnknownShard is the answer to a request addressed to shard id that this
+// node's map does not name and of which the node holds no replica. For up
+// to a sync interval after a split publishes, a node may still have the
+// older map: when a newer map may name id (a move in this node's cluster
+// state creates it, or the meta group's committed state places it: a sync
+// is kicked), the answer is retryable (Unavailable, errShardPending);
+// when the committed state does not know id either, InvalidArgument. A
+// committed state that cannot be read is Unavailable too.
+func (n *Node) UnknownShard(id shard.ID) error {
+	if int(id) >= shard.MaxShards {
+		return fmt.Errorf("%w: shard %d: shard ids are below %d", ErrInvalidArgument, id, shard.MaxShards)
+	}
+	n.mu.RLock()
+	st := n.mu.state
+	n.mu.RUnlock()
+	version := uint64(0)
+	if st != nil {
+		version = st.MapVersion
+		if shardKnown(st, id) {
+			return fmt.Errorf("%w: shard %d is being created or this node's map (version %d) is behind: retry", errShardPending, id, version)
+		}
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, time.Second)
+	defer cancel()
+	fresh, err := n.fetchMeta(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: shard %d is unknown to this node's map (version %d), and the cluster state cannot be read: %v",
+			errShardPending, id, version, err)
+	}
+	if shardKnown(fresh, id) {
+		n.kickSync()
+		return fmt.Errorf("%w: this node's map (version %d) is behind the cluster's (version %d), which has shard %d: retry",
+			errShardPending, version, fresh.MapVersion, id)
+	}
+	return fmt.Errorf("%w: shard %d owns no slot (map version %d)", ErrInvalidArgument, id, fresh.MapVersion)
+}
+
+// shardKnown reports whether st places shard id, gives it a slot, or has
+// a move that makes it.
+func shardKnown(st *State, id shard.ID) bool {
+	if st.Placement(id) != nil || slices.Contains(st.Slots, id) {
+		return true
+	}
+	return slices.ContainsFunc(st.Moves, func(m placement.Move) bool { return m.Target == id })
 }
 
 // shardReady is every shard replica's OnReady hook: the leader of the

@@ -197,15 +197,13 @@ func TestSlotFrozenEdges(t *testing.T) {
 		}
 	}
 
-	// Fan-out before the target adopts: the user's records are nowhere to
-	// list, and a lookup by id answers moved, not "not found".
-	all, err := reg.ListAllAgents(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := agentNames(all); got != "served" {
-		t.Errorf("ListAllAgents while frozen = %q, want only the served user's agent", got)
-	}
+	// Fan-out before the move is published: the source holds the user's
+	// records but does not own them, and the client's map (version-1)
+	// does not know the new owner: a listing is unavailable (moved, until
+	// the deadline), never silently missing them; a lookup by id answers
+	// moved, not "not found".
+	_, err = reg.ListAllAgents(shortCtx(t))
+	wantMoved(t, "ListAllAgents while frozen", err, slot, dst, version)
 	_, err = reg.GetAgent(shortCtx(t), agent)
 	var me *client.MovedError
 	if !errors.As(err, &me) || errors.Is(err, client.ErrNotFound) {
@@ -253,11 +251,28 @@ func TestSlotFrozenEdges(t *testing.T) {
 	if got := shardAgentNames(t, cc, dst); got != "frozen" {
 		t.Errorf("target (adopted) lists %q, want the moved agent", got)
 	}
-	if a, err := reg.GetAgent(ctx, agent); err != nil || a.UserID != u {
-		t.Errorf("GetAgent by id after adopt: %v, %v", a, err)
+	// A shard-addressed request chosen from a map older than the move's
+	// (the client's, still at version-1) is answered moved by each shard
+	// that gave slots away under it (api's staleMap); one from the move's
+	// map, or naming no version, is served.
+	for _, id := range []shard.ID{src, dst} {
+		_, err := rpc.NewRegistryClient(cc).ListShardAgents(ctx, &rpc.ShardAgentsRequest{Shard: uint32(id), MapVersion: version - 1})
+		if k, _ := rpc.KindOf(status.Convert(err)); k != rpc.KindMoved {
+			t.Errorf("shard %d listing under map version %d: %v, want moved", id, version-1, err)
+		}
+		if _, err := rpc.NewRegistryClient(cc).ListShardAgents(ctx, &rpc.ShardAgentsRequest{Shard: uint32(id), MapVersion: version}); err != nil {
+			t.Errorf("shard %d listing under map version %d: %v", id, version, err)
+		}
+		_, err = rpc.NewRegistryClient(cc).GetAgent(ctx, &rpc.AgentRef{Target: &rpc.Target{Shard: uint32(id), HasShard: true, MapVersion: version - 1}, AgentId: agent[:]})
+		if k, _ := rpc.KindOf(status.Convert(err)); k != rpc.KindMoved {
+			t.Errorf("shard %d lookup under map version %d: %v, want moved", id, version-1, err)
+		}
 	}
-	if ss, err := reg.ListSessionsByAgent(ctx, agent); err != nil || len(ss) != 1 {
-		t.Errorf("ListSessionsByAgent after adopt: %d sessions, %v; want 1", len(ss), err)
+	if _, err := reg.GetAgent(shortCtx(t), agent); !errors.As(err, &me) {
+		t.Errorf("GetAgent by id after adopt, map unpublished: %v, want moved", err)
+	}
+	if a, err := rpc.NewRegistryClient(cc).GetAgent(ctx, &rpc.AgentRef{Target: &rpc.Target{Shard: uint32(dst), HasShard: true, MapVersion: version}, AgentId: agent[:]}); err != nil || a.GetAgent().GetName() != "frozen" {
+		t.Errorf("target's lookup by id after adopt: %v, %v", a, err)
 	}
 	for id, want := range map[shard.ID]int{src: 0, dst: 1} {
 		resp, err := rpc.NewRegistryClient(cc).ListSessionsByAgent(ctx, &rpc.ListSessionsByAgentRequest{Target: &rpc.Target{Shard: uint32(id), HasShard: true}, AgentId: agent[:]})

@@ -284,10 +284,16 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 		n.wg.Add(1)
 		go n.bootstrapLoop()
 	}
-	n.wg.Add(3)
+	// The first sync runs at once: a replica reopened from cluster.json
+	// may be of a group removed while the node was down, its shard id
+	// reused since (placeLocal replaces it); until then it may talk to the
+	// new group's replicas.
+	n.kickSync()
+	n.wg.Add(4)
 	go n.syncLoop()
 	go n.reconcileLoop()
 	go n.moveLoop()
+	go n.policyLoop()
 	n.log.Info("node started", "raft", n.addrs.RaftAddr, "grpc", n.addrs.GRPCAddr,
 		"http", n.addrs.HTTPAddr, "gossip", n.addrs.GossipAddr, "data_dir", cfg.DataDir,
 		"bootstrapped", st != nil && st.Bootstrapped, "tls", n.tls != nil, "gossip_encrypted", len(cfg.GossipKeys) > 0, "auth", n.authn.On())
@@ -323,6 +329,7 @@ func (n *Node) localMeta() gossip.Meta {
 	m := gossip.Meta{
 		Version: ProtocolVersion, ID: n.cfg.ID, Raft: n.addrs.RaftAddr, GRPC: n.addrs.GRPCAddr,
 		HTTP: n.addrs.HTTPAddr, Shards: n.cfg.Shards, Expect: n.cfg.BootstrapExpect, Inc: n.inc,
+		Policy: policyText(n.cfg.bootstrapPolicy()),
 	}
 	m.Version = n.protocolVersion()
 	n.mu.RLock()
@@ -422,6 +429,9 @@ func (n *Node) planBootstrap() (*State, string) {
 		if m.Shards != n.cfg.Shards || m.Expect != n.cfg.BootstrapExpect {
 			return nil, fmt.Sprintf("node %s has --shards %d --bootstrap-expect %d, this node %d and %d", m.ID, m.Shards, m.Expect, n.cfg.Shards, n.cfg.BootstrapExpect)
 		}
+		if want := policyText(n.cfg.bootstrapPolicy()); m.Policy != want {
+			return nil, fmt.Sprintf("node %s has the shard policy %q (--nodes-per-shard, --max-shard-size, --max-shard-load), this node %q", m.ID, m.Policy, want)
+		}
 	}
 	if len(members) < n.cfg.BootstrapExpect {
 		return nil, fmt.Sprintf("%d of %d expected nodes known", len(members), n.cfg.BootstrapExpect)
@@ -441,14 +451,15 @@ func (n *Node) planBootstrap() (*State, string) {
 	if !self {
 		return nil, "this node is not among the first nodes by id; it must join the cluster instead"
 	}
-	smap, err := shard.DefaultMap(n.cfg.Shards)
+	shards := n.cfg.BootstrapShards()
+	smap, err := shard.DefaultMap(shards)
 	if err != nil {
 		return nil, err.Error()
 	}
 	// The cluster id covers the members' data dir incarnations: a cluster
 	// bootstrapped again from wiped data dirs with the same node ids is
 	// another cluster, and nodes of the old one are refused.
-	h := blake3.Sum256([]byte(fmt.Sprintf("%s/%s/%d", strings.Join(ids, ","), strings.Join(incs, ","), n.cfg.Shards)))
+	h := blake3.Sum256([]byte(fmt.Sprintf("%s/%s/%d", strings.Join(ids, ","), strings.Join(incs, ","), shards)))
 	st := &State{
 		FormatVersion:     stateFormat,
 		ClusterID:         hex.EncodeToString(h[:8]),
@@ -457,9 +468,11 @@ func (n *Node) planBootstrap() (*State, string) {
 		MapVersion:        smap.Version,
 		NumShards:         smap.NumShards,
 		Slots:             smap.Slots[:],
-		Shards:            placement.Place(ids, n.cfg.Shards, n.cfg.ReplicationFactor),
+		Shards:            placement.Place(ids, shards, n.cfg.ReplicationFactor),
 		Nodes:             nodes,
 	}
+	policy := n.cfg.bootstrapPolicy()
+	st.Policy = &policy
 	// Peers that bootstrapped before this node saw them all computed the
 	// same plan (same members, same shard count, hence the same cluster
 	// id): join that bootstrap. A different cluster id means another
@@ -511,7 +524,9 @@ func (n *Node) adoptState(st *State) error {
 // when p is a new group a split made (p.New) and this node is one of its
 // voters, a replica without Raft state is bootstrapped with p's voters;
 // otherwise it waits for its leader to add it and send it the log. A
-// group a split made starts owning no slot (p.StartsEmpty).
+// group a split made starts owning no slot (p.StartsEmpty). A local
+// replica folder of an older incarnation of the shard id (a dead group's)
+// is deleted first (replica.Config.Incarnation).
 func (n *Node) openShard(st *State, p Placement, bootstrap bool) error {
 	bootstrap = bootstrap || (p.New && slices.Contains(p.Voters, n.cfg.ID))
 	var servers []raft.Server
@@ -528,7 +543,7 @@ func (n *Node) openShard(st *State, p Placement, bootstrap bool) error {
 	}
 	rc := n.cfg.replicaConfig(p.Shard)
 	rc.Dir, rc.Layer, rc.Cache, rc.Checker = n.shardDir(p.Shard), layer, n.cache, n.checker
-	rc.Voters, rc.Bootstrap = servers, bootstrap
+	rc.Voters, rc.Bootstrap, rc.Incarnation = servers, bootstrap, p.Incarnation
 	if p.StartsEmpty {
 		rc.InitialSlots = &shard.SlotSet{}
 	}

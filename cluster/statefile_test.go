@@ -159,12 +159,9 @@ func TestLoadStateErrors(t *testing.T) {
 			b, _ := json.Marshal(m)
 			return b
 		}, "maps to shard 4, want < 4"},
-		{"shard without a slot", func(t *testing.T) []byte {
-			m := valid(t)
-			m["slots"] = slots(shard.NumSlots, func(i int) int { return i % 3 })
-			b, _ := json.Marshal(m)
-			return b
-		}, "shard 3 owns no slot"},
+		// A shard that owns no slot is legal since elastic shards (a
+		// split's target before its move publishes; ids with holes after
+		// a merge): shard.Map's tests cover it.
 		{"map version 0", func(t *testing.T) []byte {
 			m := valid(t)
 			m["map_version"] = 0

@@ -43,6 +43,9 @@ func (n *Node) syncLoop() {
 		case <-tick.C:
 		case <-n.kick:
 		}
+		if h := n.cfg.Testing.HoldSync; h != nil && h() {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(n.ctx, 3*time.Second)
 		st, err := n.fetchMeta(ctx)
 		cancel()
@@ -171,7 +174,9 @@ func (n *Node) applyMeta(st *State) error {
 }
 
 // placeLocal opens the replicas st places on this node and closes and
-// deletes the ones it no longer does.
+// deletes the ones it no longer does, or of an older incarnation than st
+// places (a dead group's that had the same shard id), opening the new
+// group's instead.
 func (n *Node) placeLocal(st *State) error {
 	var errs []error
 	inMeta := slices.Contains(st.MetaVoters, n.cfg.ID) || slices.Contains(st.MetaLearners, n.cfg.ID)
@@ -187,10 +192,24 @@ func (n *Node) placeLocal(st *State) error {
 		errs = append(errs, r.Close(), os.RemoveAll(n.metaDir()), n.dropReplicaLog(metaShardID))
 	}
 	for _, p := range st.Shards {
-		if !p.Holds(n.cfg.ID) || n.localReplica(p.Shard) != nil {
+		if !p.Holds(n.cfg.ID) {
 			continue
 		}
-		n.log.Info("opening replica placed on this node", "shard", uint32(p.Shard))
+		if r := n.localReplica(p.Shard); r != nil {
+			if r.Incarnation() >= p.Incarnation {
+				continue
+			}
+			// The open replica is of a dead group that had this id (the
+			// node missed its removal and the id's reuse): it must not
+			// take part in the new group with its log.
+			n.log.Warn("open replica is of a dead group with this shard id: deleting it", "shard", uint32(p.Shard),
+				"incarnation", r.Incarnation(), "placed", p.Incarnation)
+			if err := n.dropShard(p.Shard); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		n.log.Info("opening replica placed on this node", "shard", uint32(p.Shard), "incarnation", p.Incarnation)
 		if err := n.openShard(st, p, false); err != nil {
 			errs = append(errs, err)
 		}

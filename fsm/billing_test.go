@@ -304,7 +304,7 @@ func TestAddCreditsRetryAppliesOnce(t *testing.T) {
 }
 
 // BenchmarkProcessUsage applies runs of 64 usage charges against 16
-// accounts: the billing hot path (decode, validate, four reads, five writes).
+// accounts: the billing hot path (decode, validate, three reads, four writes).
 func BenchmarkProcessUsage(b *testing.B) {
 	f := mustOpen(b, testConfig(1, b.TempDir()), nil)
 	var setup []*Command
@@ -391,6 +391,67 @@ func TestTransactionIDReuseNeverLosesACharge(t *testing.T) {
 			}
 			if len(kvs) != 2 || listed != 400 {
 				t.Fatalf("%d transactions listed, charging %d cents; want 2 charging 400 (the balance's usage)", len(kvs), listed)
+			}
+		})
+	}
+}
+
+// TestBalanceOpsPointReads pins the point reads of the ops that move money
+// (docs/performance.md, round 11): a charge reads its event, its
+// transaction id and its account once each, and nothing more; the id is not
+// read again when the transaction is written.
+func TestBalanceOpsPointReads(t *testing.T) {
+	funded := []*Command{putAccountCmd(account(0, 1000, 1500, 500))}
+	charged := append(funded, processUsageCmd(0, 1, 2, 300, 70))
+	cases := []struct {
+		name    string
+		setup   []*Command
+		cmd     *Command
+		reads   int
+		balance int64
+		err     error
+	}{
+		{name: "process usage", setup: funded, cmd: processUsageCmd(0, 1, 2, 300, 70), reads: 3, balance: 700},
+		{name: "process usage retried", setup: charged, cmd: processUsageCmd(0, 1, 2, 300, 71), reads: 2, balance: 700},
+		{name: "process usage under a recorded transaction id", setup: charged, cmd: processUsageCmd(0, 3, 2, 300, 71), reads: 2, err: ErrAlreadyExists},
+		{name: "add credits", setup: funded, cmd: addCreditsCmd(0, 1, 250, 60), reads: 2, balance: 1250},
+		{name: "update balance", setup: funded, cmd: updateBalanceCmd(0, 1, -250, 60), reads: 2, balance: 750},
+		{name: "put transaction", cmd: &Command{Op: OpPutTransaction, Tx: creditTx(0, 1, 5)}, reads: 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := mustOpen(t, testConfig(1, t.TempDir()), nil)
+			for i, c := range tc.setup {
+				if r := f.Apply(cmdLog(uint64(i+1), mustEncode(t, c))).(*Result); r.Err != nil {
+					t.Fatalf("setup %s: %v", c.Op, r.Err)
+				}
+			}
+			b := f.db.NewIndexedBatch()
+			defer b.Close()
+			ch := &change{b: b}
+			c := tc.cmd
+			var balance int64
+			var err error
+			switch c.Op {
+			case OpProcessUsage:
+				balance, err = ch.processUsage(c.Event, c.Tx, c.Time)
+			case OpAddCredits:
+				balance, err = ch.addCredits(*c.AccountID, *c.Amount, c.Tx, c.Time)
+			case OpUpdateBalance:
+				balance, err = ch.updateBalance(*c.AccountID, *c.Amount, c.Tx, c.Time)
+			case OpPutTransaction:
+				err = ch.putTransaction(c.Tx)
+			}
+			var rej *rejection
+			if errors.As(err, &rej) {
+				err = rej.err
+			}
+			checkErr(t, err, tc.err)
+			if balance != tc.balance {
+				t.Fatalf("balance %d, want %d", balance, tc.balance)
+			}
+			if ch.reads != tc.reads {
+				t.Fatalf("%d point reads, want %d", ch.reads, tc.reads)
 			}
 		})
 	}

@@ -361,6 +361,13 @@ type Result struct {
 	// counted up to its Max; 0 when the drop is done. (Deleted is the
 	// number it deleted.)
 	Remaining int
+	// Record is the record a successful OpUpdateAgentStatus,
+	// OpUpdateSessionStatus, OpUpdatePool, OpRegisterBot or OpUpdateBot
+	// stored, as written (records.Encode form; a copy): the caller
+	// answers with it instead of reading the record back, which a freeze
+	// and drop of its slot between the apply and the read could have
+	// removed. nil for every other op.
+	Record []byte
 	// Err is a deterministic rejection (malformed or invalid command,
 	// ErrNotFound, ErrPermissionDenied, ErrAlreadyExists,
 	// *InsufficientCreditsError, *DuplicateEventError, *PoolNotEmptyError,

@@ -19,6 +19,7 @@ type change struct {
 	b      *pebble.Batch
 	st     *slotState // nil: every slot owned; else flush checks each write
 	writes []write
+	reads  int // point reads of the op (get, has), which the tests bound
 }
 
 type write struct {
@@ -103,6 +104,39 @@ func applyRecordOp(b *pebble.Batch, c *Command, st *slotState, res *Result) erro
 		return err
 	}
 	res.Succeeded, res.Balance, res.Removed = true, balance, removed
+	if key := recordKey(c); key != nil {
+		res.Record = ch.written(key)
+	}
+	return nil
+}
+
+// recordKey is the key of the record op c updates and reports in
+// Result.Record, nil for an op that reports none.
+func recordKey(c *Command) []byte {
+	switch c.Op {
+	case OpUpdateAgentStatus:
+		return keys.Agent(*c.UserID, *c.AgentID)
+	case OpUpdateSessionStatus:
+		return keys.Session(*c.SessionID)
+	case OpUpdatePool:
+		return keys.Pool(c.Pool.PoolID)
+	case OpRegisterBot, OpUpdateBot:
+		return keys.Bot(c.Bot.AgentID)
+	}
+	return nil
+}
+
+// written returns a copy of the value the change's last write of key
+// stores (nil when it wrote none, or deleted it).
+func (ch *change) written(key []byte) []byte {
+	for i := len(ch.writes) - 1; i >= 0; i-- {
+		if w := ch.writes[i]; bytes.Equal(w.key, key) {
+			if w.del {
+				return nil
+			}
+			return bytes.Clone(w.value)
+		}
+	}
 	return nil
 }
 
@@ -117,9 +151,13 @@ func (ch *change) getPending(key []byte, n int) ([]byte, bool, error) {
 }
 
 // get returns a copy of key's value.
-func (ch *change) get(key []byte) ([]byte, bool, error) { return getView(ch.b, key, true) }
+func (ch *change) get(key []byte) ([]byte, bool, error) {
+	ch.reads++
+	return getView(ch.b, key, true)
+}
 
 func (ch *change) has(key []byte) (bool, error) {
+	ch.reads++
 	_, found, err := getView(ch.b, key, false)
 	return found, err
 }

@@ -82,10 +82,41 @@ func runOpCases(t *testing.T, cases []opCase) {
 			if d := diffKVs(mustDump(t, f), want); d != "" {
 				t.Fatalf("state: %s", d)
 			}
+			checkResultRecord(t, f, tc.cmd, r)
 			if d := diffKVs(mustDump(t, f), m.dump()); d != "" {
 				t.Fatalf("state vs model: %s", d)
 			}
 		})
+	}
+}
+
+// checkResultRecord checks Result.Record: on a successful update op that
+// reports its record (recordKey), the bytes stored under the record's key,
+// which the api answers with instead of reading the record back; nil on
+// every other op and on a rejection.
+func checkResultRecord(t testing.TB, f *FSM, c *Command, r *Result) {
+	t.Helper()
+	key := recordKey(c)
+	switch c.Op {
+	case OpUpdateAgentStatus, OpUpdateSessionStatus, OpUpdatePool, OpRegisterBot, OpUpdateBot:
+		if key == nil {
+			t.Fatalf("%s reports no record", c.Op)
+		}
+	default:
+		if key != nil || r.Record != nil {
+			t.Fatalf("%s reports record key %x, record %x", c.Op, key, r.Record)
+		}
+		return
+	}
+	if r.Err != nil {
+		if r.Record != nil {
+			t.Fatalf("rejected %s reports record %x", c.Op, r.Record)
+		}
+		return
+	}
+	stored, err := f.Get(key)
+	if err != nil || r.Record == nil || !bytes.Equal(r.Record, stored) {
+		t.Fatalf("%s: Result.Record %x, stored %x (%v)", c.Op, r.Record, stored, err)
 	}
 }
 

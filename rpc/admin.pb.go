@@ -501,8 +501,13 @@ type ReplicaStatusResponse struct {
 	// Leader only: true once it has committed an entry of its term.
 	Ready             bool   `protobuf:"varint,10,opt,name=ready,proto3" json:"ready,omitempty"`
 	LastSnapshotIndex uint64 `protobuf:"varint,11,opt,name=last_snapshot_index,json=lastSnapshotIndex,proto3" json:"last_snapshot_index,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Leader only (0 elsewhere): the disk space its state machine's store
+	// uses, in bytes, and the commands it applied per second over its last
+	// load interval (the automatic shard policy's size and load).
+	DiskBytes     uint64  `protobuf:"varint,12,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	Load          float64 `protobuf:"fixed64,13,opt,name=load,proto3" json:"load,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicaStatusResponse) Reset() {
@@ -608,6 +613,20 @@ func (x *ReplicaStatusResponse) GetReady() bool {
 func (x *ReplicaStatusResponse) GetLastSnapshotIndex() uint64 {
 	if x != nil {
 		return x.LastSnapshotIndex
+	}
+	return 0
+}
+
+func (x *ReplicaStatusResponse) GetDiskBytes() uint64 {
+	if x != nil {
+		return x.DiskBytes
+	}
+	return 0
+}
+
+func (x *ReplicaStatusResponse) GetLoad() float64 {
+	if x != nil {
+		return x.Load
 	}
 	return 0
 }
@@ -1666,6 +1685,99 @@ func (x *MoveAdminResponse) GetMoveJson() []byte {
 	return nil
 }
 
+type ShardPolicyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The changes (JSON of the policy fields to set: auto, nodes_per_shard,
+	// max_shard_bytes, max_shard_load); empty: read only. Runs on the meta
+	// leader.
+	PatchJson     []byte `protobuf:"bytes,1,opt,name=patch_json,json=patchJson,proto3" json:"patch_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardPolicyRequest) Reset() {
+	*x = ShardPolicyRequest{}
+	mi := &file_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardPolicyRequest) ProtoMessage() {}
+
+func (x *ShardPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardPolicyRequest.ProtoReflect.Descriptor instead.
+func (*ShardPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ShardPolicyRequest) GetPatchJson() []byte {
+	if x != nil {
+		return x.PatchJson
+	}
+	return nil
+}
+
+type ShardPolicyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The policy as the cluster state records it (JSON of
+	// placement.ShardPolicy; "null" when the state has none).
+	PolicyJson    []byte `protobuf:"bytes,1,opt,name=policy_json,json=policyJson,proto3" json:"policy_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardPolicyResponse) Reset() {
+	*x = ShardPolicyResponse{}
+	mi := &file_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardPolicyResponse) ProtoMessage() {}
+
+func (x *ShardPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardPolicyResponse.ProtoReflect.Descriptor instead.
+func (*ShardPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ShardPolicyResponse) GetPolicyJson() []byte {
+	if x != nil {
+		return x.PolicyJson
+	}
+	return nil
+}
+
 var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
@@ -1694,7 +1806,7 @@ const file_admin_proto_rawDesc = "" +
 	"RaftServer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
-	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\"\xf0\x02\n" +
+	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\"\xa3\x03\n" +
 	"\x15ReplicaStatusResponse\x12\x18\n" +
 	"\apresent\x18\x01 \x01(\bR\apresent\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x14\n" +
@@ -1708,7 +1820,10 @@ const file_admin_proto_rawDesc = "" +
 	"\aservers\x18\t \x03(\v2\x16.swarmkv.v1.RaftServerR\aservers\x12\x14\n" +
 	"\x05ready\x18\n" +
 	" \x01(\bR\x05ready\x12.\n" +
-	"\x13last_snapshot_index\x18\v \x01(\x04R\x11lastSnapshotIndex\"\xa9\x01\n" +
+	"\x13last_snapshot_index\x18\v \x01(\x04R\x11lastSnapshotIndex\x12\x1d\n" +
+	"\n" +
+	"disk_bytes\x18\f \x01(\x04R\tdiskBytes\x12\x12\n" +
+	"\x04load\x18\r \x01(\x01R\x04load\"\xa9\x01\n" +
 	"\x14ChangeReplicaRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x12\n" +
 	"\x04meta\x18\x02 \x01(\bR\x04meta\x121\n" +
@@ -1778,12 +1893,18 @@ const file_admin_proto_rawDesc = "" +
 	"\thas_slots\x18\x05 \x01(\bR\bhasSlots\x12\x17\n" +
 	"\amove_id\x18\x06 \x01(\x04R\x06moveId\"0\n" +
 	"\x11MoveAdminResponse\x12\x1b\n" +
-	"\tmove_json\x18\x01 \x01(\fR\bmoveJson*\x89\x01\n" +
+	"\tmove_json\x18\x01 \x01(\fR\bmoveJson\"3\n" +
+	"\x12ShardPolicyRequest\x12\x1d\n" +
+	"\n" +
+	"patch_json\x18\x01 \x01(\fR\tpatchJson\"6\n" +
+	"\x13ShardPolicyResponse\x12\x1f\n" +
+	"\vpolicy_json\x18\x01 \x01(\fR\n" +
+	"policyJson*\x89\x01\n" +
 	"\rReplicaChange\x12\x1e\n" +
 	"\x1aREPLICA_CHANGE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bREPLICA_CHANGE_ADD_NONVOTER\x10\x01\x12\x1c\n" +
 	"\x18REPLICA_CHANGE_ADD_VOTER\x10\x02\x12\x19\n" +
-	"\x15REPLICA_CHANGE_REMOVE\x10\x032\xb1\a\n" +
+	"\x15REPLICA_CHANGE_REMOVE\x10\x032\x81\b\n" +
 	"\x05Admin\x12H\n" +
 	"\tMetaState\x12\x1c.swarmkv.v1.MetaStateRequest\x1a\x1d.swarmkv.v1.MetaStateResponse\x12E\n" +
 	"\bJoinNode\x12\x1b.swarmkv.v1.JoinNodeRequest\x1a\x1c.swarmkv.v1.JoinNodeResponse\x12K\n" +
@@ -1798,7 +1919,8 @@ const file_admin_proto_rawDesc = "" +
 	"SlotStatus\x12\x1d.swarmkv.v1.SlotStatusRequest\x1a\x1e.swarmkv.v1.SlotStatusResponse\x12M\n" +
 	"\vExportSlots\x12\x1e.swarmkv.v1.ExportSlotsRequest\x1a\x1c.swarmkv.v1.ExportSlotsChunk0\x01\x12H\n" +
 	"\tPullSlots\x12\x1c.swarmkv.v1.PullSlotsRequest\x1a\x1d.swarmkv.v1.PullSlotsResponse\x12H\n" +
-	"\tMoveAdmin\x12\x1c.swarmkv.v1.MoveAdminRequest\x1a\x1d.swarmkv.v1.MoveAdminResponseB$Z\"github.com/swarmkv/swarmkv/rpc;rpcb\x06proto3"
+	"\tMoveAdmin\x12\x1c.swarmkv.v1.MoveAdminRequest\x1a\x1d.swarmkv.v1.MoveAdminResponse\x12N\n" +
+	"\vShardPolicy\x12\x1e.swarmkv.v1.ShardPolicyRequest\x1a\x1f.swarmkv.v1.ShardPolicyResponseB$Z\"github.com/swarmkv/swarmkv/rpc;rpcb\x06proto3"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -1813,7 +1935,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_admin_proto_goTypes = []any{
 	(ReplicaChange)(0),             // 0: swarmkv.v1.ReplicaChange
 	(*MetaStateRequest)(nil),       // 1: swarmkv.v1.MetaStateRequest
@@ -1843,6 +1965,8 @@ var file_admin_proto_goTypes = []any{
 	(*PullSlotsResponse)(nil),      // 25: swarmkv.v1.PullSlotsResponse
 	(*MoveAdminRequest)(nil),       // 26: swarmkv.v1.MoveAdminRequest
 	(*MoveAdminResponse)(nil),      // 27: swarmkv.v1.MoveAdminResponse
+	(*ShardPolicyRequest)(nil),     // 28: swarmkv.v1.ShardPolicyRequest
+	(*ShardPolicyResponse)(nil),    // 29: swarmkv.v1.ShardPolicyResponse
 }
 var file_admin_proto_depIdxs = []int32{
 	8,  // 0: swarmkv.v1.ReplicaStatusResponse.servers:type_name -> swarmkv.v1.RaftServer
@@ -1861,20 +1985,22 @@ var file_admin_proto_depIdxs = []int32{
 	21, // 13: swarmkv.v1.Admin.ExportSlots:input_type -> swarmkv.v1.ExportSlotsRequest
 	24, // 14: swarmkv.v1.Admin.PullSlots:input_type -> swarmkv.v1.PullSlotsRequest
 	26, // 15: swarmkv.v1.Admin.MoveAdmin:input_type -> swarmkv.v1.MoveAdminRequest
-	2,  // 16: swarmkv.v1.Admin.MetaState:output_type -> swarmkv.v1.MetaStateResponse
-	4,  // 17: swarmkv.v1.Admin.JoinNode:output_type -> swarmkv.v1.JoinNodeResponse
-	6,  // 18: swarmkv.v1.Admin.RemoveNode:output_type -> swarmkv.v1.RemoveNodeResponse
-	9,  // 19: swarmkv.v1.Admin.ReplicaStatus:output_type -> swarmkv.v1.ReplicaStatusResponse
-	11, // 20: swarmkv.v1.Admin.ChangeReplica:output_type -> swarmkv.v1.ChangeReplicaResponse
-	13, // 21: swarmkv.v1.Admin.TransferLeader:output_type -> swarmkv.v1.TransferLeaderResponse
-	15, // 22: swarmkv.v1.Admin.Snapshot:output_type -> swarmkv.v1.SnapshotResponse
-	17, // 23: swarmkv.v1.Admin.SlotCommand:output_type -> swarmkv.v1.SlotCommandResponse
-	20, // 24: swarmkv.v1.Admin.SlotStatus:output_type -> swarmkv.v1.SlotStatusResponse
-	23, // 25: swarmkv.v1.Admin.ExportSlots:output_type -> swarmkv.v1.ExportSlotsChunk
-	25, // 26: swarmkv.v1.Admin.PullSlots:output_type -> swarmkv.v1.PullSlotsResponse
-	27, // 27: swarmkv.v1.Admin.MoveAdmin:output_type -> swarmkv.v1.MoveAdminResponse
-	16, // [16:28] is the sub-list for method output_type
-	4,  // [4:16] is the sub-list for method input_type
+	28, // 16: swarmkv.v1.Admin.ShardPolicy:input_type -> swarmkv.v1.ShardPolicyRequest
+	2,  // 17: swarmkv.v1.Admin.MetaState:output_type -> swarmkv.v1.MetaStateResponse
+	4,  // 18: swarmkv.v1.Admin.JoinNode:output_type -> swarmkv.v1.JoinNodeResponse
+	6,  // 19: swarmkv.v1.Admin.RemoveNode:output_type -> swarmkv.v1.RemoveNodeResponse
+	9,  // 20: swarmkv.v1.Admin.ReplicaStatus:output_type -> swarmkv.v1.ReplicaStatusResponse
+	11, // 21: swarmkv.v1.Admin.ChangeReplica:output_type -> swarmkv.v1.ChangeReplicaResponse
+	13, // 22: swarmkv.v1.Admin.TransferLeader:output_type -> swarmkv.v1.TransferLeaderResponse
+	15, // 23: swarmkv.v1.Admin.Snapshot:output_type -> swarmkv.v1.SnapshotResponse
+	17, // 24: swarmkv.v1.Admin.SlotCommand:output_type -> swarmkv.v1.SlotCommandResponse
+	20, // 25: swarmkv.v1.Admin.SlotStatus:output_type -> swarmkv.v1.SlotStatusResponse
+	23, // 26: swarmkv.v1.Admin.ExportSlots:output_type -> swarmkv.v1.ExportSlotsChunk
+	25, // 27: swarmkv.v1.Admin.PullSlots:output_type -> swarmkv.v1.PullSlotsResponse
+	27, // 28: swarmkv.v1.Admin.MoveAdmin:output_type -> swarmkv.v1.MoveAdminResponse
+	29, // 29: swarmkv.v1.Admin.ShardPolicy:output_type -> swarmkv.v1.ShardPolicyResponse
+	17, // [17:30] is the sub-list for method output_type
+	4,  // [4:17] is the sub-list for method input_type
 	4,  // [4:4] is the sub-list for extension type_name
 	4,  // [4:4] is the sub-list for extension extendee
 	0,  // [0:4] is the sub-list for field type_name
@@ -1891,7 +2017,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,6 +36,7 @@ const (
 	Admin_ExportSlots_FullMethodName    = "/swarmkv.v1.Admin/ExportSlots"
 	Admin_PullSlots_FullMethodName      = "/swarmkv.v1.Admin/PullSlots"
 	Admin_MoveAdmin_FullMethodName      = "/swarmkv.v1.Admin/MoveAdmin"
+	Admin_ShardPolicy_FullMethodName    = "/swarmkv.v1.Admin/ShardPolicy"
 )
 
 // AdminClient is the client API for Admin service.
@@ -78,6 +79,9 @@ type AdminClient interface {
 	// MoveAdmin plans a split or a merge, or cancels a move; forwarded to
 	// the meta leader (Node.SplitShard, MergeShards, CancelMove).
 	MoveAdmin(ctx context.Context, in *MoveAdminRequest, opts ...grpc.CallOption) (*MoveAdminResponse, error)
+	// ShardPolicy reads or changes the automatic shard policy; forwarded to
+	// the meta leader (Node.SetShardPolicy).
+	ShardPolicy(ctx context.Context, in *ShardPolicyRequest, opts ...grpc.CallOption) (*ShardPolicyResponse, error)
 }
 
 type adminClient struct {
@@ -217,6 +221,16 @@ func (c *adminClient) MoveAdmin(ctx context.Context, in *MoveAdminRequest, opts 
 	return out, nil
 }
 
+func (c *adminClient) ShardPolicy(ctx context.Context, in *ShardPolicyRequest, opts ...grpc.CallOption) (*ShardPolicyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShardPolicyResponse)
+	err := c.cc.Invoke(ctx, Admin_ShardPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -257,6 +271,9 @@ type AdminServer interface {
 	// MoveAdmin plans a split or a merge, or cancels a move; forwarded to
 	// the meta leader (Node.SplitShard, MergeShards, CancelMove).
 	MoveAdmin(context.Context, *MoveAdminRequest) (*MoveAdminResponse, error)
+	// ShardPolicy reads or changes the automatic shard policy; forwarded to
+	// the meta leader (Node.SetShardPolicy).
+	ShardPolicy(context.Context, *ShardPolicyRequest) (*ShardPolicyResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -302,6 +319,9 @@ func (UnimplementedAdminServer) PullSlots(context.Context, *PullSlotsRequest) (*
 }
 func (UnimplementedAdminServer) MoveAdmin(context.Context, *MoveAdminRequest) (*MoveAdminResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MoveAdmin not implemented")
+}
+func (UnimplementedAdminServer) ShardPolicy(context.Context, *ShardPolicyRequest) (*ShardPolicyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShardPolicy not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -533,6 +553,24 @@ func _Admin_MoveAdmin_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ShardPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShardPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ShardPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ShardPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ShardPolicy(ctx, req.(*ShardPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -583,6 +621,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MoveAdmin",
 			Handler:    _Admin_MoveAdmin_Handler,
+		},
+		{
+			MethodName: "ShardPolicy",
+			Handler:    _Admin_ShardPolicy_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

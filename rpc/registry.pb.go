@@ -348,10 +348,15 @@ func (x *User) GetLastSeenAt() int64 {
 
 // Target addresses a request: by user id (routed) or by shard (fan-out).
 type Target struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	UserId        []byte                 `protobuf:"bytes,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
-	Shard         uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
-	HasShard      bool                   `protobuf:"varint,3,opt,name=has_shard,json=hasShard,proto3" json:"has_shard,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	UserId   []byte                 `protobuf:"bytes,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	Shard    uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	HasShard bool                   `protobuf:"varint,3,opt,name=has_shard,json=hasShard,proto3" json:"has_shard,omitempty"`
+	// With has_shard: the version of the shard map the caller chose the
+	// shard from (0: unknown). A shard that gave slots away under a newer
+	// map answers moved, so a fan-out over an old map never misses the
+	// records of a shard it does not know yet.
+	MapVersion    uint64 `protobuf:"varint,4,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -405,6 +410,13 @@ func (x *Target) GetHasShard() bool {
 		return x.HasShard
 	}
 	return false
+}
+
+func (x *Target) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
 }
 
 type PutAgentRequest struct {
@@ -958,13 +970,16 @@ func (x *UpdateAgentStatusResponse) GetAgent() *Agent {
 // A page of one shard's agents (by status, or all). cursor: the previous
 // page's next_cursor, empty for the first page.
 type ShardAgentsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Shard         uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
-	ByStatus      bool                   `protobuf:"varint,2,opt,name=by_status,json=byStatus,proto3" json:"by_status,omitempty"`
-	Status        uint32                 `protobuf:"varint,3,opt,name=status,proto3" json:"status,omitempty"`
-	Cursor        []byte                 `protobuf:"bytes,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
-	Limit         uint32                 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
-	Consistency   Consistency            `protobuf:"varint,6,opt,name=consistency,proto3,enum=swarmkv.v1.Consistency" json:"consistency,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Shard       uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	ByStatus    bool                   `protobuf:"varint,2,opt,name=by_status,json=byStatus,proto3" json:"by_status,omitempty"`
+	Status      uint32                 `protobuf:"varint,3,opt,name=status,proto3" json:"status,omitempty"`
+	Cursor      []byte                 `protobuf:"bytes,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Limit       uint32                 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	Consistency Consistency            `protobuf:"varint,6,opt,name=consistency,proto3,enum=swarmkv.v1.Consistency" json:"consistency,omitempty"`
+	// The version of the shard map the caller chose the shard from (0:
+	// unknown); as Target.map_version.
+	MapVersion    uint64 `protobuf:"varint,7,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1039,6 +1054,13 @@ func (x *ShardAgentsRequest) GetConsistency() Consistency {
 		return x.Consistency
 	}
 	return Consistency_CONSISTENCY_LINEARIZABLE
+}
+
+func (x *ShardAgentsRequest) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
 }
 
 type PutSessionRequest struct {
@@ -1625,11 +1647,13 @@ const file_registry_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x03 \x01(\x03R\tcreatedAt\x12 \n" +
 	"\flast_seen_at\x18\x04 \x01(\x03R\n" +
-	"lastSeenAt\"T\n" +
+	"lastSeenAt\"u\n" +
 	"\x06Target\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\fR\x06userId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x1b\n" +
-	"\thas_shard\x18\x03 \x01(\bR\bhasShard\":\n" +
+	"\thas_shard\x18\x03 \x01(\bR\bhasShard\x12\x1f\n" +
+	"\vmap_version\x18\x04 \x01(\x04R\n" +
+	"mapVersion\":\n" +
 	"\x0fPutAgentRequest\x12'\n" +
 	"\x05agent\x18\x01 \x01(\v2\x11.swarmkv.v1.AgentR\x05agent\"\x12\n" +
 	"\x10PutAgentResponse\"\x8c\x01\n" +
@@ -1659,14 +1683,16 @@ const file_registry_proto_rawDesc = "" +
 	"\bagent_id\x18\x02 \x01(\fR\aagentId\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\rR\x06status\"D\n" +
 	"\x19UpdateAgentStatusResponse\x12'\n" +
-	"\x05agent\x18\x01 \x01(\v2\x11.swarmkv.v1.AgentR\x05agent\"\xc8\x01\n" +
+	"\x05agent\x18\x01 \x01(\v2\x11.swarmkv.v1.AgentR\x05agent\"\xe9\x01\n" +
 	"\x12ShardAgentsRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x1b\n" +
 	"\tby_status\x18\x02 \x01(\bR\bbyStatus\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\rR\x06status\x12\x16\n" +
 	"\x06cursor\x18\x04 \x01(\fR\x06cursor\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\rR\x05limit\x129\n" +
-	"\vconsistency\x18\x06 \x01(\x0e2\x17.swarmkv.v1.ConsistencyR\vconsistency\"B\n" +
+	"\vconsistency\x18\x06 \x01(\x0e2\x17.swarmkv.v1.ConsistencyR\vconsistency\x12\x1f\n" +
+	"\vmap_version\x18\a \x01(\x04R\n" +
+	"mapVersion\"B\n" +
 	"\x11PutSessionRequest\x12-\n" +
 	"\asession\x18\x01 \x01(\v2\x13.swarmkv.v1.SessionR\asession\"\x14\n" +
 	"\x12PutSessionResponse\"\x92\x01\n" +

@@ -13,11 +13,13 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/swarmkv/swarmkv/internal/leakcheck"
+
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/internal/freeport"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leakcheck.Options()...) }
 
 func addr(t *testing.T) string {
 	t.Helper()

@@ -46,10 +46,13 @@ type Meta struct {
 	Raft    string `json:"raft"`
 	GRPC    string `json:"grpc"`
 	HTTP    string `json:"http,omitempty"`
-	// Shards and Expect are the node's bootstrap settings; nodes only
-	// bootstrap together when they agree.
+	// Shards and Expect are the node's bootstrap settings (Shards 0:
+	// automatic); nodes only bootstrap together when they agree.
 	Shards int `json:"shards"`
 	Expect int `json:"expect"`
+	// Policy is the shard policy the node bootstraps with (text form);
+	// nodes only bootstrap together when they agree.
+	Policy string `json:"policy,omitempty"`
 	// Cluster is the id of the cluster the node belongs to, empty until
 	// it has bootstrapped or been admitted.
 	Cluster string `json:"cluster,omitempty"`

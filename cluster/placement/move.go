@@ -73,6 +73,15 @@ type Move struct {
 // a move, bad slots, a transition out of order): nothing changed.
 var ErrMoveRefused = errors.New("move refused")
 
+// ErrMoveNotFound is wrapped by the errors of the phase functions for a
+// move id the state does not hold (never planned, or finished): nothing
+// changed.
+var ErrMoveNotFound = errors.New("no such move")
+
+func unknownMove(id uint64) error {
+	return fmt.Errorf("%w: %d (never planned, or already finished)", ErrMoveNotFound, id)
+}
+
 func refused(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrMoveRefused, fmt.Sprintf(format, args...))
 }
@@ -159,7 +168,8 @@ func (s *State) addMove(m Move) Move {
 // the source's slots by count) move to a new shard, the lowest free id,
 // placed on the source's voters (co-located; the reconciler may move its
 // replicas later) and marked New (bootstrapped by its voters) and
-// StartsEmpty. It refuses (ErrMoveRefused, s unchanged) an unknown source,
+// StartsEmpty, with the move's id as its Incarnation (the id may have
+// been another group's). It refuses (ErrMoveRefused, s unchanged) an unknown source,
 // a source with one slot, slots it does not own or that would leave it
 // none, and a source already in a move.
 func PlanSplit(s *State, source shard.ID, slots *shard.SlotSet, now time.Time) (Move, error) {
@@ -190,9 +200,11 @@ func PlanSplit(s *State, source shard.ID, slots *shard.SlotSet, now time.Time) (
 		return Move{}, refused("no free shard id (limit %d)", shard.MaxShards)
 	}
 	p := s.Placement(source)
-	s.Shards = append(s.Shards, Placement{Shard: target, Voters: slices.Clone(p.Voters), New: true, StartsEmpty: true})
+	m := s.addMove(Move{Kind: MoveSplit, Source: source, Target: target, Slots: move, Created: now})
+	s.Shards = append(s.Shards, Placement{Shard: target, Voters: slices.Clone(p.Voters), New: true, StartsEmpty: true,
+		Incarnation: m.ID})
 	slices.SortFunc(s.Shards, func(a, b Placement) int { return int(a.Shard) - int(b.Shard) })
-	return s.addMove(Move{Kind: MoveSplit, Source: source, Target: target, Slots: move, Created: now}), nil
+	return m, nil
 }
 
 // PlanMerge records a merge in s: every slot of from goes to into, and
@@ -222,15 +234,16 @@ var transitions = map[string][]string{
 }
 
 // SetPhase moves move id from phase from to phase to, for the mover: ok
-// (ErrNoChange) if it is already in to, ErrMoveRefused if it is unknown,
-// in another phase, or the transition is not allowed. Entering
+// (ErrNoChange) if it is already in to, ErrMoveNotFound if it is unknown,
+// ErrMoveRefused if it is in another phase or the transition is not
+// allowed. Entering
 // PhaseCreated clears a split target's New flag; PhasePublished is
 // Publish's.
 func SetPhase(s *State, id uint64, from, to string, now time.Time) error {
 	m := s.Move(id)
 	switch {
 	case m == nil:
-		return refused("unknown move %d", id)
+		return unknownMove(id)
 	case m.Phase == to:
 		return ErrNoChange
 	case m.Phase != from:
@@ -264,7 +277,7 @@ func Publish(s *State, id uint64, now time.Time) error {
 	m := s.Move(id)
 	switch {
 	case m == nil:
-		return refused("unknown move %d", id)
+		return unknownMove(id)
 	case m.Phase == PhasePublished:
 		return ErrNoChange
 	case m.Phase != PhaseAdopted:
@@ -280,12 +293,13 @@ func Publish(s *State, id uint64, now time.Time) error {
 }
 
 // Abort marks move id aborting with reason (ErrNoChange if it already
-// is); a move adopted or later cannot be aborted.
+// is); a move adopted or later cannot be aborted (ErrMoveRefused), an
+// unknown one is ErrMoveNotFound.
 func Abort(s *State, id uint64, reason string, now time.Time) error {
 	m := s.Move(id)
 	switch {
 	case m == nil:
-		return refused("unknown move %d", id)
+		return unknownMove(id)
 	case m.Phase == PhaseAborting:
 		return ErrNoChange
 	case m.Phase == PhaseAdopted || m.Phase == PhasePublished:

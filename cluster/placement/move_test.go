@@ -112,6 +112,9 @@ func TestSplitLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if p := st.Placement(m.Target); p == nil || p.Incarnation != m.ID || m.ID == 0 {
+		t.Fatalf("split's new group %+v, move %d", p, m.ID)
+	}
 	step := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -168,10 +171,29 @@ func TestSplitLifecycle(t *testing.T) {
 	if st.Placement(2) != nil || st.NumShards != 2 || st.MapVersion != v+1 || st.SlotsOf(1).Len() != 128 {
 		t.Fatalf("merged: placement %v, shards %d, version %d", st.Placement(2), st.NumShards, st.MapVersion)
 	}
-	// Ids are not reused; the freed shard id is.
+	// Ids are not reused; the freed shard id is, by a group of another
+	// incarnation.
 	m3, err := PlanSplit(st, 0, nil, t0)
 	if err != nil || m3.ID != 3 || m3.Target != 2 {
 		t.Fatalf("third move %+v, %v", m3, err)
+	}
+	if inc := st.Placement(2).Incarnation; inc != m3.ID || inc == m.ID {
+		t.Fatalf("reused shard id 2: incarnation %d, first group's %d", inc, m.ID)
+	}
+	if inc := st.Placement(0).Incarnation; inc != 0 {
+		t.Fatalf("bootstrap group's incarnation %d", inc)
+	}
+
+	// Moves unknown to the state: ErrMoveNotFound, nothing changed.
+	before := st.Clone()
+	for _, err := range []error{Abort(st, 99, "x", t0), SetPhase(st, 99, PhasePlanned, PhaseCreated, t0),
+		Publish(st, 99, t0), Frozen(st, 99, 1, t0), Abort(st, m.ID, "finished", t0)} {
+		if !errors.Is(err, ErrMoveNotFound) || errors.Is(err, ErrMoveRefused) {
+			t.Fatalf("unknown move: %v, want ErrMoveNotFound", err)
+		}
+	}
+	if !reflect.DeepEqual(before, st) {
+		t.Fatal("a refused request changed the state")
 	}
 }
 

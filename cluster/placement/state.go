@@ -3,8 +3,9 @@
 // pure decisions made from it: the initial placement (Place), the meta
 // group's size (MetaVoterTarget), the reconciler's choices (plan.go;
 // reconcile.go: Step, BalanceReplicas, BalanceLeaders and the Action
-// they return), and the slot moves of elastic shards (move.go: PlanSplit,
-// PlanMerge and the phase changes the mover commits).
+// they return), the slot moves of elastic shards (move.go: PlanSplit,
+// PlanMerge and the phase changes the mover commits) and the automatic
+// shard policy (policy.go: DecideShards, the next split or merge).
 // Nothing here does I/O, holds a lock or talks to a node: package cluster
 // reads the state, calls these functions and acts on what they return, so
 // they are tested without a cluster. It imports shard (and the standard
@@ -68,6 +69,13 @@ type Placement struct {
 	// its whole life (a replica added later replays the log from the
 	// same start). Groups made at bootstrap start owning every slot.
 	StartsEmpty bool `json:"starts_empty,omitempty"`
+	// Incarnation tells groups apart that had the same shard id (ids are
+	// reused after a merge or an aborted split): the id of the move that
+	// created the group (a split), 0 for a group made at bootstrap. Each
+	// replica records it in its folder; a node that finds a replica of
+	// another incarnation (a dead group's, left while the node was down)
+	// deletes it before opening the group's (package cluster, openShard).
+	Incarnation uint64 `json:"incarnation,omitempty"`
 }
 
 // Holds reports whether node id holds a replica (voter or learner).
@@ -115,6 +123,10 @@ type State struct {
 	// written before elastic shards have neither.
 	Moves      []Move `json:"moves,omitempty"`
 	NextMoveID uint64 `json:"next_move_id,omitempty"`
+	// Policy is the automatic shard policy (policy.go; the meta leader
+	// acts on it), set at bootstrap. nil (documents written before it):
+	// no automatic split or merge.
+	Policy *ShardPolicy `json:"shard_policy,omitempty"`
 }
 
 // Token is a bearer token's record in the cluster state.
@@ -156,6 +168,10 @@ func (s *State) Clone() *State {
 		c.Shards[i].Voters, c.Shards[i].Learners = slices.Clone(p.Voters), slices.Clone(p.Learners)
 	}
 	c.Moves = slices.Clone(s.Moves)
+	if s.Policy != nil {
+		p := *s.Policy
+		c.Policy = &p
+	}
 	return &c
 }
 

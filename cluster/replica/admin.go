@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -30,6 +31,10 @@ func (r *Replica) Status(nodeID string) *rpc.ReplicaStatusResponse {
 	if v, err := strconv.ParseUint(r.raft.Stats()["last_snapshot_index"], 10, 64); err == nil {
 		st.LastSnapshotIndex = v
 	}
+	if st.State == raft.Leader.String() {
+		st.DiskBytes, _ = r.fsm.DiskBytes()
+		st.Load = r.Load(time.Now())
+	}
 	if f := r.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
 			suf := "voter"
@@ -40,6 +45,40 @@ func (r *Replica) Status(nodeID string) *rpc.ReplicaStatusResponse {
 		}
 	}
 	return st
+}
+
+// LoadInterval is the least interval a replica's load is measured over
+// (Load).
+const LoadInterval = 10 * time.Second
+
+// loadMeter turns the replica's command counter into a rate.
+type loadMeter struct {
+	mu   sync.Mutex
+	at   time.Time // start of the current interval
+	n    uint64    // the counter then
+	rate float64   // commands per second over the last complete interval
+}
+
+// Load is the commands per second this replica handed to Raft (as leader:
+// the coalesced proposals, each command counted once, Stats.Commands)
+// over its last complete interval. The interval ends at the first call
+// LoadInterval or more after it began (Status calls it on the leader; the
+// reconciler asks every ReconcileInterval), so it is about LoadInterval
+// long, longer if nobody asked. 0 until one interval is complete; a new
+// leader starts from 0 (followers propose nothing).
+func (r *Replica) Load(now time.Time) float64 {
+	m := &r.load
+	n := r.propCmds.Load()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch el := now.Sub(m.at); {
+	case m.at.IsZero() || n < m.n:
+		m.at, m.n = now, n
+	case el >= LoadInterval:
+		m.rate = float64(n-m.n) / el.Seconds()
+		m.at, m.n = now, n
+	}
+	return m.rate
 }
 
 const configChangeTimeout = 10 * time.Second

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,14 +62,15 @@ var (
 // three are joined by Close. Each Raft future is waited on by a goroutine
 // of its own (waitFuture), which Close joins too.
 type Replica struct {
-	id     shard.ID
-	log    *slog.Logger
-	fsm    *fsm.FSM
-	raft   *raft.Raft
-	trans  *raft.NetworkTransport
-	bolt   *raftboltdb.BoltStore // without a shared log store only; closed by Close
-	notify chan bool
-	limits fsm.Limits // Config.Limits: what propose validates against
+	id          shard.ID
+	incarnation uint64
+	log         *slog.Logger
+	fsm         *fsm.FSM
+	raft        *raft.Raft
+	trans       *raft.NetworkTransport
+	bolt        *raftboltdb.BoltStore // without a shared log store only; closed by Close
+	notify      chan bool
+	limits      fsm.Limits // Config.Limits: what propose validates against
 
 	// readyTerm is the term in which this replica, as leader, has applied
 	// a barrier: from then on its commit index covers every entry
@@ -95,6 +98,8 @@ type Replica struct {
 	// propEntries and propCmds count the coalescer's entries and the
 	// commands they carried (metrics).
 	propEntries, propCmds atomic.Uint64
+	// load measures propCmds' rate (Load).
+	load loadMeter
 
 	done chan struct{}
 	// wg joins every goroutine of the replica: its loops and the waiters
@@ -145,6 +150,13 @@ type Config struct {
 	// at bootstrap; the empty set for a group a split made. It must be the
 	// same on every replica of the group, for its whole life.
 	InitialSlots *shard.SlotSet
+	// Incarnation is the group's (placement.Placement.Incarnation: 0 for
+	// a group made at bootstrap, else the move that created it). The
+	// replica records it in Dir/incarnation; a folder that records an
+	// older one (none counts as 0) holds a replica of a dead group that
+	// had the same id: Open deletes it, with its log, and starts afresh.
+	// A newer one is refused (the caller's cluster state is stale).
+	Incarnation uint64
 	// OnReady, if set, runs after each new leadership's no-op is applied
 	// (ReadyTerm set), on the watcher's per-leadership goroutine, which
 	// Close joins. It must return when the replica closes and should stop
@@ -177,6 +189,30 @@ func Open(c Config) (_ *Replica, err error) {
 	log := c.Logger.With("shard", uint32(c.ID))
 	_, statErr := os.Stat(c.Dir)
 	fresh := errors.Is(statErr, fs.ErrNotExist)
+	recorded := false
+	if !fresh {
+		inc, found, err := ReadIncarnation(c.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("shard %d: %w", c.ID, err)
+		}
+		recorded = found
+		if inc > c.Incarnation {
+			return nil, fmt.Errorf("shard %d: %s holds incarnation %d of the shard, newer than %d: the cluster state it was opened with is stale",
+				c.ID, c.Dir, inc, c.Incarnation)
+		}
+		if inc < c.Incarnation {
+			// A replica of a dead group with this id (removed while this
+			// node was down, the id reused since): its log must never
+			// take part in the new group. The folder goes first, so a
+			// crash before the log is dropped below finds it missing.
+			log.Warn("replica folder of another incarnation of the shard: deleting it and its log",
+				"found", inc, "recorded", found, "incarnation", c.Incarnation)
+			if err := os.RemoveAll(c.Dir); err != nil {
+				return nil, fmt.Errorf("shard %d: delete the stale replica: %w", c.ID, err)
+			}
+			fresh, recorded = true, false
+		}
+	}
 	if err := fsutil.PrivateDir(c.Dir); err != nil {
 		return nil, err
 	}
@@ -228,6 +264,14 @@ func Open(c Config) (_ *Replica, err error) {
 		}
 		store, stable = r.bolt, r.bolt
 	}
+	if !recorded {
+		// After a fresh folder's stale log state is dropped: a folder
+		// that records the incarnation has no log state of another one.
+		if err := fsutil.WriteFileDurable(c.Dir, incarnationFile, []byte(strconv.FormatUint(c.Incarnation, 10)+"\n")); err != nil {
+			return nil, fmt.Errorf("shard %d: record the incarnation: %w", c.ID, err)
+		}
+	}
+	r.incarnation = c.Incarnation
 	logs, err := raftlog.NewCache(store, logCacheEntries, logCacheBytes)
 	if err != nil {
 		return nil, err
@@ -281,6 +325,29 @@ func Open(c Config) (_ *Replica, err error) {
 	go r.readLoop()
 	go r.proposeLoop()
 	return r, nil
+}
+
+// incarnationFile, in a replica's folder, records its group's
+// incarnation (Config.Incarnation) in decimal.
+const incarnationFile = "incarnation"
+
+// ReadIncarnation returns the incarnation recorded in replica folder dir;
+// found is false when none is (a folder written before incarnations:
+// incarnation 0). A record that does not parse is an error (the folder
+// is left alone).
+func ReadIncarnation(dir string) (inc uint64, found bool, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, incarnationFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	inc, err = strconv.ParseUint(strings.TrimSuffix(string(b), "\n"), 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("%s: bad incarnation record %q", filepath.Join(dir, incarnationFile), b)
+	}
+	return inc, true, nil
 }
 
 // raftConfig is the hashicorp/raft configuration of the replica (without
@@ -566,6 +633,10 @@ func applyError(err error) error {
 
 // ID is the group r is a replica of (a shard, or the meta group).
 func (r *Replica) ID() shard.ID { return r.id }
+
+// Incarnation returns the group's incarnation the replica was opened with
+// (Config.Incarnation).
+func (r *Replica) Incarnation() uint64 { return r.incarnation }
 
 // FSM is r's state machine. Read it after ReadBarrier for a linearizable
 // read; without, the read is stale (what r has applied).

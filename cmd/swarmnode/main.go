@@ -4,7 +4,7 @@
 //	swarmnode serve [flags]        a node (see `swarmnode serve -h`)
 //	swarmnode kv put|get|del|scan  debug client
 //	swarmnode registry|billing ... inspect the typed stores
-//	swarmnode members|status|join|remove|transfer-leader|snapshot  operate a cluster
+//	swarmnode members|status|join|remove|transfer-leader|snapshot|shards  operate a cluster
 //	swarmnode version
 //
 // It is the composition root: its commands are a github.com/spf13/cobra
@@ -73,6 +73,8 @@ Usage:
   swarmnode join|remove NODE_ID   admit a node / decommission one (moves its replicas first)
   swarmnode transfer-leader SHARD [NODE_ID]   move a shard's leadership
   swarmnode snapshot SHARD        snapshot every replica of a shard
+  swarmnode shards [split|merge|moves|cancel|policy]   the shard table (slots, size, load);
+                                  split and merge shards, the automatic shard policy
                                   (operator commands: --admin host:port of any member's
                                   --http-addr, --json; swarmnode status -h)
   swarmnode certs ca|node|client  make a cluster CA, node and client certificates (swarmnode certs -h)
@@ -155,6 +157,7 @@ func newRoot(embedded bool) *cobra.Command {
 		newBenchCmd(), newHealthCmd(), newCertsCmd(), newTokenCmd(),
 		newVersionCmd())
 	root.AddCommand(newAdminCmds()...)
+	root.AddCommand(newShardsCmd())
 	return root
 }
 

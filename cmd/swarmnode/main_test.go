@@ -437,6 +437,7 @@ func TestServeAndKV(t *testing.T) {
 	checkStoreCLI(ctx, t, grpcAddr)
 	checkBench(ctx, t, grpcAddr)
 	checkAdminCLI(ctx, t, httpAddr)
+	checkShardsCLI(ctx, t, httpAddr)
 
 	resp, err := http.Get("http://" + httpAddr + "/readyz")
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -31,6 +32,7 @@ type serveOptions struct {
 	cacheMiB                            int64
 	memtableKiB                         uint64
 	faults                              bool
+	maxShardSize                        sizeValue // 0: off (Config.MaxShardBytes -1)
 }
 
 // serveFlags defines serve's flags on fs. Every flag that sets a Config
@@ -59,7 +61,14 @@ func serveFlags(fs *pflag.FlagSet, d cluster.Config, embedded bool) *serveOption
 	fs.StringVar(&o.join, "join", "", "comma-separated gossip addresses of nodes to join")
 	fs.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "number of nodes that bootstrap the cluster together (0: 1 without --join; with --join, wait to be admitted by swarmnode join)")
 	fs.DurationVar(&cfg.DeadNodeTimeout, "dead-node-timeout", d.DeadNodeTimeout, "replace the replicas of a node gossip reports dead for this long")
-	fs.IntVar(&cfg.Shards, "shards", d.Shards, "number of shards (Raft groups), fixed at bootstrap")
+	fs.IntVar(&cfg.Shards, "shards", d.Shards, "shards (Raft groups) at bootstrap: 0 automatic (max(1, bootstrap nodes / --nodes-per-shard), and the policy\n"+
+		"splits and merges as members come and go); N: N shards, the count rule off (the size and load rules stay)")
+	fs.IntVar(&cfg.NodesPerShard, "nodes-per-shard", d.NodesPerShard, "automatic shards: one shard per this many active members (recorded at bootstrap; swarmnode shards policy changes it)")
+	o.maxShardSize = sizeValue(max(d.MaxShardBytes, 0))
+	fs.Var(&o.maxShardSize, "max-shard-size", "split a shard whose leader's store uses more disk space, e.g. 1GiB, 512MiB (0: off; recorded at bootstrap)")
+	fs.Float64Var(&cfg.MaxShardLoad, "max-shard-load", d.MaxShardLoad, "split a shard applying more commands per second (0: off; recorded at bootstrap)")
+	fs.DurationVar(&cfg.PolicyInterval, "policy-interval", d.PolicyInterval, "how often the meta leader evaluates the shard policy")
+	fs.DurationVar(&cfg.PolicyCooldown, "policy-cooldown", d.PolicyCooldown, "least time between a slot move and the next one the policy plans")
 	fs.IntVar(&cfg.ReplicationFactor, "replication-factor", d.ReplicationFactor, "voters per shard (fewer when the cluster is smaller)")
 	fs.IntVar(&cfg.Limits.MaxValueSize, "max-value-size", d.Limits.MaxValueSize, "largest value accepted, in bytes (at most 64 MiB)")
 	fs.IntVar(&cfg.Limits.MaxKeySize, "max-key-size", d.Limits.MaxKeySize, "largest key accepted, in bytes (at most 8192)")
@@ -151,6 +160,10 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error
 	}
 	if o.memtableKiB < 256 || o.memtableKiB > 1<<20 {
 		return usageError{fmt.Errorf("serve: --memtable-kib %d: want 256..1048576", o.memtableKiB)}
+	}
+	cfg.MaxShardBytes = int64(min(uint64(o.maxShardSize), math.MaxInt64))
+	if o.maxShardSize == 0 {
+		cfg.MaxShardBytes = -1 // off
 	}
 	cfg.BlockCacheSize = o.cacheMiB << 20
 	cfg.MemTableSize = o.memtableKiB << 10

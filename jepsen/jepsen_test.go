@@ -221,45 +221,7 @@ func TestInProcMembership(t *testing.T) {
 	}
 }
 
-// knownStaleMapListing: a client whose cluster map predates a split lists
-// a shard's agents by status without the moved slots' agents and without
-// an error (the source leaves them out, the client never asks the new
-// shard): TestStaleMapListing. The split-merge run meets it when its final
-// reads connect to a node just restarted whose map lags. Set to false with
-// the fix.
-const knownStaleMapListing = true
-
-// splitMergeKnownBugs tolerates (and logs) the registry anomalies of
-// knownStaleMapListing in a split-merge run; any other anomaly fails.
-func splitMergeKnownBugs(t *testing.T, res *Result) bool {
-	if !knownStaleMapListing {
-		return false
-	}
-	for _, v := range res.Verdicts {
-		if v.Valid {
-			continue
-		}
-		if v.Checker != "registry" { // the anomalies listed (at most maxAnomalies) must all be the known one
-			return false
-		}
-		for _, a := range v.Anomalies {
-			if !strings.HasSuffix(a, "listed 0 times under it") {
-				return false
-			}
-		}
-		t.Logf("KNOWN BUG (knownStaleMapListing): registry: %d agents missing from their status listing", v.Stats["anomalies"])
-	}
-	return true
-}
-
 func runInProc(t *testing.T, nemeses string, d time.Duration) (*Result, *InProc) {
-	t.Helper()
-	return runInProcValid(t, nemeses, d, nil)
-}
-
-// runInProcValid is runInProc, where known (when not nil) may accept an
-// invalid result.
-func runInProcValid(t *testing.T, nemeses string, d time.Duration, known func(*testing.T, *Result) bool) (*Result, *InProc) {
 	t.Helper()
 	ctx := context.Background()
 	drv, err := NewInProc(ctx, InProcConfig{Dir: t.TempDir(), Seed: 1})
@@ -289,7 +251,7 @@ func runInProcValid(t *testing.T, nemeses string, d time.Duration, known func(*t
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", res.Summary())
-	if !res.Valid && (known == nil || !known(t, res)) {
+	if !res.Valid {
 		t.Fatalf("anomalies; report in %s", out)
 	}
 	if len(res.Faults) == 0 {
@@ -363,7 +325,7 @@ func TestLedgerCheckerCatchesOverwrittenTransaction(t *testing.T) {
 // checkers pass, at least one split and one merge complete, and every
 // move is in the history and the report.
 func TestInProcSplitMerge(t *testing.T) {
-	res, _ := runInProcValid(t, "split-merge,split-merge+kill", 12*time.Second, splitMergeKnownBugs)
+	res, _ := runInProc(t, "split-merge,split-merge+kill", 12*time.Second)
 	c := res.MoveCounts()
 	t.Logf("moves: %s", c)
 	if c.Splits == 0 || c.Merges == 0 {
@@ -394,11 +356,9 @@ func TestInProcSplitMerge(t *testing.T) {
 // A client whose map predates a split must still list every agent by
 // status (the source shard leaves the moved slots out; the client must
 // learn of the new shard, e.g. from a moved answer, not return a partial
-// listing without an error).
+// listing without an error). The split-merge run found this: its final
+// reads connected to a node just restarted, whose map lagged.
 func TestStaleMapListing(t *testing.T) {
-	if knownStaleMapListing {
-		t.Skip("known bug: knownStaleMapListing")
-	}
 	ctx := context.Background()
 	drv, err := NewInProc(ctx, InProcConfig{Dir: t.TempDir(), Seed: 1})
 	if err != nil {

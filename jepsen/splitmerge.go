@@ -398,9 +398,10 @@ func refusal(err error) bool {
 
 // findMove returns the move in st with an id from next on that is the one
 // rec asks for. A move that was made and has already ended (the state's
-// next move id is past next, and the split-merge nemesis is the only one
-// that moves slots) is returned as rec plans it, with the target of a
-// split read from the map, and phase "ended".
+// next move id is past next) is returned as rec plans it, with the target
+// of a split read from the map, and phase "ended": this assumes the
+// nemesis is the only one moving slots (the automatic shard policy is off
+// in both drivers' clusters, which fix their shard count).
 func findMove(st *cluster.State, next uint64, rec *MoveRecord) (placement.Move, bool) {
 	for _, m := range st.Moves {
 		if m.ID >= next && m.Kind == rec.Kind && uint32(m.Source) == rec.Source &&

@@ -47,9 +47,20 @@ func (n *Node) onMetaLeader(ctx context.Context, local func() error, remote func
 		func() error { return n.onMetaLeaderOnce(ctx, local, remote) })
 }
 
+// leadsMeta reports whether this node's meta replica leads the meta group.
+func (n *Node) leadsMeta() bool {
+	r := n.metaReplica()
+	return r != nil && r.IsLeader()
+}
+
 func (n *Node) onMetaLeaderOnce(ctx context.Context, local func() error, remote func(context.Context, rpc.AdminClient) error) error {
 	err := local()
-	if !errors.Is(err, errMetaNotLeader) {
+	// Not the meta leader: said before the change (errMetaNotLeader), or
+	// found by the meta replica's proposal when the leadership moved
+	// during the change (ErrNotLeader, nothing committed): either way the
+	// change belongs on the new leader.
+	lostMeta := errors.Is(err, ErrNotLeader) && !n.leadsMeta()
+	if !errors.Is(err, errMetaNotLeader) && !lostMeta {
 		return StatusError(err, 0, nil)
 	}
 	if forwarded(ctx) {

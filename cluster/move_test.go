@@ -687,3 +687,41 @@ func (tc *testCluster) moveWindow() histogramScrape {
 	}
 	return out
 }
+
+// TestOnMetaLeaderLostLeadership: a meta change whose proposal finds the
+// meta replica no longer leading (ErrNotLeader: nothing committed) runs on
+// the new leader instead of failing with "not the leader" (seen by the
+// jepsen split-merge nemesis as MergeShards failing on a meta leader
+// change); a node that does lead the meta group returns the error as is.
+func TestOnMetaLeaderLostLeadership(t *testing.T) {
+	tc := newTestCluster(t, 3, 1, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var leader, follower *Node
+	for deadline := time.Now().Add(20 * time.Second); leader == nil && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, n := range tc.nodes {
+			if n.leadsMeta() {
+				leader = n
+			}
+		}
+	}
+	if leader == nil {
+		t.Fatal("no meta leader")
+	}
+	for _, n := range tc.nodes {
+		if n != leader {
+			follower = n
+			break
+		}
+	}
+	remote := 0
+	err := follower.onMetaLeader(ctx, func() error { return ErrNotLeader }, func(context.Context, rpc.AdminClient) error { remote++; return nil })
+	if err != nil || remote != 1 {
+		t.Fatalf("on a meta follower whose change found ErrNotLeader: err %v, forwarded %d times; want forwarded once, no error", err, remote)
+	}
+	remote = 0
+	err = leader.onMetaLeader(ctx, func() error { return ErrNotLeader }, func(context.Context, rpc.AdminClient) error { remote++; return nil })
+	if k := ErrorKind(err); k != rpc.KindNotLeader || remote != 0 {
+		t.Fatalf("on the meta leader: err %v (kind %s), forwarded %d times; want not leader, not forwarded", err, k, remote)
+	}
+}

@@ -397,7 +397,8 @@ func (n *Node) Status(ctx context.Context) (*ClusterStatus, error) {
 	wg.Wait()
 	for i, g := range gs {
 		if !g.Meta {
-			infos[i].Slots, infos[i].SlotRanges = shardSlots(st, g.Shard)
+			s := st.SlotsOf(g.Shard)
+			infos[i].Slots, infos[i].SlotRanges = s.Len(), s.String()
 		}
 	}
 	out := &ClusterStatus{ClusterID: st.ClusterID, Epoch: st.Epoch, ReplicationFactor: st.ReplicationFactor, NumShards: st.NumShards, Shards: infos,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/swarmkv/swarmkv/cluster/gossip"
@@ -353,6 +354,13 @@ func (c Config) BootstrapShards() int {
 func (c Config) bootstrapPolicy() placement.ShardPolicy {
 	return placement.ShardPolicy{Auto: c.Shards == 0, NodesPerShard: c.NodesPerShard,
 		MaxShardBytes: uint64(max(c.MaxShardBytes, 0)), MaxShardLoad: c.MaxShardLoad}
+}
+
+// policyText is a bootstrap policy's form in gossip: nodes bootstrap
+// together only with the same one.
+func policyText(p placement.ShardPolicy) string {
+	return "auto=" + strconv.FormatBool(p.Auto) + ",nodes_per_shard=" + strconv.Itoa(p.NodesPerShard) +
+		",max_shard_bytes=" + strconv.FormatUint(p.MaxShardBytes, 10) + ",max_shard_load=" + strconv.FormatFloat(p.MaxShardLoad, 'g', -1, 64)
 }
 
 // Config.LogStore values.

@@ -10,6 +10,7 @@ import (
 	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/cluster/replica"
+	"github.com/swarmkv/swarmkv/cluster/shardmove"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
@@ -69,7 +70,7 @@ var errKinds = []struct {
 	// moving, ...), a move step a state machine refuses.
 	{placement.ErrMoveNotFound, rpc.KindNotFound, ""},
 	{placement.ErrMoveRefused, rpc.KindFailedPrecondition, ""},
-	{errMoveRefused, rpc.KindFailedPrecondition, ""},
+	{shardmove.ErrRefused, rpc.KindFailedPrecondition, ""},
 	{fsm.ErrMoveConflict, rpc.KindFailedPrecondition, ""},
 	{fsm.ErrInvalidCommand, rpc.KindInvalidArgument, ""},
 	{ErrNotLeader, rpc.KindNotLeader, "not the leader of shard"},

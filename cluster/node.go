@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -28,6 +27,7 @@ import (
 	"github.com/swarmkv/swarmkv/cluster/metrics"
 	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/cluster/replica"
+	"github.com/swarmkv/swarmkv/cluster/shardmove"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/internal/fsutil"
 	"github.com/swarmkv/swarmkv/internal/linelog"
@@ -85,10 +85,9 @@ type Node struct {
 	// all groups at once (transport/readcheck.go).
 	checker *transport.LeaderChecker
 	kick    chan struct{}
-	// moveKick wakes the mover (move.go); moveHalt stops it for good
-	// (Config.Testing.AfterMovePhase).
-	moveKick chan struct{}
-	moveHalt atomic.Bool
+	// mover runs the slot moves of elastic shards and the shard policy
+	// (package cluster/shardmove; moves.go).
+	mover *shardmove.Mover
 
 	// adoptMu serializes bootstrap, admission and the sync loop's changes
 	// to the local replicas; metaMu serializes metaUpdate calls.
@@ -128,7 +127,8 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 			return cfg.Testing.Faults.Listen(ln)
 		}
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), kick: make(chan struct{}, 1), moveKick: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), kick: make(chan struct{}, 1)}
+	n.mover = n.newMover()
 	n.cfg.Logger = n.log // every component logs with the node attribute
 	n.mu.replicas = make(map[shard.ID]*replica.Replica)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -292,8 +292,8 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 	n.wg.Add(4)
 	go n.syncLoop()
 	go n.reconcileLoop()
-	go n.moveLoop()
-	go n.policyLoop()
+	go func() { defer n.wg.Done(); n.mover.RunMover(n.ctx) }()
+	go func() { defer n.wg.Done(); n.mover.RunPolicy(n.ctx) }()
 	n.log.Info("node started", "raft", n.addrs.RaftAddr, "grpc", n.addrs.GRPCAddr,
 		"http", n.addrs.HTTPAddr, "gossip", n.addrs.GossipAddr, "data_dir", cfg.DataDir,
 		"bootstrapped", st != nil && st.Bootstrapped, "tls", n.tls != nil, "gossip_encrypted", len(cfg.GossipKeys) > 0, "auth", n.authn.On())

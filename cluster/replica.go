@@ -97,3 +97,17 @@ var applyLimits = fsm.Limits{
 	MaxValueSize: maxValueSizeLimit,
 	MaxBatchOps:  maxBatchOpsLimit,
 }
+
+// shardReady is every shard replica's OnReady hook: the leader of the
+// shard that owns the pools namespace in this node's current map ensures
+// the default pool (seed 004). The pool record moves with its slot's data;
+// a shard that stops owning it gets the state machine's MovedError and
+// stops (replica.EnsureDefaultPool).
+func (n *Node) shardReady(r *replica.Replica) {
+	n.mu.RLock()
+	smap := n.mu.smap
+	n.mu.RUnlock()
+	if smap != nil && smap.ShardOf(poolsRoutingKey) == r.ID() {
+		replica.EnsureDefaultPool(r)
+	}
+}

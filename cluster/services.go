@@ -2,12 +2,16 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/shard"
 )
@@ -114,4 +118,55 @@ func (n *Node) ObserveApply(id shard.ID, d time.Duration) { n.metrics.ObserveApp
 // "out") carrying items calls or results.
 func (n *Node) CountPipeline(dir string, items int) {
 	n.metrics.CountPipeline(dir, items)
+}
+
+// errShardPending is wrapped by UnknownShard's answer for a shard id a
+// newer map than this node's may name: Unavailable, so the client retries
+// (this node's map catches up within a sync).
+var errShardPending = errors.New("cluster: shard unknown to this node's map")
+
+// UnknownShard is the answer to a request addressed to shard id that this
+// node's map does not name and of which the node holds no replica. For up
+// to a sync interval after a split publishes, a node may still have the
+// older map: when a newer map may name id (a move in this node's cluster
+// state creates it, or the meta group's committed state places it: a sync
+// is kicked), the answer is retryable (Unavailable, errShardPending);
+// when the committed state does not know id either, InvalidArgument. A
+// committed state that cannot be read is Unavailable too.
+func (n *Node) UnknownShard(id shard.ID) error {
+	if int(id) >= shard.MaxShards {
+		return fmt.Errorf("%w: shard %d: shard ids are below %d", ErrInvalidArgument, id, shard.MaxShards)
+	}
+	n.mu.RLock()
+	st := n.mu.state
+	n.mu.RUnlock()
+	version := uint64(0)
+	if st != nil {
+		version = st.MapVersion
+		if shardKnown(st, id) {
+			return fmt.Errorf("%w: shard %d is being created or this node's map (version %d) is behind: retry", errShardPending, id, version)
+		}
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, time.Second)
+	defer cancel()
+	fresh, err := n.fetchMeta(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: shard %d is unknown to this node's map (version %d), and the cluster state cannot be read: %v",
+			errShardPending, id, version, err)
+	}
+	if shardKnown(fresh, id) {
+		n.kickSync()
+		return fmt.Errorf("%w: this node's map (version %d) is behind the cluster's (version %d), which has shard %d: retry",
+			errShardPending, version, fresh.MapVersion, id)
+	}
+	return fmt.Errorf("%w: shard %d owns no slot (map version %d)", ErrInvalidArgument, id, fresh.MapVersion)
+}
+
+// shardKnown reports whether st places shard id, gives it a slot, or has
+// a move that makes it.
+func shardKnown(st *State, id shard.ID) bool {
+	if st.Placement(id) != nil || slices.Contains(st.Slots, id) {
+		return true
+	}
+	return slices.ContainsFunc(st.Moves, func(m placement.Move) bool { return m.Target == id })
 }

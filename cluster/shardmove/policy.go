@@ -1,75 +1,64 @@
-package cluster
+package shardmove
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/rpc"
-	"github.com/swarmkv/swarmkv/shard"
 )
 
 // The automatic shard policy (State.Policy, placement.DecideShards): a
 // loop on the meta leader that, every PolicyInterval, asks each shard's
 // replicas for their status (the confirmed leader's disk space and load,
 // as the reconciler observes them), decides, and plans at most one split
-// or merge, which the mover (move.go) carries out. It plans only while no
+// or merge, which the mover (mover.go) carries out. It plans only while no
 // move is in progress (checked in the same guarded meta update that
 // records the move) and not before PolicyCooldown has passed since a
 // move was last seen in progress or this node became meta leader.
 
-// policyText is a bootstrap policy's form in gossip: nodes bootstrap
-// together only with the same one.
-func policyText(p placement.ShardPolicy) string {
-	return "auto=" + strconv.FormatBool(p.Auto) + ",nodes_per_shard=" + strconv.Itoa(p.NodesPerShard) +
-		",max_shard_bytes=" + strconv.FormatUint(p.MaxShardBytes, 10) + ",max_shard_load=" + strconv.FormatFloat(p.MaxShardLoad, 'g', -1, 64)
-}
-
-// policyLoop runs the policy while this node leads the meta group.
-func (n *Node) policyLoop() {
-	defer n.wg.Done()
-	tick := time.NewTicker(min(n.cfg.PolicyInterval, time.Second))
+// RunPolicy runs the policy while this node leads the meta group, until
+// ctx ends.
+func (mr *Mover) RunPolicy(ctx context.Context) {
+	tick := time.NewTicker(min(mr.h.PolicyInterval, time.Second))
 	defer tick.Stop()
 	var term uint64          // the meta term the loop last saw this node lead
 	var last, eval time.Time // a move last seen; the last evaluation
 	lastWhy := ""
 	for {
 		select {
-		case <-n.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		r := n.metaReplica()
-		if r == nil || r.Raft().State() != raft.Leader || r.ReadyTerm() == 0 {
+		t := mr.h.MetaTerm()
+		if t == 0 {
 			term = 0
 			continue
 		}
 		now := time.Now()
-		if t := r.ReadyTerm(); t != term {
+		if t != term {
 			term, last = t, now // a new meta leader waits a cooldown
 		}
-		if now.Sub(eval) < n.cfg.PolicyInterval {
+		if now.Sub(eval) < mr.h.PolicyInterval {
 			continue
 		}
 		eval = now
-		ctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
-		d, err := n.policyStep(ctx, &last)
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		d, err := mr.policyStep(sctx, &last)
 		cancel()
 		why := d.Reason
 		if err != nil {
 			why = err.Error()
 		}
-		if d.Kind == "" && why != lastWhy && n.ctx.Err() == nil {
+		if d.Kind == "" && why != lastWhy && ctx.Err() == nil {
 			if err != nil {
-				n.log.Info("policy: waiting", "reason", why)
+				mr.h.Log.Info("policy: waiting", "reason", why)
 			} else {
-				n.log.Debug("policy: no move", "reason", why)
+				mr.h.Log.Debug("policy: no move", "reason", why)
 			}
 		}
 		lastWhy = why
@@ -78,8 +67,8 @@ func (n *Node) policyLoop() {
 
 // policyStep evaluates the policy once and plans its move, if any. last
 // is when a move was last seen (updated here).
-func (n *Node) policyStep(ctx context.Context, last *time.Time) (placement.Decision, error) {
-	st, _, err := n.metaRead(ctx)
+func (mr *Mover) policyStep(ctx context.Context, last *time.Time) (placement.Decision, error) {
+	st, err := mr.h.Read(ctx)
 	if err != nil {
 		return placement.Decision{}, err
 	}
@@ -91,11 +80,11 @@ func (n *Node) policyStep(ctx context.Context, last *time.Time) (placement.Decis
 	if st.Policy == nil {
 		return placement.Decision{Reason: "no shard policy in the cluster state"}, nil
 	}
-	in := placement.PolicyInput{Policy: *st.Policy, ActiveNodes: st.ActiveMembers(), Now: now, LastMove: *last, Cooldown: n.cfg.PolicyCooldown}
-	if d := placement.DecideShards(in); d.Kind == "" && now.Before(last.Add(n.cfg.PolicyCooldown)) {
+	in := placement.PolicyInput{Policy: *st.Policy, ActiveNodes: st.ActiveMembers(), Now: now, LastMove: *last, Cooldown: mr.h.PolicyCooldown}
+	if d := placement.DecideShards(in); d.Kind == "" && now.Before(last.Add(mr.h.PolicyCooldown)) {
 		return d, nil // the cooldown: no need to ask the shards
 	}
-	stats, err := n.shardStats(ctx, st)
+	stats, err := mr.shardStats(ctx, st)
 	if err != nil {
 		return placement.Decision{}, err
 	}
@@ -106,7 +95,7 @@ func (n *Node) policyStep(ctx context.Context, last *time.Time) (placement.Decis
 	}
 	var m placement.Move
 	*last = now
-	_, err = n.metaUpdate(ctx, func(s *State) error {
+	err = mr.h.Update(ctx, func(s *placement.State) error {
 		m = placement.Move{} // fn runs again after a conflicting change
 		if len(s.Moves) > 0 || s.Policy == nil || *s.Policy != *st.Policy {
 			return errNoChange // one move at a time (an operator's included), and only under the policy decided with
@@ -125,8 +114,8 @@ func (n *Node) policyStep(ctx context.Context, last *time.Time) (placement.Decis
 	if m.ID == 0 {
 		return placement.Decision{Reason: "a move was planned or the policy changed meanwhile"}, nil
 	}
-	n.kickMove()
-	n.log.Info("policy: move planned", "move", m.ID, "kind", m.Kind, "source", uint32(m.Source), "target", uint32(m.Target),
+	mr.Kick()
+	mr.h.Log.Info("policy: move planned", "move", m.ID, "kind", m.Kind, "source", uint32(m.Source), "target", uint32(m.Target),
 		"slots", m.Slots.String(), "reason", d.Reason)
 	return d, nil
 }
@@ -134,7 +123,7 @@ func (n *Node) policyStep(ctx context.Context, last *time.Time) (placement.Decis
 // shardStats observes every shard that owns slots: its slots, and its
 // confirmed leader's disk space and load. An error names a shard without
 // a leader (the policy waits).
-func (n *Node) shardStats(ctx context.Context, st *State) ([]placement.ShardStats, error) {
+func (mr *Mover) shardStats(ctx context.Context, st *placement.State) ([]placement.ShardStats, error) {
 	smap, err := st.Map()
 	if err != nil {
 		return nil, err
@@ -151,12 +140,12 @@ func (n *Node) shardStats(ctx context.Context, st *State) ([]placement.ShardStat
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			obs := n.observe(ctx, placement.Group{Shard: id, Voters: p.Voters, Learners: p.Learners})
-			if obs.leader == nil {
+			l := mr.h.Leader(ctx, placement.Group{Shard: id, Voters: p.Voters, Learners: p.Learners})
+			if l == nil {
 				errs[i] = fmt.Errorf("shard %d has no confirmed leader", id)
 				return
 			}
-			out[i] = placement.ShardStats{Shard: id, Slots: st.SlotsOf(id).Len(), Bytes: obs.leader.DiskBytes, Load: obs.leader.Load}
+			out[i] = placement.ShardStats{Shard: id, Slots: st.SlotsOf(id).Len(), Bytes: l.DiskBytes, Load: l.Load}
 		}()
 	}
 	wg.Wait()
@@ -171,8 +160,8 @@ func (n *Node) shardStats(ctx context.Context, st *State) ([]placement.ShardStat
 // ShardPolicy returns the automatic shard policy as the committed cluster
 // state records it; ok is false for a state without one (the defaults are
 // returned, with no rule acting).
-func (n *Node) ShardPolicy(ctx context.Context) (p placement.ShardPolicy, ok bool, err error) {
-	st, err := n.adminMeta(ctx)
+func (mr *Mover) ShardPolicy(ctx context.Context) (p placement.ShardPolicy, ok bool, err error) {
+	st, err := mr.h.Committed(ctx)
 	if err != nil {
 		return p, false, err
 	}
@@ -185,14 +174,14 @@ func (n *Node) ShardPolicy(ctx context.Context) (p placement.ShardPolicy, ok boo
 // (InvalidArgument) and nothing changes; runs on the meta leader
 // (forwarded). A state without a policy starts from placement.PolicyOf's
 // defaults.
-func (n *Node) SetShardPolicy(ctx context.Context, patch placement.PolicyPatch) (placement.ShardPolicy, error) {
+func (mr *Mover) SetShardPolicy(ctx context.Context, patch placement.PolicyPatch) (placement.ShardPolicy, error) {
 	var out placement.ShardPolicy
-	err := n.onMetaLeader(ctx, func() error {
-		_, err := n.metaUpdate(ctx, func(s *State) error {
+	err := mr.h.OnMetaLeader(ctx, func() error {
+		err := mr.h.Update(ctx, func(s *placement.State) error {
 			cur, _ := placement.PolicyOf(s)
 			next := patch.Apply(cur)
 			if err := next.Validate(); err != nil {
-				return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+				return fmt.Errorf("%w: %v", errInvalidArgument, err)
 			}
 			out = next
 			if s.Policy != nil && *s.Policy == next {
@@ -202,7 +191,7 @@ func (n *Node) SetShardPolicy(ctx context.Context, patch placement.PolicyPatch) 
 			return nil
 		})
 		if err == nil {
-			n.log.Info("policy: changed", "auto", out.Auto, "nodes_per_shard", out.NodesPerShard,
+			mr.h.Log.Info("policy: changed", "auto", out.Auto, "nodes_per_shard", out.NodesPerShard,
 				"max_shard_bytes", out.MaxShardBytes, "max_shard_load", out.MaxShardLoad)
 		}
 		return err
@@ -220,29 +209,25 @@ func (n *Node) SetShardPolicy(ctx context.Context, patch placement.PolicyPatch) 
 	return out, err
 }
 
-func (s *adminServer) ShardPolicy(ctx context.Context, req *rpc.ShardPolicyRequest) (*rpc.ShardPolicyResponse, error) {
+// PolicyAdmin reads the policy, or changes it if the request carries a
+// patch (Admin.ShardPolicy; forwarded to the meta leader).
+func (mr *Mover) PolicyAdmin(ctx context.Context, req *rpc.ShardPolicyRequest) (*rpc.ShardPolicyResponse, error) {
 	patch, err := placement.DecodePolicyPatch(req.PatchJson)
 	if err != nil {
-		return nil, StatusError(fmt.Errorf("%w: %v", ErrInvalidArgument, err), 0, nil)
+		return nil, mr.h.Status(fmt.Errorf("%w: %v", errInvalidArgument, err), 0, nil)
 	}
 	var p placement.ShardPolicy
 	if patch.IsEmpty() {
-		p, _, err = s.node.ShardPolicy(ctx)
+		p, _, err = mr.ShardPolicy(ctx)
 	} else {
-		p, err = s.node.SetShardPolicy(ctx, patch)
+		p, err = mr.SetShardPolicy(ctx, patch)
 	}
 	if err != nil {
-		return nil, StatusError(err, 0, nil)
+		return nil, mr.h.Status(err, 0, nil)
 	}
 	b, err := json.Marshal(p)
 	if err != nil {
-		return nil, StatusError(err, 0, nil)
+		return nil, mr.h.Status(err, 0, nil)
 	}
 	return &rpc.ShardPolicyResponse{PolicyJson: b}, nil
-}
-
-// shardSlots is a shard's slots in the map: count and text form.
-func shardSlots(st *State, id shard.ID) (int, string) {
-	s := st.SlotsOf(id)
-	return s.Len(), s.String()
 }

@@ -1,0 +1,314 @@
+package shardmove
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/swarmkv/swarmkv/cluster/placement"
+	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/rpc"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// DecodeSlotCommand checks an Admin.SlotCommand's command: a well-formed
+// slot move command (ops 50-55), valid under limits (the state machine's
+// apply-time limits), else cluster.errInvalidArgument.
+func DecodeSlotCommand(b []byte, limits fsm.Limits) (*fsm.Command, error) {
+	if len(b) > fsm.MaxMultiBytes+64<<10 {
+		return nil, fmt.Errorf("%w: slot command of %d bytes", errInvalidArgument, len(b))
+	}
+	c, err := fsm.DecodeCommand(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errInvalidArgument, err)
+	}
+	if c.Op < fsm.OpFreezeSlots || c.Op > fsm.OpRestrictSlots {
+		return nil, fmt.Errorf("%w: op %s is not a slot move op", errInvalidArgument, c.Op)
+	}
+	if err := c.Validate(limits); err != nil {
+		return nil, fmt.Errorf("%w: %v", errInvalidArgument, err)
+	}
+	return c, nil
+}
+
+// The Admin service's side (on the shards' nodes): package cluster's
+// Admin handlers delegate to these.
+
+// SlotCommand proposes a slot move command on the local replica of its
+// shard (Admin.SlotCommand).
+func (mr *Mover) SlotCommand(ctx context.Context, req *rpc.SlotCommandRequest) (*rpc.SlotCommandResponse, error) {
+	h := mr.h
+	id := shard.ID(req.Shard)
+	cmd, err := DecodeSlotCommand(req.Command, h.Limits)
+	if err != nil {
+		return nil, h.Status(err, id, nil)
+	}
+	r := h.Replica(id)
+	if r == nil {
+		return nil, h.Status(errNotLeader, id, func() (string, string) { return h.Hint(id) })
+	}
+	res, err := r.Propose(ctx, cmd)
+	if err != nil {
+		return nil, h.Status(err, id, func() (string, string) { return h.Hint(id) })
+	}
+	return &rpc.SlotCommandResponse{Index: res.Index, MoveIndex: res.MoveIndex, Remaining: uint32(res.Remaining)}, nil
+}
+
+// SlotStatus reports the local replica's slot ownership and move records
+// after a read barrier (Admin.SlotStatus).
+func (mr *Mover) SlotStatus(ctx context.Context, req *rpc.SlotStatusRequest) (*rpc.SlotStatusResponse, error) {
+	h := mr.h
+	id := shard.ID(req.Shard)
+	hint := func() (string, string) { return h.Hint(id) }
+	r := h.Replica(id)
+	if r == nil {
+		return nil, h.Status(errNotLeader, id, hint)
+	}
+	if err := r.ReadBarrier(ctx); err != nil {
+		return nil, h.Status(err, id, hint)
+	}
+	resp := &rpc.SlotStatusResponse{Owned: r.FSM().Owned().String(), AppliedIndex: r.FSM().AppliedIndex()}
+	for _, m := range r.FSM().Moves() {
+		resp.Moves = append(resp.Moves, &rpc.SlotMoveRecord{Id: m.ID, State: m.State.String(), Slots: m.Slots.String(),
+			Peer: uint32(m.Peer), MapVersion: m.MapVersion, Dropped: m.Dropped})
+	}
+	return resp, nil
+}
+
+// Export streams move req.MoveId's frozen data from the local replica of
+// the source shard (Admin.ExportSlots; the caller checked it is a node).
+func (mr *Mover) Export(req *rpc.ExportSlotsRequest, ss grpc.ServerStreamingServer[rpc.ExportSlotsChunk]) error {
+	h := mr.h
+	ctx := ss.Context()
+	id := shard.ID(req.Shard)
+	r := h.Replica(id)
+	if r == nil {
+		return status.Errorf(codes.Unavailable, "cluster: node %s holds no replica of shard %d", h.ID, id)
+	}
+	err := r.FSM().ExportChunks(ctx, req.MoveId, h.Limits, moveChunkBytes, func(pairs []fsm.Pair) error {
+		msg := &rpc.ExportSlotsChunk{Pairs: make([]*rpc.SlotPair, len(pairs))}
+		for i, p := range pairs {
+			msg.Pairs[i] = &rpc.SlotPair{Key: p.Key, Value: p.Value}
+		}
+		return ss.Send(msg)
+	})
+	if errors.Is(err, fsm.ErrMoveConflict) {
+		// Not frozen here (yet): this replica may lag the freeze.
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return h.Status(err, id, nil)
+}
+
+// Pull pulls move req.MoveId's data from the source shard's leader into
+// the local replica of the target shard, which leads it: the source's
+// export stream, one OpIngestSlots per chunk in order, then OpAdoptSlots
+// (Admin.PullSlots).
+func (mr *Mover) Pull(ctx context.Context, req *rpc.PullSlotsRequest) (*rpc.PullSlotsResponse, error) {
+	h := mr.h
+	src, dst := shard.ID(req.Source), shard.ID(req.Target)
+	slots, err := shard.ParseSlotSet(req.Slots)
+	switch {
+	case err != nil:
+		return nil, h.Status(fmt.Errorf("%w: %v", errInvalidArgument, err), dst, nil)
+	case req.MoveId == 0 || slots.IsEmpty() || src == dst:
+		return nil, h.Status(fmt.Errorf("%w: pull needs a move id, slots and two shards", errInvalidArgument), dst, nil)
+	}
+	hint := func() (string, string) { return h.Hint(dst) }
+	r := h.Replica(dst)
+	if r == nil {
+		return nil, h.Status(errNotLeader, dst, hint)
+	}
+	if err := r.ReadBarrier(ctx); err != nil {
+		return nil, h.Status(err, dst, hint)
+	}
+	for _, m := range r.FSM().Moves() {
+		if m.ID != req.MoveId {
+			continue
+		}
+		switch m.State {
+		case fsm.MoveAdopted:
+			return &rpc.PullSlotsResponse{AdoptIndex: m.Index}, nil
+		case fsm.MoveAborted:
+			return nil, h.Status(fmt.Errorf("%w: move %d is aborted on shard %d", ErrRefused, req.MoveId, dst), dst, nil)
+		}
+	}
+	mv := func(pairs []fsm.Pair) *fsm.SlotMove {
+		return &fsm.SlotMove{ID: req.MoveId, Slots: &slots, Peer: src, MapVersion: req.MapVersion, Pairs: pairs}
+	}
+	propose := func(cmd *fsm.Command) (*fsm.Result, error) {
+		res, err := r.Propose(ctx, cmd)
+		if errors.Is(err, fsm.ErrInvalidCommand) || errors.Is(err, fsm.ErrMoveConflict) {
+			err = fmt.Errorf("%w: shard %d refused %s of move %d: %v", ErrRefused, dst, cmd.Op, req.MoveId, err)
+		}
+		return res, err
+	}
+	var total uint64
+	err = mr.onShardLeader(ctx, nil, src, func(ctx context.Context, c rpc.AdminClient) error {
+		stream, err := c.ExportSlots(ctx, &rpc.ExportSlotsRequest{Shard: uint32(src), MoveId: req.MoveId}, grpc.MaxCallRecvMsgSize(moveRecvBytes))
+		if err != nil {
+			return err
+		}
+		for {
+			chunk, err := stream.Recv()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return status.Errorf(codes.Unavailable, "export from shard %d: %s", src, status.Convert(err).Message())
+			}
+			pairs := make([]fsm.Pair, len(chunk.Pairs))
+			for i, p := range chunk.Pairs {
+				pairs[i] = fsm.Pair{Key: p.Key, Value: p.Value}
+				if len(p.Value) == 0 {
+					pairs[i].Value = nil
+				}
+			}
+			if _, err := propose(&fsm.Command{Op: fsm.OpIngestSlots, Move: mv(pairs)}); err != nil {
+				return err
+			}
+			total += uint64(len(pairs))
+		}
+	})
+	if err != nil {
+		return nil, h.Status(err, dst, hint)
+	}
+	if hook := h.BeforeAdopt; hook != nil {
+		if err := hook(req.MoveId); err != nil {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+	}
+	m := mv(nil)
+	res, err := propose(&fsm.Command{Op: fsm.OpAdoptSlots, Move: m})
+	if err != nil {
+		return nil, h.Status(err, dst, hint)
+	}
+	h.Log.Info("move: slots pulled and adopted", "move", req.MoveId, "source", uint32(src), "target", uint32(dst), "pairs", total, "index", res.Index)
+	return &rpc.PullSlotsResponse{Pairs: total, AdoptIndex: res.Index}, nil
+}
+
+// MoveAdmin runs an operator's split, merge or cancel forwarded to the
+// meta leader (Admin.MoveAdmin).
+func (mr *Mover) MoveAdmin(ctx context.Context, req *rpc.MoveAdminRequest) (*rpc.MoveAdminResponse, error) {
+	h := mr.h
+	var m placement.Move
+	var err error
+	switch req.Op {
+	case "split":
+		var slots *shard.SlotSet
+		if req.HasSlots {
+			set, perr := shard.ParseSlotSet(req.Slots)
+			if perr != nil {
+				return nil, h.Status(fmt.Errorf("%w: %v", errInvalidArgument, perr), 0, nil)
+			}
+			slots = &set
+		}
+		m, err = mr.Split(ctx, shard.ID(req.Shard), slots)
+	case "merge":
+		m, err = mr.Merge(ctx, shard.ID(req.Shard), shard.ID(req.From))
+	case "cancel":
+		m, err = mr.Cancel(ctx, req.MoveId)
+	default:
+		err = fmt.Errorf("%w: unknown move op %q (want split, merge or cancel)", errInvalidArgument, req.Op)
+	}
+	if err != nil {
+		return nil, h.Status(err, 0, nil)
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, h.Status(err, 0, nil)
+	}
+	return &rpc.MoveAdminResponse{MoveJson: b}, nil
+}
+
+// The node's API for operators (package admin, the CLI; package
+// cluster's Node methods of the same names delegate to these).
+
+// Split starts splitting shard id: slots (nil: the upper half of its
+// slots by count) move to a new shard. It returns the move as planned; the
+// mover carries it out (Moves reports its phase). Bad input (unknown
+// shard, slots it does not own, a shard with one slot or already in a
+// move) is refused with a clear error and changes nothing. Runs on the
+// meta leader (forwarded).
+func (mr *Mover) Split(ctx context.Context, id shard.ID, slots *shard.SlotSet) (placement.Move, error) {
+	return mr.planMove(ctx, func(s *placement.State) (placement.Move, error) { return placement.PlanSplit(s, id, slots, time.Now()) },
+		&rpc.MoveAdminRequest{Op: "split", Shard: uint32(id), HasSlots: slots != nil, Slots: slotsText(slots)})
+}
+
+// Merge starts merging shard from into shard into (every slot of
+// from moves; from is removed once done). Refuses the same shard twice,
+// unknown shards and shards already in a move; runs on the meta leader.
+func (mr *Mover) Merge(ctx context.Context, into, from shard.ID) (placement.Move, error) {
+	return mr.planMove(ctx, func(s *placement.State) (placement.Move, error) {
+		return placement.PlanMerge(s, into, from, time.Now())
+	},
+		&rpc.MoveAdminRequest{Op: "merge", Shard: uint32(into), From: uint32(from)})
+}
+
+// Cancel aborts move id if it is not adopted yet (the mover then
+// unfreezes the source and removes what the move made); a move past
+// adoption is refused (FailedPrecondition: it finishes), an unknown or
+// finished one is NotFound (placement.ErrMoveNotFound). Runs on the meta
+// leader.
+func (mr *Mover) Cancel(ctx context.Context, id uint64) (placement.Move, error) {
+	return mr.planMove(ctx, func(s *placement.State) (placement.Move, error) {
+		if err := placement.Abort(s, id, "cancelled by the operator", time.Now()); err != nil {
+			if m := s.Move(id); m != nil && errors.Is(err, placement.ErrNoChange) {
+				return *m, err
+			}
+			return placement.Move{}, err
+		}
+		return *s.Move(id), nil
+	}, &rpc.MoveAdminRequest{Op: "cancel", MoveId: id})
+}
+
+// Moves returns the moves in progress, as the committed cluster state
+// records them.
+func (mr *Mover) Moves(ctx context.Context) ([]placement.Move, error) {
+	st, err := mr.h.Committed(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return st.Moves, nil
+}
+
+func slotsText(s *shard.SlotSet) string {
+	if s == nil {
+		return ""
+	}
+	return s.String()
+}
+
+// planMove commits plan on the meta leader (forwarding req to it).
+func (mr *Mover) planMove(ctx context.Context, plan func(*placement.State) (placement.Move, error), req *rpc.MoveAdminRequest) (placement.Move, error) {
+	var out placement.Move
+	err := mr.h.OnMetaLeader(ctx, func() error {
+		var m placement.Move
+		err := mr.h.Update(ctx, func(s *placement.State) error {
+			var err error
+			m, err = plan(s)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		out = m
+		mr.h.Log.Info("move: "+req.Op, "move", m.ID, "kind", m.Kind, "source", uint32(m.Source), "target", uint32(m.Target),
+			"slots", m.Slots.String(), "map_version", m.MapVersion, "phase", m.Phase)
+		mr.Kick()
+		return nil
+	}, func(ctx context.Context, c rpc.AdminClient) error {
+		resp, err := c.MoveAdmin(ctx, req)
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal(resp.MoveJson, &out)
+	})
+	return out, err
+}

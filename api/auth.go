@@ -81,7 +81,7 @@ var grpcPerms = map[string]auth.Perm{
 	"/swarmkv.v1.Admin/ChangeReplica":  {Keyspace: auth.Node},
 	"/swarmkv.v1.Admin/TransferLeader": {Keyspace: auth.Node},
 	"/swarmkv.v1.Admin/Snapshot":       {Keyspace: auth.Node},
-	// Elastic shards (cluster/move.go). ExportSlots is a stream: the core
+	// Elastic shards (cluster/shardmove). ExportSlots is a stream: the core
 	// checks its caller is a node itself (authStream only authenticates).
 	"/swarmkv.v1.Admin/SlotCommand": {Keyspace: auth.Node},
 	"/swarmkv.v1.Admin/SlotStatus":  {Keyspace: auth.Node},

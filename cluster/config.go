@@ -69,7 +69,7 @@ type Config struct {
 	// Shards is the number of shards (Raft groups) at bootstrap, 0..256.
 	// 0 (default): automatic, max(1, BootstrapExpect / NodesPerShard)
 	// shards with the policy's count rule on (the meta leader splits and
-	// merges as members come and go: cluster/policy.go); N: N shards with
+	// merges as members come and go: cluster/shardmove/policy.go); N: N shards with
 	// the count rule off (the size and load rules still apply). Ignored
 	// once the cluster is bootstrapped (the policy is in the cluster
 	// state; `swarmnode shards policy` changes it).

@@ -5,18 +5,20 @@
 // (the node-to-node Admin service; package api's client services are
 // registered on it through New's services argument, services.go) and the
 // admin operations (admin.go, tokens.go), and on the meta leader the
-// reconciler (reconcile.go), the slot mover of elastic shards (move.go)
-// and the automatic shard policy (policy.go). It binds the admin HTTP
+// reconciler (reconcile.go). Elastic shards (the slot mover, the pull and
+// export of a move's data, the automatic shard policy) are package
+// cluster/shardmove's: the node starts its loops and delegates its Admin
+// calls and Node methods to it (moves.go). It binds the admin HTTP
 // listener, which package admin serves.
 //
 // It is the core: the gRPC services (api, which also runs the RESP
 // front's Redis requests on a local leader) and the fronts above it
 // (redisfront, admin; package server composes them with a node) use its
-// narrow API (services.go, front.go, admin.go, tokens.go, and Authn, the
-// authenticator of package auth/authn it builds in auth.go) and it never
-// imports them or the Go client
-// (TestImportsOneWay). It may import cluster/placement, cluster/gossip,
-// cluster/replica, cluster/metrics (its Prometheus registry),
+// narrow API (services.go, front.go, admin.go, tokens.go, moves.go, and
+// Authn, the authenticator of package auth/authn it builds in auth.go)
+// and it never imports them or the Go client (TestImportsOneWay). It may
+// import cluster/placement, cluster/gossip, cluster/replica,
+// cluster/shardmove, cluster/metrics (its Prometheus registry),
 // transport, internal/..., fsm, raftlog, shard, keys, records, rpc, auth,
 // auth/authn, secrets and resp.
 //
@@ -27,7 +29,7 @@
 //		ID:              "n1",
 //		DataDir:         "/var/lib/swarmkv",
 //		Join:            []string{"10.0.0.2:7103", "10.0.0.3:7103"},
-//		BootstrapExpect: 3, // Shards 0: automatic, one shard per 3 nodes (policy.go)
+//		BootstrapExpect: 3, // Shards 0: automatic, one shard per 3 nodes (cluster/shardmove)
 //	}, api.Services)
 //	if err != nil { ... }
 //	defer node.Close()

@@ -32,7 +32,7 @@ func (f *FSM) Metrics() (m StorageMetrics, ok bool) {
 
 // DiskBytes is the disk space the replica's Pebble store uses (its LSM,
 // WAL and other files: pebble.Metrics.DiskSpaceUsage); ok is false once
-// closed. The automatic shard policy's size (cluster/policy.go).
+// closed. The automatic shard policy's size (cluster/shardmove/policy.go).
 func (f *FSM) DiskBytes() (n uint64, ok bool) {
 	if err := f.rlock(); err != nil {
 		return 0, false

@@ -10,7 +10,7 @@ import (
 )
 
 // Elastic shards: the plan of a slot move and its phases, as data in the
-// cluster state. The mover (package cluster, move.go) runs on the meta
+// cluster state. The mover (package cluster/shardmove) runs on the meta
 // leader and advances each move one idempotent step at a time; every
 // phase it reaches is committed here first, so a new meta leader resumes
 // from the recorded phase.

@@ -15,7 +15,7 @@ import (
 
 // The automatic shard policy: the decision, made from numbers package
 // cluster gathers (members, each shard's slots, size and load), of the
-// next split or merge. The meta leader acts on it (cluster/policy.go), one
+// next split or merge. The meta leader acts on it (cluster/shardmove/policy.go), one
 // move at a time and after a cooldown.
 
 // ShardPolicy is the automatic shard policy, part of the cluster state

@@ -47,9 +47,9 @@ const (
 )
 
 // Kick wakes the mover (a move was planned).
-func (m *Mover) Kick() {
+func (mr *Mover) Kick() {
 	select {
-	case m.kick <- struct{}{}:
+	case mr.kick <- struct{}{}:
 	default:
 	}
 }

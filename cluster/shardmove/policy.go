@@ -209,8 +209,8 @@ func (mr *Mover) SetShardPolicy(ctx context.Context, patch placement.PolicyPatch
 	return out, err
 }
 
-// PolicyAdmin reads the policy, or changes it if the request carries a
-// patch (Admin.ShardPolicy; forwarded to the meta leader).
+// PolicyAdmin reads the policy, or changes it (on the meta leader) if the
+// request carries a patch (Admin.ShardPolicy).
 func (mr *Mover) PolicyAdmin(ctx context.Context, req *rpc.ShardPolicyRequest) (*rpc.ShardPolicyResponse, error) {
 	patch, err := placement.DecodePolicyPatch(req.PatchJson)
 	if err != nil {

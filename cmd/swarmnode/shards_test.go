@@ -88,7 +88,7 @@ func checkShardsCLI(ctx context.Context, t *testing.T, httpAddr string) {
 		{[]string{"split", "9"}, 1, "unknown shard 9"},
 		{[]string{"split", "0", "--slots", "1-3"}, 1, "does not own slots 1,3"},
 		{[]string{"merge", "0", "0"}, 1, "into itself"},
-		{[]string{"cancel", "99"}, 1, "unknown move 99"},
+		{[]string{"cancel", "99"}, 1, "no such move: 99"},
 		{[]string{"split", "x"}, 2, `shard "x"`},
 		{[]string{"split", "0", "--slots", "5-1"}, 2, "--slots"},
 		{[]string{"merge", "0"}, 2, "got 1 arguments, want 2"},

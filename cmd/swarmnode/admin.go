@@ -177,9 +177,11 @@ func (f *adminFlags) callBody(ctx context.Context, method, path string, in, out 
 	return body, nil
 }
 
-func members(ctx context.Context, f *adminFlags, _ []string, stdout io.Writer) error {
-	var ms []cluster.MemberInfo
-	body, err := f.call(ctx, "GET", "/v1/members", &ms)
+// show GETs path into a T and writes it to stdout: the body as it came
+// with --json, else as print renders it.
+func show[T any](ctx context.Context, f *adminFlags, path string, stdout io.Writer, print func(T) error) error {
+	var v T
+	body, err := f.call(ctx, "GET", path, &v)
 	if err != nil {
 		return err
 	}
@@ -187,8 +189,14 @@ func members(ctx context.Context, f *adminFlags, _ []string, stdout io.Writer) e
 		_, err := stdout.Write(body)
 		return err
 	}
-	printMembers(stdout, ms)
-	return nil
+	return print(v)
+}
+
+func members(ctx context.Context, f *adminFlags, _ []string, stdout io.Writer) error {
+	return show(ctx, f, "/v1/members", stdout, func(ms []cluster.MemberInfo) error {
+		printMembers(stdout, ms)
+		return nil
+	})
 }
 
 func printMembers(w io.Writer, ms []cluster.MemberInfo) {
@@ -208,15 +216,10 @@ func printMembers(w io.Writer, ms []cluster.MemberInfo) {
 }
 
 func status(ctx context.Context, f *adminFlags, _ []string, stdout io.Writer) error {
-	var st cluster.ClusterStatus
-	body, err := f.call(ctx, "GET", "/v1/status", &st)
-	if err != nil {
-		return err
-	}
-	if f.json {
-		_, err := stdout.Write(body)
-		return err
-	}
+	return show(ctx, f, "/v1/status", stdout, func(st cluster.ClusterStatus) error { return printStatus(stdout, st) })
+}
+
+func printStatus(stdout io.Writer, st cluster.ClusterStatus) error {
 	healthy := 0
 	for _, s := range st.Shards {
 		if shardHealthy(s, st.ReplicationFactor) {

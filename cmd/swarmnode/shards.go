@@ -107,17 +107,10 @@ func (f *shardsFlags) run(ctx context.Context, verb string, args []string, stdou
 		}
 		return f.startMove(ctx, stdout, "/v1/shards/merge?into="+args[0]+"&from="+args[1])
 	case "moves":
-		var ms []placement.Move
-		body, err := f.call(ctx, "GET", "/v1/moves", &ms)
-		if err != nil {
-			return err
-		}
-		if f.json {
-			_, err := stdout.Write(body)
-			return err
-		}
-		printMoves(stdout, ms)
-		return nil
+		return show(ctx, f.adminFlags, "/v1/moves", stdout, func(ms []placement.Move) error {
+			printMoves(stdout, ms)
+			return nil
+		})
 	case "cancel":
 		id, err := strconv.ParseUint(args[0], 10, 64)
 		if err != nil || id == 0 {
@@ -260,15 +253,10 @@ func printMoves(w io.Writer, ms []placement.Move) {
 
 // table prints the shard table, the policy and the moves.
 func (f *shardsFlags) table(ctx context.Context, stdout io.Writer) error {
-	var st cluster.ClusterStatus
-	body, err := f.call(ctx, "GET", "/v1/status", &st)
-	if err != nil {
-		return err
-	}
-	if f.json {
-		_, err := stdout.Write(body)
-		return err
-	}
+	return show(ctx, f.adminFlags, "/v1/status", stdout, func(st cluster.ClusterStatus) error { return printShards(stdout, st) })
+}
+
+func printShards(stdout io.Writer, st cluster.ClusterStatus) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SHARD\tSLOTS\tSIZE\tLOAD\tLEADER\tREPLICAS")
 	for _, s := range st.Shards {

@@ -97,29 +97,7 @@ func (f *tokenFlags) run(ctx context.Context, verb string, pos []string, stdout,
 		fmt.Fprintf(stdout, "token %s (%s, roles %s%s); shown only now, store it safely:\n%s\n", ti.ID, ti.Name, strings.Join(ti.Roles, ","), bound, ti.Token)
 		return nil
 	case "list":
-		var ts []authn.TokenInfo
-		body, err := f.call(ctx, "GET", "/v1/tokens", &ts)
-		if err != nil {
-			return err
-		}
-		if f.json {
-			_, err := stdout.Write(body)
-			return err
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tROLES\tACTOR\tCREATED\tREVOKED")
-		for _, t := range ts {
-			rev := "-"
-			if t.Revoked != nil {
-				rev = t.Revoked.Format(time.RFC3339)
-			}
-			act := "-"
-			if t.Actor != "" {
-				act = t.Actor
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, strings.Join(t.Roles, ","), act, t.Created.Format(time.RFC3339), rev)
-		}
-		return tw.Flush()
+		return show(ctx, f.adminFlags, "/v1/tokens", stdout, func(ts []authn.TokenInfo) error { return printTokens(stdout, ts) })
 	case "revoke":
 		var ti authn.TokenInfo
 		body, err := f.call(ctx, "POST", "/v1/tokens/"+pos[0]+"/revoke", &ti)
@@ -134,4 +112,21 @@ func (f *tokenFlags) run(ctx context.Context, verb string, pos []string, stdout,
 		return nil
 	}
 	return nil
+}
+
+func printTokens(stdout io.Writer, ts []authn.TokenInfo) error {
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tROLES\tACTOR\tCREATED\tREVOKED")
+	for _, t := range ts {
+		rev := "-"
+		if t.Revoked != nil {
+			rev = t.Revoked.Format(time.RFC3339)
+		}
+		act := "-"
+		if t.Actor != "" {
+			act = t.Actor
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, strings.Join(t.Roles, ","), act, t.Created.Format(time.RFC3339), rev)
+	}
+	return tw.Flush()
 }

@@ -432,7 +432,7 @@ func (n *Node) Status(ctx context.Context) (*ClusterStatus, error) {
 }
 
 func (n *Node) groupInfo(ctx context.Context, g placement.Group) ShardInfo {
-	obs := n.observe(ctx, g)
+	obs := n.recon.Observe(ctx, g)
 	si := ShardInfo{Shard: g.String(), Voters: g.Voters}
 	if !g.Meta {
 		si.Shard = fmt.Sprint(g.Shard)
@@ -445,13 +445,13 @@ func (n *Node) groupInfo(ctx context.Context, g placement.Group) ShardInfo {
 	for _, l := range g.Learners {
 		roles[l] = "learner"
 	}
-	if obs.leader != nil {
-		si.Leader, si.Term, commit = obs.leader.NodeId, obs.leader.Term, obs.leader.CommitIndex
+	if obs.Leader != nil {
+		si.Leader, si.Term, commit = obs.Leader.NodeId, obs.Leader.Term, obs.Leader.CommitIndex
 		if !g.Meta {
-			si.Bytes, si.Load = obs.leader.DiskBytes, obs.leader.Load
+			si.Bytes, si.Load = obs.Leader.DiskBytes, obs.Leader.Load
 		}
 		si.CommitIndex = commit
-		for _, s := range obs.leader.Servers {
+		for _, s := range obs.Leader.Servers {
 			roles[s.Id] = s.Suffrage
 		}
 	}
@@ -462,7 +462,7 @@ func (n *Node) groupInfo(ctx context.Context, g placement.Group) ShardInfo {
 	slices.Sort(ids)
 	for _, id := range ids {
 		ri := ReplicaInfo{Node: id, Role: roles[id]}
-		if st := obs.replicas[id]; st != nil {
+		if st := obs.Replicas[id]; st != nil {
 			ri.Reachable, ri.State, ri.AppliedIndex = true, st.State, st.AppliedIndex
 			if commit > st.AppliedIndex {
 				ri.Lag = commit - st.AppliedIndex
@@ -502,21 +502,21 @@ func (n *Node) TransferLeader(ctx context.Context, name, to string) (string, err
 	if to != "" && !slices.Contains(g.Voters, to) {
 		return "", status.Errorf(codes.FailedPrecondition, "node %s is not a voter of %s (voters: %v)", to, g, g.Voters)
 	}
-	obs := n.observe(ctx, g)
-	if obs.leader == nil {
+	obs := n.recon.Observe(ctx, g)
+	if obs.Leader == nil {
 		return "", status.Errorf(codes.Unavailable, "%s has no leader right now; retry", g)
 	}
-	if to != "" && obs.leader.NodeId == to {
+	if to != "" && obs.Leader.NodeId == to {
 		return to, nil
 	}
-	if err := n.transferGroup(ctx, g, obs, to); err != nil {
+	if err := n.recon.Transfer(ctx, g, obs, to); err != nil {
 		return "", StatusError(err, 0, nil)
 	}
 	// Report the leader once a voter confirms it.
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		if o := n.observe(ctx, g); o.leader != nil && o.leader.NodeId != obs.leader.NodeId {
-			return o.leader.NodeId, nil
+		if o := n.recon.Observe(ctx, g); o.Leader != nil && o.Leader.NodeId != obs.Leader.NodeId {
+			return o.Leader.NodeId, nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -4,8 +4,11 @@
 // all share one TCP port through Mux), the gRPC server
 // (the node-to-node Admin service; package api's client services are
 // registered on it through New's services argument, services.go) and the
-// admin operations (admin.go, tokens.go), and on the meta leader the
-// reconciler (reconcile.go). Elastic shards (the slot mover, the pull and
+// admin operations (admin.go, tokens.go). The reconciler (on the meta
+// leader: observing every group and acting on package placement's
+// decisions) is package cluster/reconcile's: the node starts and joins
+// its loop, and Status and TransferLeader use its observations
+// (reconcile.go). Elastic shards (the slot mover, the pull and
 // export of a move's data, the automatic shard policy) are package
 // cluster/shardmove's: the node starts its loops and delegates its Admin
 // calls and Node methods to it (moves.go). It binds the admin HTTP
@@ -18,7 +21,7 @@
 // Authn, the authenticator of package auth/authn it builds in auth.go)
 // and it never imports them or the Go client (TestImportsOneWay). It may
 // import cluster/placement, cluster/gossip, cluster/replica,
-// cluster/shardmove, cluster/metrics (its Prometheus registry),
+// cluster/shardmove, cluster/reconcile, cluster/metrics (its Prometheus registry),
 // transport, internal/..., fsm, raftlog, shard, keys, records, rpc, auth,
 // auth/authn, secrets and resp.
 //

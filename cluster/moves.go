@@ -38,7 +38,7 @@ func (n *Node) newMover() *shardmove.Mover {
 		Local:   func() *State { st, _ := n.LocalState(); return st },
 		Replica: n.localReplica, Admin: n.adminClient, Hint: n.leaderHint, Status: StatusError, Kind: ErrorKind,
 		Leader: func(ctx context.Context, g placement.Group) *rpc.ReplicaStatusResponse {
-			return n.observe(ctx, g).leader
+			return n.recon.Observe(ctx, g).Leader
 		},
 	})
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/swarmkv/swarmkv/cluster/gossip"
 	"github.com/swarmkv/swarmkv/cluster/metrics"
 	"github.com/swarmkv/swarmkv/cluster/placement"
+	"github.com/swarmkv/swarmkv/cluster/reconcile"
 	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/cluster/shardmove"
 	"github.com/swarmkv/swarmkv/fsm"
@@ -88,12 +89,13 @@ type Node struct {
 	// mover runs the slot moves of elastic shards and the shard policy
 	// (package cluster/shardmove; moves.go).
 	mover *shardmove.Mover
+	// recon is the reconciler (package cluster/reconcile; reconcile.go).
+	recon *reconcile.Reconciler
 
 	// adoptMu serializes bootstrap, admission and the sync loop's changes
 	// to the local replicas; metaMu serializes metaUpdate calls.
 	adoptMu sync.Mutex
 	metaMu  sync.Mutex
-	recon   reconciler
 
 	mu struct {
 		sync.RWMutex
@@ -129,6 +131,7 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), kick: make(chan struct{}, 1)}
 	n.mover = n.newMover()
+	n.recon = n.newReconciler()
 	n.cfg.Logger = n.log // every component logs with the node attribute
 	n.mu.replicas = make(map[shard.ID]*replica.Replica)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -291,7 +294,7 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 	n.kickSync()
 	n.wg.Add(4)
 	go n.syncLoop()
-	go n.reconcileLoop()
+	go func() { defer n.wg.Done(); n.recon.Run(n.ctx) }()
 	go func() { defer n.wg.Done(); n.mover.RunMover(n.ctx) }()
 	go func() { defer n.wg.Done(); n.mover.RunPolicy(n.ctx) }()
 	n.log.Info("node started", "raft", n.addrs.RaftAddr, "grpc", n.addrs.GRPCAddr,

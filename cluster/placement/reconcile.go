@@ -5,8 +5,9 @@ import (
 	"slices"
 )
 
-// The reconciler's per-round decisions (the loop in cluster/reconcile.go
-// observes every group, calls these and acts on the Action they return):
+// The reconciler's per-round decisions (the loop in
+// cluster/reconcile/reconcile.go observes every group, calls these and
+// acts on the Action they return):
 //
 //  1. make the placement agree with the group's Raft configuration (the
 //     configuration is the truth; a learner recorded but not yet added is

@@ -7,9 +7,9 @@
 // PlanMerge and the phase changes the mover commits) and the automatic
 // shard policy (policy.go: DecideShards, the next split or merge).
 // Nothing here does I/O, holds a lock or talks to a node: package cluster
-// reads the state, calls these functions and acts on what they return, so
-// they are tested without a cluster. It imports shard (and the standard
-// library) only.
+// (and cluster/reconcile, cluster/shardmove) reads the state, calls these
+// functions and acts on what they return, so they are tested without a
+// cluster. It imports shard (and the standard library) only.
 //
 // Usage:
 //

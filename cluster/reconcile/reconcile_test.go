@@ -1,0 +1,205 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/swarmkv/swarmkv/cluster/gossip"
+	"github.com/swarmkv/swarmkv/cluster/placement"
+	"github.com/swarmkv/swarmkv/cluster/replica"
+	"github.com/swarmkv/swarmkv/rpc"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// fakeAdmin answers ReplicaStatus with a node's canned status and records
+// TransferLeader calls; any other call panics (the embedded nil).
+type fakeAdmin struct {
+	rpc.AdminClient
+	node string
+	f    *fakeNodes
+}
+
+type fakeNodes struct {
+	mu        sync.Mutex
+	status    map[string]*rpc.ReplicaStatusResponse // by node id; nil: unreachable
+	asked     map[string]int
+	transfers []string // "leader->to"
+}
+
+func (a fakeAdmin) ReplicaStatus(ctx context.Context, req *rpc.ReplicaStatusRequest, _ ...grpc.CallOption) (*rpc.ReplicaStatusResponse, error) {
+	a.f.mu.Lock()
+	defer a.f.mu.Unlock()
+	a.f.asked[a.node]++
+	st := a.f.status[a.node]
+	if st == nil {
+		return nil, errors.New("unreachable")
+	}
+	return st, nil
+}
+
+func (a fakeAdmin) TransferLeader(ctx context.Context, req *rpc.TransferLeaderRequest, _ ...grpc.CallOption) (*rpc.TransferLeaderResponse, error) {
+	a.f.mu.Lock()
+	defer a.f.mu.Unlock()
+	a.f.transfers = append(a.f.transfers, a.node+"->"+req.ToNode)
+	return &rpc.TransferLeaderResponse{}, nil
+}
+
+// newFake returns a Reconciler of node "me" (which holds no replica) whose
+// peers answer from f.
+func newFake(f *fakeNodes, members map[string]gossip.Member) *Reconciler {
+	f.asked = map[string]int{}
+	return New(Host{
+		ID: "me", Log: slog.New(slog.DiscardHandler), Interval: time.Hour, DeadNodeTimeout: time.Minute, LeaderBalanceInterval: time.Hour,
+		Leading: func() bool { return false },
+		Members: func() map[string]gossip.Member { return members },
+		Replica: func(bool, shard.ID) *replica.Replica { return nil },
+		Admin:   func(id string) (rpc.AdminClient, error) { return fakeAdmin{node: id, f: f}, nil },
+		RaftAddr: func(id string) (string, bool) {
+			return id + ":7101", true
+		},
+	})
+}
+
+func voters(ids ...string) []*rpc.RaftServer {
+	var out []*rpc.RaftServer
+	for _, id := range ids {
+		out = append(out, &rpc.RaftServer{Id: id, Suffrage: "voter"})
+	}
+	return out
+}
+
+func status(node, state, leader string, term uint64, servers ...*rpc.RaftServer) *rpc.ReplicaStatusResponse {
+	return &rpc.ReplicaStatusResponse{Present: true, NodeId: node, State: state, LeaderId: leader, Term: term, Servers: servers}
+}
+
+// TestObserveTrustsConfirmedLeaderOnly: the leader is the replica a
+// majority of its configuration's voters confirm (same leader, same
+// term); a deposed leader that still says so is not trusted.
+func TestObserveTrustsConfirmedLeaderOnly(t *testing.T) {
+	g := placement.Group{Shard: 3, Voters: []string{"a", "b", "c"}}
+	cfg := voters("a", "b", "c")
+	for _, c := range []struct {
+		name   string
+		status map[string]*rpc.ReplicaStatusResponse
+		want   string // "": no leader
+	}{
+		{"confirmed", map[string]*rpc.ReplicaStatusResponse{
+			"a": status("a", "Leader", "a", 2, cfg...), "b": status("b", "Follower", "a", 2), "c": status("c", "Follower", "a", 2),
+		}, "a"},
+		{"deposed leader of an older term", map[string]*rpc.ReplicaStatusResponse{
+			"a": status("a", "Leader", "a", 1, cfg...), "b": status("b", "Leader", "b", 2, cfg...), "c": status("c", "Follower", "b", 2),
+		}, "b"},
+		{"unconfirmed", map[string]*rpc.ReplicaStatusResponse{
+			"a": status("a", "Leader", "a", 2, cfg...), "b": status("b", "Follower", "", 3), "c": status("c", "Candidate", "", 3),
+		}, ""},
+		{"one voter of three agrees, the others unreachable", map[string]*rpc.ReplicaStatusResponse{
+			"a": status("a", "Leader", "a", 2, cfg...),
+		}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rc := newFake(&fakeNodes{status: c.status}, nil)
+			obs := rc.Observe(context.Background(), g)
+			got := ""
+			if obs.Leader != nil {
+				got = obs.Leader.NodeId
+			}
+			if got != c.want {
+				t.Fatalf("leader %q, want %q", got, c.want)
+			}
+			if len(obs.Replicas) != len(c.status) {
+				t.Fatalf("replicas %v, want the %d that answered", obs.Replicas, len(c.status))
+			}
+		})
+	}
+}
+
+// TestObserveAsksServersThePlacementLacks: a server of the leader's
+// configuration that the placement does not name is asked too.
+func TestObserveAsksServersThePlacementLacks(t *testing.T) {
+	g := placement.Group{Shard: 1, Voters: []string{"a", "b", "c"}}
+	cfg := append(voters("a", "b", "c"), &rpc.RaftServer{Id: "d", Suffrage: "nonvoter"})
+	f := &fakeNodes{status: map[string]*rpc.ReplicaStatusResponse{
+		"a": status("a", "Leader", "a", 5, cfg...), "b": status("b", "Follower", "a", 5), "c": status("c", "Follower", "a", 5),
+		"d": status("d", "Follower", "a", 5),
+	}}
+	obs := newFake(f, nil).Observe(context.Background(), g)
+	if obs.Leader == nil || obs.Leader.NodeId != "a" {
+		t.Fatalf("leader %v, want a", obs.Leader)
+	}
+	if obs.Replicas["d"] == nil || f.asked["d"] != 1 {
+		t.Fatalf("d not observed once (asked %d times): %v", f.asked["d"], obs.Replicas)
+	}
+	d := obs.decide()
+	if len(d.Voters) != 3 || len(d.NonVoters) != 1 || d.NonVoters[0] != "d" {
+		t.Fatalf("decided configuration voters %v nonvoters %v", d.Voters, d.NonVoters)
+	}
+}
+
+// TestLivenessRemembersDown: a member gossip reports dead is down since
+// gossip first saw it down, this node is always up, a member back with
+// another incarnation is down, and one seen alive again is forgotten.
+func TestLivenessRemembersDown(t *testing.T) {
+	st := &placement.State{Nodes: []placement.NodeAddrs{
+		{ID: "me", Incarnation: "i0"}, {ID: "x", Incarnation: "i1"}, {ID: "y", Incarnation: "i2"},
+	}}
+	members := map[string]gossip.Member{
+		"x": {Meta: gossip.Meta{ID: "x", Inc: "i1"}, Alive: false, Since: time.Now().Add(-10 * time.Minute)},
+		"y": {Meta: gossip.Meta{ID: "y", Inc: "other"}, Alive: true, Since: time.Now()},
+	}
+	rc := newFake(&fakeNodes{}, members)
+	lv := rc.liveness(st)
+	if !lv.Alive["me"] || lv.Alive["x"] || lv.Alive["y"] {
+		t.Fatalf("alive %v, want only me", lv.Alive)
+	}
+	if lv.DownFor["x"] < 10*time.Minute || lv.DownFor["y"] > time.Minute {
+		t.Fatalf("down for %v, want x >= 10m (gossip's Since), y just now", lv.DownFor)
+	}
+	members["y"] = gossip.Member{Meta: gossip.Meta{ID: "y", Inc: "i2"}, Alive: true}
+	lv = rc.liveness(st)
+	if !lv.Alive["y"] || rc.downSince["y"] != (time.Time{}) || rc.downSince["x"].IsZero() {
+		t.Fatalf("alive %v, memory %v: y back and forgotten, x remembered", lv.Alive, rc.downSince)
+	}
+	rc.reset()
+	if rc.downSince != nil {
+		t.Fatalf("reset kept %v", rc.downSince)
+	}
+}
+
+// TestLeaderMoveDue: the first call of a leadership starts the interval,
+// a move is due only once it has passed, and a move restarts it.
+func TestLeaderMoveDue(t *testing.T) {
+	rc := newFake(&fakeNodes{}, nil)
+	if rc.leaderMoveDue(time.Hour) {
+		t.Fatal("due at once after becoming leader")
+	}
+	if !rc.leaderMoveDue(0) {
+		t.Fatal("not due after the interval")
+	}
+	if rc.leaderMoveDue(time.Hour) {
+		t.Fatal("due again right after a move")
+	}
+}
+
+// TestTransferAsksTheLeader: Transfer goes to the observed leader's node.
+func TestTransferAsksTheLeader(t *testing.T) {
+	f := &fakeNodes{}
+	rc := newFake(f, nil)
+	obs := Observation{Leader: status("b", "Leader", "b", 1)}
+	if err := rc.Transfer(context.Background(), placement.Group{Shard: 2}, obs, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.transfers) != 1 || f.transfers[0] != "b->c" {
+		t.Fatalf("transfers %v, want b->c", f.transfers)
+	}
+	// Led locally with no local replica: not the leader.
+	obs.Leader = status("me", "Leader", "me", 1)
+	if err := rc.Transfer(context.Background(), placement.Group{Shard: 2}, obs, "c"); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("err %v, want ErrNotLeader", err)
+	}
+}

@@ -167,7 +167,9 @@ func TestPullOutlivesRound(t *testing.T) {
 	h := f.host()
 	c := &pullClient{}
 	h.Replica = func(shard.ID) *replica.Replica { return nil } // no local replica: ask the leader
-	h.Leader = func(context.Context, placement.Group) *rpc.ReplicaStatusResponse { return &rpc.ReplicaStatusResponse{NodeId: "b"} }
+	h.Leader = func(context.Context, placement.Group) *rpc.ReplicaStatusResponse {
+		return &rpc.ReplicaStatusResponse{NodeId: "b"}
+	}
 	h.Admin = func(string) (rpc.AdminClient, error) { return c, nil }
 	mr := New(h)
 	mr.run = context.Background() // as RunMover sets it

@@ -590,8 +590,8 @@ func TestCancelMove(t *testing.T) {
 // swarmkv_move_unavailable_seconds. It logs the figure
 // (docs/architecture.md, "Unavailability") and asserts no time: the
 // machine may be shared and noisy (under the race detector with other
-// tests running, a 30 s round timeout cut the pull short twice: 66 s,
-// TestPullOutlivesRound).
+// tests running it once took 66 s: pull attempts stalled until the
+// round's 30 s bound cut them; docs/architecture.md, Known limits).
 func TestSplitUnavailableWindow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 10 MB")

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/rpc"
@@ -134,54 +132,5 @@ func TestPolicyWaitsForMove(t *testing.T) {
 	d, err := mr.policyStep(context.Background(), &last)
 	if err != nil || d.Kind != "" || d.Reason != "a move is in progress" || last.IsZero() || f.updates != 0 {
 		t.Fatalf("policyStep = %+v, %v (last %v, %d updates); want no move while one is in progress", d, err, last, f.updates)
-	}
-}
-
-// pullClient is an Admin client whose PullSlots records the deadline it
-// was called with and fails.
-type pullClient struct {
-	rpc.AdminClient
-	deadline time.Time
-	called   bool
-}
-
-func (c *pullClient) PullSlots(ctx context.Context, _ *rpc.PullSlotsRequest, _ ...grpc.CallOption) (*rpc.PullSlotsResponse, error) {
-	c.deadline, c.called = ctx.Deadline()
-	return nil, errors.New("pull interrupted (test)")
-}
-
-// TestPullOutlivesRound: the pull of a frozen move is bounded by the
-// mover's own context and pullTimeout, not by the 30 s of the round that
-// starts it. Bounded by the round, a pull longer than 30 s (a large shard,
-// a slow machine: a 10 MiB split under the race detector took 66 s, two
-// pulls cut short) starts over from the first key every round and never
-// ends.
-func TestPullOutlivesRound(t *testing.T) {
-	st, mv := splitState(t)
-	for i := range st.Moves {
-		if st.Moves[i].ID == mv.ID {
-			st.Moves[i].Phase = placement.PhaseFrozen
-		}
-	}
-	f := &fakeNode{t: t, st: st}
-	h := f.host()
-	c := &pullClient{}
-	h.Replica = func(shard.ID) *replica.Replica { return nil } // no local replica: ask the leader
-	h.Leader = func(context.Context, placement.Group) *rpc.ReplicaStatusResponse {
-		return &rpc.ReplicaStatusResponse{NodeId: "b"}
-	}
-	h.Admin = func(string) (rpc.AdminClient, error) { return c, nil }
-	mr := New(h)
-	mr.run = context.Background() // as RunMover sets it
-	round, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := mr.stepMove(round, st.Clone(), *st.Move(mv.ID)); err == nil {
-		t.Fatal("stepMove with a failing pull: no error")
-	}
-	if !c.called {
-		t.Fatal("PullSlots was called without a deadline")
-	}
-	if left := time.Until(c.deadline); left < pullTimeout-time.Minute {
-		t.Fatalf("the pull's deadline is %v away, want about pullTimeout (%v): bounded by the round", left.Round(time.Second), pullTimeout)
 	}
 }

@@ -65,14 +65,7 @@ type Mover struct {
 	h    Host
 	kick chan struct{} // wakes the mover
 	halt atomic.Bool   // stops it for good (Host.AfterMovePhase)
-	// run is RunMover's context: a pull is bounded by it and pullTimeout,
-	// not by the 30 s of one round (a large shard's pull takes longer, and
-	// a pull cut short starts over from the first key).
-	run context.Context
 }
-
-// pullTimeout bounds one pull (export, ingest, adopt) of a move.
-const pullTimeout = 30 * time.Minute
 
 // New returns the Mover of the node h describes.
 func New(h Host) *Mover { return &Mover{h: h, kick: make(chan struct{}, 1)} }

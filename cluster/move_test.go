@@ -596,6 +596,15 @@ func TestSplitUnavailableWindow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 10 MB")
 	}
+	if raceEnabled {
+		// Under the race detector, with the other packages' tests
+		// running, this split did not finish within 2 minutes in CI
+		// twice (slow or stalled: docs/architecture.md, Elastic shards,
+		// Known limits); the smaller moves of TestSplitMerge and the
+		// others run under it. Run it with `go test -run
+		// TestSplitUnavailableWindow ./cluster/` (no -race).
+		t.Skip("a 10 MB split under the race detector does not finish in time (docs/architecture.md, Elastic shards, Known limits)")
+	}
 	tc := newTestCluster(t, 3, 2, nil)
 	ctx := ctxT(t, 180*time.Second)
 	owned := shard.SlotSetOf(tc.anyMap().SlotsOf(0)...)

@@ -7,13 +7,13 @@ VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 # Packages whose code runs goroutines get the race detector in `make test`.
 # Every package is in one of the two lists (make vet checks).
-RACE_PKGS := ./fsm/... ./cluster/... ./api/... ./transport/... ./server/... ./admin/... ./redisfront/... ./client/... ./internal/... ./raftlog/...
-PURE_PKGS := ./keys/... ./resp/... ./shard/... ./records/... ./secrets/... ./auth/... ./rpc/... ./cmd/... ./e2e/... ./examples/... ./jepsen/... ./scripts/...
+RACE_PKGS := ./fsm/... ./cluster/... ./api/... ./transport/... ./server/... ./admin/... ./console/... ./redisfront/... ./client/... ./internal/... ./raftlog/...
+PURE_PKGS := ./backup/... ./keys/... ./resp/... ./shard/... ./records/... ./secrets/... ./auth/... ./rpc/... ./cmd/... ./e2e/... ./deploy/... ./examples/... ./jepsen/... ./scripts/...
 FUZZTIME  ?= 10s
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
-.PHONY: all build run test test-short vet fuzz proto cluster-local clean
+.PHONY: all build run test test-short test-ui chromium vet fuzz proto cluster-local clean
 
 all: build
 
@@ -31,10 +31,30 @@ vet:
 	@missing=$$($(GO) list ./... | sed 's|^github.com/swarmkv/swarmkv|.|' | while read p; do \
 	  top=$$(echo $$p | cut -d/ -f2); echo " $(RACE_PKGS) $(PURE_PKGS) " | grep -q " ./$$top/\.\.\. " || echo $$p; done); \
 	  test -z "$$missing" || { echo "packages in neither RACE_PKGS nor PURE_PKGS: $$missing"; exit 1; }
+	@big=$$(git ls-files -z | xargs -0 -r stat -c '%s %n' 2>/dev/null | awk '$$1 > 1048576 {print $$2 " (" $$1 " bytes)"}'); \
+	  test -z "$$big" || { echo "tracked files over 1 MiB (binaries, data: keep them out of git): $$big"; exit 1; }
 
-test: vet
+test: vet chromium
 	$(GO) test -count=1 $(PURE_PKGS)
 	$(GO) test -count=1 -race -timeout 15m $(RACE_PKGS)
+
+# The console's browser test (e2e/console, in PURE_PKGS: `make test` runs
+# it) drives headless Chromium. `chromium` installs Debian's package when
+# no Chromium is on the machine and apt-get can (as root); quiet when one
+# is. Without one the test skips, except under CI=true, where it fails.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1 || \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium for the console's browser test (e2e/console)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "no Chromium and no way to install it here (needs root and apt-get): the console's browser test will skip (CI=true fails it)"; \
+	  fi
+
+# Only the console's browser test, Chromium installed first; it fails
+# rather than skips without one. UI_SCREENSHOT_DIR=dir saves screenshots.
+test-ui: chromium
+	SWARMKV_REQUIRE_BROWSER=1 $(GO) test -count=1 -v -run TestConsole ./e2e/console/
 
 # Quick loop for development: no race detector, short mode.
 test-short:

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"strings"
 	"testing"
 
@@ -74,6 +75,38 @@ func FuzzHostAllowed(f *testing.F) {
 		ip := net.ParseIP(h)
 		if h != "localhost" && !strings.HasSuffix(h, ".localhost") && h != "node1.lan" && (ip == nil || !ip.IsLoopback()) {
 			t.Fatalf("allowed Host %q (%q)", host, h)
+		}
+	})
+}
+
+// TestConsolePage: the console page's files (and its redirects) are open;
+// a path that only starts like them is not.
+func TestConsolePage(t *testing.T) {
+	for p, want := range map[string]bool{
+		"/": true, "/ui": true, "/ui/": true, "/ui/app.js": true, "/ui/style.css": true,
+		"/ui/../v1/status": false, "/ui/./app.js": false, "/ui//app.js": false, "/uix": false,
+		"/v1/console": false, "/v1/status": false, "/ui/a/../../v1/state": false,
+	} {
+		if got := consolePage(p); got != want {
+			t.Errorf("consolePage(%q) = %v, want %v", p, got, want)
+		}
+	}
+}
+
+// FuzzConsolePage: a path the auth rules open for the console page never
+// names anything outside the page once cleaned (the admin API stays
+// behind its credential).
+func FuzzConsolePage(f *testing.F) {
+	for _, s := range []string{"/", "/ui", "/ui/", "/ui/app.js", "/ui/../v1/status", "/ui/%2e%2e/v1", "/ui/..", "//ui/", "/ui/a/b/../c"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		if !consolePage(p) {
+			return
+		}
+		c := path.Clean(p)
+		if c != "/" && c != "/ui" && !strings.HasPrefix(c, "/ui/") {
+			t.Fatalf("consolePage(%q) opens %q", p, c)
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/console"
 	"github.com/swarmkv/swarmkv/internal/faultnet"
 )
 
@@ -31,6 +32,10 @@ import (
 //	DELETE /v1/moves/{id}, GET|POST /v1/shards/policy   elastic shards (shards.go)
 //	GET  /v1/state                       the committed cluster state document
 //	POST /v1/tokens, GET /v1/tokens, POST /v1/tokens/{id}/revoke  tokens (tokens.go)
+//	GET  /v1/console                     the console's view: status, every member's rates,
+//	                                     the charts' series, recent events (package console)
+//	GET  /ui/                            the console page (package console; / and /ui redirect to it)
+//	GET  /v1/backup/state, GET /v1/backup/shards/{shard}  backups (backup.go)
 //	GET /healthz  200 "ok" while the process runs
 //	GET /readyz   200 "ready" when every local shard has a leader and the
 //	              node can serve; 503 with the reason otherwise
@@ -55,6 +60,7 @@ func Handler(n *cluster.Node) http.Handler {
 	mux.Handle("GET /metrics", n.MetricsHandler())
 	routes(n, mux)
 	tokenRoutes(n, mux)
+	console.New(n).Routes(mux)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -152,4 +158,5 @@ func routes(n *cluster.Node, mux *http.ServeMux) {
 		return n.Snapshot(ctx, r.PathValue("shard"))
 	})
 	shardRoutes(n, handle)
+	backupRoutes(n, handle, mux)
 }

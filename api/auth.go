@@ -41,6 +41,7 @@ var grpcPerms = map[string]auth.Perm{
 	"/swarmkv.v1.Registry/PutSession":          {Keyspace: auth.Registry, Write: true},
 	"/swarmkv.v1.Registry/UpdateSessionStatus": {Keyspace: auth.Registry, Write: true},
 	"/swarmkv.v1.Registry/PutUser":             {Keyspace: auth.Registry, Write: true},
+	"/swarmkv.v1.Registry/AgentHeartbeat":      {Keyspace: auth.Registry, Write: true},
 
 	"/swarmkv.v1.Billing/GetAccount":             {Keyspace: auth.Billing},
 	"/swarmkv.v1.Billing/GetTransaction":         {Keyspace: auth.Billing},
@@ -74,6 +75,15 @@ var grpcPerms = map[string]auth.Perm{
 
 	"/swarmkv.v1.Redis/Exec": {Keyspace: auth.Assets, Write: true}, // reads: redisPerm
 
+	// A stream: its handler checks the table's keyspace (ValidateWatch).
+	"/swarmkv.v1.Watch/Watch":           {Keyspace: auth.KV},
+	"/swarmkv.v1.Lease/TimeToLive":      {Keyspace: auth.Leases},
+	"/swarmkv.v1.Lease/List":            {Keyspace: auth.Leases},
+	"/swarmkv.v1.Lease/Grant":           {Keyspace: auth.Leases, Write: true},
+	"/swarmkv.v1.Lease/Revoke":          {Keyspace: auth.Leases, Write: true},
+	"/swarmkv.v1.Lease/KeepAlive":       {Keyspace: auth.Leases, Write: true},
+	"/swarmkv.v1.Lease/KeepAliveStream": {Keyspace: auth.Leases, Write: true}, // a stream: authStream checks it
+
 	"/swarmkv.v1.Admin/MetaState":      {Keyspace: auth.Node},
 	"/swarmkv.v1.Admin/JoinNode":       {Keyspace: auth.Node},
 	"/swarmkv.v1.Admin/RemoveNode":     {Keyspace: auth.Node},
@@ -89,6 +99,9 @@ var grpcPerms = map[string]auth.Perm{
 	"/swarmkv.v1.Admin/PullSlots":   {Keyspace: auth.Node},
 	"/swarmkv.v1.Admin/MoveAdmin":   {Keyspace: auth.Node},
 	"/swarmkv.v1.Admin/ShardPolicy": {Keyspace: auth.Node},
+	// The console's counters (cluster/console.go).
+	"/swarmkv.v1.Console/NodeStats": {Keyspace: auth.Node},
+	"/swarmkv.v1.Admin/BackupShard": {Keyspace: auth.Node}, // a stream, checked as ExportSlots
 }
 
 // authUnary guards every unary gRPC call (see grpcPerms).

@@ -21,8 +21,11 @@ func TestGRPCPermsCoverEveryMethod(t *testing.T) {
 	rpc.RegisterRegistryServer(s, &registryServer{server: srv})
 	rpc.RegisterBillingServer(s, &billingServer{server: srv})
 	rpc.RegisterPoolsServer(s, &poolsServer{server: srv})
-	rpc.RegisterAdminServer(s, rpc.UnimplementedAdminServer{}) // the core's node-to-node service
+	rpc.RegisterAdminServer(s, rpc.UnimplementedAdminServer{}) // the core's node-to-node services
+	rpc.RegisterConsoleServer(s, rpc.UnimplementedConsoleServer{})
 	rpc.RegisterRedisServer(s, &redisServer{server: srv})
+	rpc.RegisterWatchServer(s, &watchServer{server: srv})
+	rpc.RegisterLeaseServer(s, &leaseServer{server: srv})
 	seen := 0
 	for name, info := range s.GetServiceInfo() {
 		for _, m := range info.Methods {
@@ -37,8 +40,9 @@ func TestGRPCPermsCoverEveryMethod(t *testing.T) {
 		t.Errorf("grpcPerms has %d entries, the server %d methods", len(grpcPerms), seen)
 	}
 	for m, p := range grpcPerms {
-		if strings.HasPrefix(m, "/swarmkv.v1.Admin/") != (p.Keyspace == auth.Node) {
-			t.Errorf("%s: %v; the Admin service and only it is node-to-node", m, p)
+		nodeToNode := strings.HasPrefix(m, "/swarmkv.v1.Admin/") || strings.HasPrefix(m, "/swarmkv.v1.Console/")
+		if nodeToNode != (p.Keyspace == auth.Node) {
+			t.Errorf("%s: %v; the Admin and Console services and only they are node-to-node", m, p)
 		}
 	}
 }

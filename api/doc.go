@@ -1,6 +1,6 @@
 // Package api holds the client-facing gRPC services of a swarmkv node:
-// KV and Cluster (server.go), Registry, Billing, Pools, the internal Redis
-// service (redis_service.go) and the Pipeline that carries their unary
+// KV and Cluster (server.go), Registry, Billing, Pools, Lease (lease.go),
+// the internal Redis service (redis_service.go) and the Pipeline that carries their unary
 // calls on one stream (pipeline.go); request validation (validate.go,
 // paging.go); the execution of Redis requests on a shard leader
 // (redis.go: RedisRequest, CheckRedis, RedisOn, and RedisLocal, which the
@@ -44,6 +44,7 @@ import (
 func Services(n *cluster.Node) cluster.Services {
 	srv := &server{node: n, cfg: n.Config()}
 	registry, billing, pools, redis := &registryServer{server: srv}, &billingServer{server: srv}, &poolsServer{server: srv}, &redisServer{server: srv}
+	lease := &leaseServer{server: srv}
 	// The client library sends its calls as items of a Pipeline stream
 	// (rpc/pipeline.proto); they run through the same handlers and
 	// interceptors (given to Register). Admin and Cluster calls stay unary.
@@ -52,7 +53,8 @@ func Services(n *cluster.Node) cluster.Services {
 		pipelineService{&rpc.Registry_ServiceDesc, registry},
 		pipelineService{&rpc.Billing_ServiceDesc, billing},
 		pipelineService{&rpc.Pools_ServiceDesc, pools},
-		pipelineService{&rpc.Redis_ServiceDesc, redis})
+		pipelineService{&rpc.Redis_ServiceDesc, redis},
+		pipelineService{&rpc.Lease_ServiceDesc, lease})
 	pipe.counted = n.CountPipeline
 	return cluster.Services{
 		Unary: func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -69,7 +71,9 @@ func Services(n *cluster.Node) cluster.Services {
 			rpc.RegisterBillingServer(gs, billing)
 			rpc.RegisterPoolsServer(gs, pools)
 			rpc.RegisterRedisServer(gs, redis)
+			rpc.RegisterLeaseServer(gs, lease)
 			rpc.RegisterPipelineServer(gs, pipe)
+			rpc.RegisterWatchServer(gs, newWatchServer(srv))
 		},
 		Stop:  pipe.stop,  // pipeline streams end once their calls are answered
 		Close: pipe.close, // after the gRPC server stopped

@@ -609,7 +609,18 @@ func (s *poolsServer) Heartbeat(ctx context.Context, req *rpc.HeartbeatRequest) 
 	if err != nil {
 		return nil, s.statusErr(0, err)
 	}
-	if _, _, err := s.propose(ctx, &fsm.Command{Op: fsm.OpRunnerHeartbeat, Runner: rn}); err != nil {
+	if err := validateAttachLease(req.GetLease(), []byte(keys.PoolsRoutingKey)); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	r, err := s.poolsReplica()
+	if err != nil {
+		return nil, err
+	}
+	// A heartbeat with a lease is a keep-alive, then the runner's write.
+	if err := renewFor(ctx, s.server, r.ID(), r, req.GetLease()); err != nil {
+		return nil, err
+	}
+	if _, err := s.proposeTo(ctx, r.ID(), r, &fsm.Command{Op: fsm.OpRunnerHeartbeat, Runner: rn, LeaseID: req.GetLease()}); err != nil {
 		return nil, err
 	}
 	return &rpc.HeartbeatResponse{Runner: rpc.RunnerToProto(rn)}, nil

@@ -132,19 +132,25 @@ func misrouted(smap *shard.Map, req *RedisRequest) error {
 	return &fsm.MovedError{Slot: slot, Target: id, MapVersion: smap.Version}
 }
 
-// RedisOn runs a request checked by CheckRedis on replica r, which must
-// lead its shard: a block or a write is proposed (one log entry), a
-// single read is answered from the state machine after the read barrier.
+// RedisOn runs a request checked by CheckRedis on node n's replica r,
+// which must lead its shard: a block or a write is proposed (one log
+// entry; once the cluster runs the protocol version it needs,
+// cluster.Node.CheckCommand), a single read is answered from the state
+// machine after the read barrier.
 // index is the entry's log index (0 for reads). A key of a slot the shard
 // does not own fails it with *fsm.MovedError, nothing executed (a block
 // is refused whole, before any write).
-func RedisOn(ctx context.Context, r *replica.Replica, req *RedisRequest) (v resp.Value, index uint64, err error) {
+func RedisOn(ctx context.Context, n *cluster.Node, r *replica.Replica, req *RedisRequest) (v resp.Value, index uint64, err error) {
 	if req.Multi || fsm.LookupRedis(req.Cmds[0][0]).Write {
 		op := fsm.OpRedis
 		if req.Multi {
 			op = fsm.OpRedisMulti
 		}
-		res, err := r.Propose(ctx, &fsm.Command{Op: op, Redis: &fsm.RedisTx{Cmds: req.Cmds, Watch: req.Watches}})
+		cmd := &fsm.Command{Op: op, Redis: &fsm.RedisTx{Cmds: req.Cmds, Watch: req.Watches}}
+		if err := n.CheckCommand(cmd); err != nil {
+			return resp.Value{}, 0, err
+		}
+		res, err := r.Propose(ctx, cmd)
 		if err != nil {
 			return resp.Value{}, 0, err
 		}
@@ -177,6 +183,6 @@ func RedisLocal(ctx context.Context, n *cluster.Node, req *RedisRequest) (resp.V
 	if r == nil || !r.IsLeader() {
 		return resp.Value{}, cluster.ErrNotLeader
 	}
-	v, _, err := RedisOn(ctx, r, req)
+	v, _, err := RedisOn(ctx, n, r, req)
 	return v, err
 }

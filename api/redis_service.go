@@ -47,7 +47,7 @@ func (s *redisServer) Exec(ctx context.Context, p *rpc.RedisExecRequest) (*rpc.R
 	if r == nil {
 		return nil, s.notLeader(req.Shard)
 	}
-	v, index, err := RedisOn(ctx, r, &req)
+	v, index, err := RedisOn(ctx, s.node, r, &req)
 	if errors.Is(err, fsm.ErrInvalidCommand) {
 		v, err = resp.Error("ERR "+err.Error()), nil
 	}

@@ -255,6 +255,38 @@ func (s *registryServer) UpdateAgentStatus(ctx context.Context, req *rpc.UpdateA
 	return &rpc.UpdateAgentStatusResponse{Agent: rpc.AgentToProto(&a)}, nil
 }
 
+// AgentHeartbeat sets the agent's last_heartbeat_at; with a lease it is
+// a keep-alive of the lease first, then attaches the agent to it.
+func (s *registryServer) AgentHeartbeat(ctx context.Context, req *rpc.AgentHeartbeatRequest) (*rpc.AgentHeartbeatResponse, error) {
+	user, err := rpc.UserIDFromBytes(req.GetUserId())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	agent, err := rpc.AgentIDFromBytes(req.GetAgentId())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	if err := validateAttachLease(req.GetLease(), user[:]); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	id, r, err := s.route(user[:])
+	if err != nil {
+		return nil, err
+	}
+	if err := renewFor(ctx, s.server, id, r, req.GetLease()); err != nil {
+		return nil, err
+	}
+	res, err := s.proposeTo(ctx, id, r, &fsm.Command{Op: fsm.OpAgentHeartbeat, UserID: &user, AgentID: &agent, Time: nowMs(), LeaseID: req.GetLease()})
+	if err != nil {
+		return nil, err
+	}
+	var a records.AgentRecord
+	if err := appliedRecord(s.server, id, res, &a); err != nil {
+		return nil, err
+	}
+	return &rpc.AgentHeartbeatResponse{Agent: rpc.AgentToProto(&a)}, nil
+}
+
 // ListShardAgents lists a page of the shard's agents (or of its status
 // index), leaving out those of slots the shard does not own.
 func (s *registryServer) ListShardAgents(ctx context.Context, req *rpc.ShardAgentsRequest) (*rpc.AgentList, error) {

@@ -238,8 +238,13 @@ func (s *server) readAt(ctx context.Context, id shard.ID, r *replica.Replica, c 
 }
 
 // proposeTo validates cmd at the edge (so bad input costs no Raft round)
-// and proposes it to replica r of shard id.
+// and proposes it to replica r of shard id, once the cluster runs the
+// protocol version cmd needs (cluster.Node.CheckCommand:
+// FailedPrecondition before, nothing proposed).
 func (s *server) proposeTo(ctx context.Context, id shard.ID, r *replica.Replica, cmd *fsm.Command) (*fsm.Result, error) {
+	if err := s.node.CheckCommand(cmd); err != nil {
+		return nil, s.statusErr(id, err)
+	}
 	start := time.Now()
 	res, err := r.Propose(ctx, cmd)
 	if err != nil {

@@ -53,7 +53,7 @@ func (s *server) Put(ctx context.Context, req *rpc.PutRequest) (*rpc.PutResponse
 		return nil, s.statusErr(0, err)
 	}
 	res, err := s.proposeRouted(ctx, req.GetRoutingKey(), &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
-		Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: keys.KV(req.GetRoutingKey(), req.GetKey()), Value: req.GetValue()}},
+		Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: keys.KV(req.GetRoutingKey(), req.GetKey()), Value: req.GetValue(), Lease: req.GetLease()}},
 	}})
 	if err != nil {
 		return nil, err

@@ -68,6 +68,9 @@ func ValidatePut(req *rpc.PutRequest, l fsm.Limits) error {
 	if err := validateKey(req.GetKey(), l); err != nil {
 		return err
 	}
+	if err := validateAttachLease(req.GetLease(), req.GetRoutingKey()); err != nil {
+		return err
+	}
 	return validateValue(req.GetValue(), l)
 }
 
@@ -136,9 +139,15 @@ func ValidateBatch(req *rpc.BatchRequest, l fsm.Limits) error {
 			if err := validateValue(op.GetValue(), l); err != nil {
 				return fmt.Errorf("op %d: %w", i, err)
 			}
+			if err := validateAttachLease(op.GetLease(), req.GetRoutingKey()); err != nil {
+				return fmt.Errorf("op %d: %w", i, err)
+			}
 		case rpc.Op_KIND_DELETE:
 			if len(op.GetValue()) > 0 {
 				return invalid("op %d: delete takes no value", i)
+			}
+			if op.GetLease() != 0 {
+				return invalid("op %d: delete takes no lease", i)
 			}
 		default:
 			return invalid("op %d: unknown kind %d", i, op.GetKind())
@@ -172,7 +181,7 @@ func batchCommand(req *rpc.BatchRequest) *fsm.Command {
 		m := fsm.Mutation{Key: keys.KV(rk, op.GetKey())}
 		switch op.GetKind() {
 		case rpc.Op_KIND_PUT:
-			m.Kind, m.Value = fsm.MutPut, op.GetValue()
+			m.Kind, m.Value, m.Lease = fsm.MutPut, op.GetValue(), op.GetLease()
 		case rpc.Op_KIND_DELETE:
 			m.Kind = fsm.MutDelete
 		}

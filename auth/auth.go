@@ -14,7 +14,7 @@
 // Roles. A role grants read or write on one keyspace, or admin:
 //
 //	registry:read  registry:write   (write includes read)
-//	billing:...    assets:...   pools:...   kv:...
+//	billing:...    assets:...   pools:...   kv:...   leases:...
 //	*:read  *:write                 every keyspace
 //	admin                           membership, tokens, the admin API
 //	pools:secrets                   read a bot's decrypted token (GetBotToken)
@@ -52,10 +52,13 @@ const (
 	Assets   = "assets"
 	Pools    = "pools"
 	KV       = "kv"
+	// Leases: the Lease service (grant, keep alive, revoke, list). The
+	// writes that attach a key to a lease need their own keyspace's write.
+	Leases = "leases"
 )
 
 // Keyspaces lists every keyspace.
-var Keyspaces = []string{Registry, Billing, Assets, Pools, KV}
+var Keyspaces = []string{Registry, Billing, Assets, Pools, KV, Leases}
 
 // RoleAdmin grants the admin API (membership, shards, tokens).
 const RoleAdmin = "admin"

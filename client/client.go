@@ -398,14 +398,27 @@ type dest struct {
 	id     shard.ID
 	rk     []byte
 	follow func(owner shard.ID)
+	// bySlot, when set, addresses the shard that owns slot (a lease's),
+	// and follows its moves as a routed call does.
+	bySlot bool
+	slot   shard.Slot
 }
 
 // shard is the call's shard for the next attempt.
 func (d *dest) shard(c *Client) shard.ID {
-	if d.rk != nil {
+	switch {
+	case d.bySlot:
+		return c.slotOwner(d.slot)
+	case d.rk != nil:
 		return c.ShardOf(d.rk)
 	}
 	return d.id
+}
+
+// CallSlot is CallRouted for a call addressed by a slot (a lease's, whose
+// id carries it) instead of a routing key.
+func (c *Client) CallSlot(ctx context.Context, slot shard.Slot, opts CallOptions, call Call) error {
+	return c.call(ctx, &dest{bySlot: true, slot: slot}, opts, call)
 }
 
 func (c *Client) call(ctx context.Context, d *dest, opts CallOptions, call Call) error {
@@ -471,7 +484,7 @@ func (c *Client) call(ctx context.Context, d *dest, opts CallOptions, call Call)
 			// call there at once, idempotent or not.
 			var me *MovedError
 			errors.As(cerr, &me)
-			if d.rk == nil && d.follow == nil {
+			if d.rk == nil && d.follow == nil && !d.bySlot {
 				return cerr // the caller chooses the shard (fanLookup)
 			}
 			if err := c.awaitMap(ctx, me); err != nil {

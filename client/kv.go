@@ -53,13 +53,38 @@ func (c *Client) Get(ctx context.Context, routingKey, key []byte, opts ...ReadOp
 	return resp.GetValue(), nil
 }
 
+// WriteOption changes a write (Put, Pools.Heartbeat).
+type WriteOption func(*writeOptions)
+
+type writeOptions struct{ lease LeaseID }
+
+// WithLease attaches the written key (or runner) to lease id, granted for
+// the same routing key (for a runner: "pools"): it ends with the lease. A
+// write without it detaches the key from any lease.
+func WithLease(id LeaseID) WriteOption { return func(o *writeOptions) { o.lease = id } }
+
+func writeOpts(opts []WriteOption) writeOptions {
+	var o writeOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
 // Put sets key to value under routingKey. It returns once the write is
-// committed by a majority of the shard's replicas.
-func (c *Client) Put(ctx context.Context, routingKey, key, value []byte) error {
-	return c.routed(ctx, routingKey, writeOnce, func(ctx context.Context, kv rpc.KVClient) error {
-		_, err := kv.Put(ctx, &rpc.PutRequest{RoutingKey: routingKey, Key: key, Value: value})
+// committed by a majority of the shard's replicas. With WithLease, the key
+// is attached to the lease (ErrLeaseNotFound, with ErrNotFound, if it is
+// gone; nothing is written then).
+func (c *Client) Put(ctx context.Context, routingKey, key, value []byte, opts ...WriteOption) error {
+	o := writeOpts(opts)
+	err := c.routed(ctx, routingKey, writeOnce, func(ctx context.Context, kv rpc.KVClient) error {
+		_, err := kv.Put(ctx, &rpc.PutRequest{RoutingKey: routingKey, Key: key, Value: value, Lease: uint64(o.lease)})
 		return err
 	})
+	if o.lease != 0 {
+		return leaseErr(o.lease, err)
+	}
+	return err
 }
 
 // Delete removes key under routingKey and reports whether it existed.
@@ -119,11 +144,13 @@ type Guard struct {
 	Value []byte // for ValueEquals
 }
 
-// Op is a write of a Batch: a put (Delete false) or a delete.
+// Op is a write of a Batch: a put (Delete false) or a delete. A put with
+// a Lease attaches the key to it (as WithLease).
 type Op struct {
 	Key    []byte
 	Value  []byte
 	Delete bool
+	Lease  LeaseID
 }
 
 // BatchResult says whether a Batch applied.
@@ -144,7 +171,7 @@ func (c *Client) Batch(ctx context.Context, routingKey []byte, guards []Guard, o
 		if o.Delete {
 			k = rpc.Op_KIND_DELETE
 		}
-		req.Ops = append(req.Ops, &rpc.Op{Kind: k, Key: o.Key, Value: o.Value})
+		req.Ops = append(req.Ops, &rpc.Op{Kind: k, Key: o.Key, Value: o.Value, Lease: uint64(o.Lease)})
 	}
 	var resp *rpc.BatchResponse
 	err := c.routed(ctx, routingKey, CallOptions{}, func(ctx context.Context, kv rpc.KVClient) (err error) {

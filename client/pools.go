@@ -531,18 +531,46 @@ func (p *Pools) GetBotToken(ctx context.Context, actor, agentID string) (string,
 // Heartbeat records that runner runnerID is alive: it creates or replaces
 // the runner with meta (JSON, "" for none) and last_seen set to the
 // server's clock, and returns it. Retried when the outcome is unknown.
-func (p *Pools) Heartbeat(ctx context.Context, runnerID, meta string) (*records.Runner, error) {
+// WithLease (a lease granted for the routing key "pools") makes it a
+// keep-alive of the lease too, and attaches the runner to it: when the
+// lease ends the runner is deleted. Without, the runner is detached from
+// any lease (and stays until pruned). StartRunner does both for a runner.
+func (p *Pools) Heartbeat(ctx context.Context, runnerID, meta string, opts ...WriteOption) (*records.Runner, error) {
 	if err := checkID("runner_id", runnerID, keys.MaxStringIDLen); err != nil {
 		return nil, err
 	}
 	if err := checkJSON("meta", meta); err != nil {
 		return nil, err
 	}
-	resp, err := unary(ctx, p.shard(), idempotent, rpc.PoolsClient.Heartbeat, &rpc.HeartbeatRequest{Runner: &rpc.Runner{RunnerId: runnerID, Meta: meta}})
+	o := writeOpts(opts)
+	resp, err := unary(ctx, p.shard(), idempotent, rpc.PoolsClient.Heartbeat, &rpc.HeartbeatRequest{Runner: &rpc.Runner{RunnerId: runnerID, Meta: meta}, Lease: uint64(o.lease)})
 	if err != nil {
+		if o.lease != 0 {
+			return nil, leaseErr(o.lease, err)
+		}
 		return nil, err
 	}
 	return runnerFrom(resp.GetRunner())
+}
+
+// StartRunner registers runner runnerID (seed 004) and keeps it alive:
+// it grants a lease of ttl for the pools namespace, heartbeats with it
+// once, then every third of ttl in the background. When the heartbeats
+// stop (the process dies, Stop, or the lease is lost), the lease expires
+// within ttl plus the shard leader's bound and the runner disappears by
+// itself; Close deletes it at once (it revokes the lease). A failed first
+// heartbeat revokes the lease and returns the error.
+func (p *Pools) StartRunner(ctx context.Context, runnerID, meta string, ttl time.Duration) (*KeepAlive, error) {
+	if err := checkID("runner_id", runnerID, keys.MaxStringIDLen); err != nil {
+		return nil, err
+	}
+	if err := checkJSON("meta", meta); err != nil {
+		return nil, err
+	}
+	return p.c.startLeasedHeartbeat(ctx, []byte(keys.PoolsRoutingKey), ttl, func(ctx context.Context, id LeaseID) error {
+		_, err := p.Heartbeat(ctx, runnerID, meta, WithLease(id))
+		return err
+	})
 }
 
 // ListRunners returns every runner, in runner id order, read page by page

@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -399,6 +400,35 @@ func (r *Registry) UpdateAgentStatusOf(ctx context.Context, user keys.UserID, ag
 		return nil, err
 	}
 	return agentFrom(resp.GetAgent())
+}
+
+// AgentHeartbeat sets the last_heartbeat_at of agent agentID of user to
+// the server's clock and returns the agent, or ErrNotFound. WithLease (a
+// lease granted for the user id) makes it a keep-alive of the lease too,
+// and attaches the agent to it: when the lease ends, a running or
+// provisioning agent becomes failed. Retried when the outcome is unknown.
+func (r *Registry) AgentHeartbeat(ctx context.Context, user keys.UserID, agentID keys.AgentID, opts ...WriteOption) (*records.AgentRecord, error) {
+	o := writeOpts(opts)
+	resp, err := unary(ctx, r.routed(user), idempotent, rpc.RegistryClient.AgentHeartbeat, &rpc.AgentHeartbeatRequest{UserId: user[:], AgentId: agentID[:], Lease: uint64(o.lease)})
+	if err != nil {
+		return nil, err // not found: the agent, or the lease (the message says which)
+	}
+	return agentFrom(resp.GetAgent())
+}
+
+// StartAgentHeartbeat keeps the liveness of agent agentID of user (seed
+// 000's last_heartbeat_at) on a lease: it grants a lease of ttl for the
+// user, heartbeats with it once, then every third of ttl in the
+// background. When the heartbeats stop (the agent's process dies, Stop,
+// or the lease is lost), the lease expires within ttl plus the shard
+// leader's bound and a running or provisioning agent becomes failed;
+// Close does that at once (it revokes the lease). A failed first
+// heartbeat revokes the lease and returns the error.
+func (r *Registry) StartAgentHeartbeat(ctx context.Context, user keys.UserID, agentID keys.AgentID, ttl time.Duration) (*KeepAlive, error) {
+	return r.c.startLeasedHeartbeat(ctx, user[:], ttl, func(ctx context.Context, id LeaseID) error {
+		_, err := r.AgentHeartbeat(ctx, user, agentID, WithLease(id))
+		return err
+	})
 }
 
 // UpdateAgentStatus sets the status of agent agentID whoever owns it (seed

@@ -213,6 +213,10 @@ func (n *Node) JoinNode(ctx context.Context, id string) (*State, error) {
 			if n.tls != nil && (g.Meta.GRPC != proven.GRPC || g.Meta.Raft != proven.Raft) {
 				return status.Errorf(codes.Unavailable, "node %s changed its addresses during admission; retry", id)
 			}
+			lo, hi := g.Meta.Range()
+			if err := speaks(id, lo, hi, s.ActiveVersion()); err != nil { // version.go
+				return status.Error(codes.FailedPrecondition, err.Error())
+			}
 			if g.Meta.Cluster != "" && g.Meta.Cluster != s.ClusterID {
 				return status.Errorf(codes.FailedPrecondition, "node %s belongs to cluster %s, not %s: wipe its data dir first", id, g.Meta.Cluster, s.ClusterID)
 			}
@@ -320,10 +324,14 @@ func cmpString(a, b string) int {
 
 // MemberInfo is one member in the admin API's listing.
 type MemberInfo struct {
-	ID          string `json:"id"`
-	Status      string `json:"status"`  // active, leaving, removed
-	Gossip      string `json:"gossip"`  // alive, dead, unknown
-	Version     int    `json:"version"` // protocol version announced in gossip (0: unknown)
+	ID      string `json:"id"`
+	Status  string `json:"status"`  // active, leaving, removed
+	Gossip  string `json:"gossip"`  // alive, dead, unknown
+	Version int    `json:"version"` // protocol version announced in gossip: the one it runs (0: unknown)
+	// MinVersion and MaxVersion are the protocol versions its binary
+	// speaks, as gossip announces them (0: unknown).
+	MinVersion  int    `json:"min_version"`
+	MaxVersion  int    `json:"max_version"`
 	RaftAddr    string `json:"raft_addr"`
 	GRPCAddr    string `json:"grpc_addr"`
 	HTTPAddr    string `json:"http_addr,omitempty"`
@@ -365,12 +373,17 @@ type ShardInfo struct {
 
 // ClusterStatus is the admin API's overview.
 type ClusterStatus struct {
-	ClusterID         string       `json:"cluster_id"`
-	Epoch             uint64       `json:"epoch"`
-	ReplicationFactor int          `json:"replication_factor"`
-	NumShards         int          `json:"num_shards"`
-	Members           []MemberInfo `json:"members"`
-	Shards            []ShardInfo  `json:"shards"`
+	ClusterID         string `json:"cluster_id"`
+	Epoch             uint64 `json:"epoch"`
+	ReplicationFactor int    `json:"replication_factor"`
+	NumShards         int    `json:"num_shards"`
+	// ProtocolVersion is the protocol version the cluster runs, and
+	// Protocol where it stands: the version the meta leader raises it to
+	// and what a raise waits for (version.go).
+	ProtocolVersion int          `json:"protocol_version"`
+	Protocol        VersionPlan  `json:"protocol"`
+	Members         []MemberInfo `json:"members"`
+	Shards          []ShardInfo  `json:"shards"`
 	// Policy is the automatic shard policy (nil: the state has none).
 	Policy *placement.ShardPolicy `json:"shard_policy,omitempty"`
 	// Moves are the slot moves in progress.
@@ -402,19 +415,21 @@ func (n *Node) Status(ctx context.Context) (*ClusterStatus, error) {
 		}
 	}
 	out := &ClusterStatus{ClusterID: st.ClusterID, Epoch: st.Epoch, ReplicationFactor: st.ReplicationFactor, NumShards: st.NumShards, Shards: infos,
-		Policy: st.Policy, Moves: st.Moves}
+		Policy: st.Policy, Moves: st.Moves, ProtocolVersion: st.ActiveVersion(), Protocol: n.versionPlan(st)}
 	gossiped := n.members.All()
 	for _, m := range st.Nodes {
 		mi := MemberInfo{ID: m.ID, Status: st.Status(m.ID), Gossip: "unknown", RaftAddr: m.RaftAddr, GRPCAddr: m.GRPCAddr, HTTPAddr: m.HTTPAddr,
 			Replicas: st.ReplicaCount(m.ID), MetaVoter: slices.Contains(st.MetaVoters, m.ID)}
 		if g, ok := gossiped[m.ID]; ok && g.Meta.Inc == m.Incarnation {
 			mi.Gossip, mi.Version = "dead", g.Meta.Version
+			mi.MinVersion, mi.MaxVersion = g.Meta.Range()
 			if g.Alive {
 				mi.Gossip = "alive"
 			}
 		}
 		if m.ID == n.cfg.ID {
-			mi.Gossip, mi.Version = "alive", n.localMeta().Version
+			mi.Gossip, mi.Version = "alive", n.announcedVersion()
+			mi.MinVersion, mi.MaxVersion = n.cfg.protocolRange()
 		}
 		for _, si := range infos {
 			if si.Leader != m.ID {

@@ -142,6 +142,23 @@ func TestAuthTokensRolesAndRefusals(t *testing.T) {
 	if err := write(wc, "v2"); err != nil {
 		t.Fatal(err)
 	}
+	// Leases need the leases keyspace: kv:write may not grant one, nor
+	// open the keep-alive stream; *:write may.
+	if _, err := wc.Leases().Grant(ctx, rk, 5*time.Second); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("kv:write grant: %v, want ErrPermissionDenied", err)
+	}
+	lease, err := admin.Leases().Grant(ctx, rk, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wc.Leases().KeepAlive(ctx, lease); !errors.Is(err, client.ErrPermissionDenied) || !strings.Contains(err.Error(), "/swarmkv.v1.Lease/KeepAliveStream") {
+		t.Fatalf("kv:write keep-alive stream: %v, want ErrPermissionDenied", err)
+	}
+	if ka, err := admin.Leases().KeepAlive(ctx, lease); err != nil {
+		t.Fatalf("*:write keep-alive stream: %v", err)
+	} else {
+		ka.Stop()
+	}
 	if code, body, err := ops.do("POST", "https://"+tc.nodes[2].Addrs().HTTPAddr+"/v1/tokens/"+writer.ID+"/revoke", nil); err != nil || code != 200 {
 		t.Fatalf("revoke: %d %s %v", code, body, err)
 	}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,9 +20,13 @@ import (
 	"github.com/swarmkv/swarmkv/transport"
 )
 
-// ProtocolVersion is announced in gossip; nodes refuse peers whose version
-// they do not support (seed 004's handshake rule).
-const ProtocolVersion = 1
+// ProtocolVersion and MinProtocolVersion bound the protocol versions this
+// binary speaks; the cluster runs one of them, raised as its members are
+// upgraded (version.go; seed 004's handshake rule).
+const (
+	ProtocolVersion    = 2
+	MinProtocolVersion = 1
+)
 
 // Config configures a Node. Zero values take the defaults documented on each
 // field (see WithDefaults); Validate reports bad values as errors.
@@ -139,6 +144,14 @@ type Config struct {
 	// Limits bound request sizes (key, value, batch); defaults from
 	// fsm.Limits (4 KiB keys, 1 MiB values, 1024 ops per batch).
 	Limits fsm.Limits
+	// MaxLeasesPerShard caps the leases one shard holds: a grant over it
+	// is refused (FailedPrecondition, nothing granted). Default 100000;
+	// 1..10000000.
+	MaxLeasesPerShard int
+	// LeaseCheckpointInterval is how often a shard leader checkpoints the
+	// remaining TTLs of the leases not kept alive (docs/architecture.md,
+	// "Leases"). Default 1s; 10ms..1m.
+	LeaseCheckpointInterval time.Duration
 	// MaxScanPage caps a Scan's page size. Default 1000.
 	MaxScanPage int
 	// MaxPageBytes bounds the encoded size of one page of a Scan or a
@@ -159,6 +172,23 @@ type Config struct {
 	// connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS; more wait on the
 	// client side). Default 1024; 1..1048576.
 	MaxConcurrentStreams uint32
+	// HistoryRevisions and HistoryAge are the history each shard keeps
+	// for watches (docs/architecture.md, "Watches"): a revision is
+	// dropped once it is more than HistoryRevisions behind the shard's
+	// applied index, or older than HistoryAge.
+	// Defaults 100000 and 1h; negative: no bound of that kind (not both).
+	HistoryRevisions int64
+	HistoryAge       time.Duration
+	// HistoryCompactEvery is how often a shard leader proposes a history
+	// compaction (and a time mark). Default 10s.
+	HistoryCompactEvery time.Duration
+	// MaxWatchers caps the watches a node serves, MaxWatchersPerConn
+	// those of one client connection; WatchBuffer is the revisions
+	// buffered per watcher before a slow one is cancelled. Defaults
+	// 10000, 1000, 1024.
+	MaxWatchers        int
+	MaxWatchersPerConn int
+	WatchBuffer        int
 	// MaxConnsPerIP caps the open connections from one client IP on each
 	// of the gRPC and RESP listeners; more are closed as they are
 	// accepted (logged at most once a second). Default 256; 1..1048576.
@@ -323,9 +353,20 @@ type Testing struct {
 	// (swarmnode serve --fault-injection; for test clusters such as the
 	// docker-compose one, whose nodes run in separate processes).
 	Faults *faultnet.Local
-	// ProtocolVersion overrides the announced protocol version (tests of
-	// the version check); 0 means ProtocolVersion.
-	ProtocolVersion int
+	// MinProtocolVersion and MaxProtocolVersion override the protocol
+	// versions the node speaks (0: MinProtocolVersion, ProtocolVersion).
+	// MaxProtocolVersion 1 runs the node as a binary before protocol
+	// version 2 (f6c5d17): it keeps the cluster at version 1 and neither
+	// sends nor accepts Raft headers with a group incarnation.
+	MinProtocolVersion, MaxProtocolVersion int
+	// IncarnationGrace is how long after the node first sees its cluster
+	// run protocol version 2 it still accepts Raft connections whose
+	// header carries no group incarnation (version.go). Default 10s.
+	IncarnationGrace time.Duration
+	// CommandSince, if set, overrides the protocol version a command
+	// needs (fsm.Command.Since) when it returns more than 0: tests gate
+	// an existing command as a new feature would be (Node.CheckCommand).
+	CommandSince func(*fsm.Command) int
 	// AfterMovePhase, if set, is called by the mover (meta leader) after
 	// it committed a slot move's phase ("done" once removed); returning
 	// true halts this node's mover for good (tests stop the node there to
@@ -335,9 +376,18 @@ type Testing struct {
 	// ingested a move's data, before it proposes the adoption; an error
 	// fails the pull instead (tests cancel a move there).
 	BeforeAdopt func(moveID uint64) error
+	// AfterIngest, if set, is called by a target shard's leader after each
+	// chunk of a pull it ingested, with the pairs this pull ingested so
+	// far; an error cuts the pull off there (tests check that the next
+	// pull resumes after what was ingested).
+	AfterIngest func(moveID uint64, pairs uint64) error
 	// HoldSync, if set and true, makes the sync loop skip its round
 	// (tests keep a node's map behind the cluster's).
 	HoldSync func() bool
+	// BackupChunk, if set, is called by a shard's leader after each chunk
+	// of a backup stream it sent (Admin.BackupShard, or the local export);
+	// an error ends the stream (tests stop the leader there).
+	BackupChunk func(ctx context.Context, id shard.ID) error
 }
 
 // BootstrapShards is the shard count the cluster bootstraps with: Shards,
@@ -458,6 +508,12 @@ func (c Config) WithDefaults() Config {
 		c.TrailingLogs = 10240
 	}
 	c.Limits = c.Limits.WithDefaults()
+	if c.MaxLeasesPerShard == 0 {
+		c.MaxLeasesPerShard = 100000
+	}
+	if c.LeaseCheckpointInterval == 0 {
+		c.LeaseCheckpointInterval = time.Second
+	}
 	if c.MaxScanPage == 0 {
 		c.MaxScanPage = 1000
 	}
@@ -472,6 +528,24 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxConcurrentStreams == 0 {
 		c.MaxConcurrentStreams = 1024
+	}
+	if c.HistoryRevisions == 0 {
+		c.HistoryRevisions = 100000
+	}
+	if c.HistoryAge == 0 {
+		c.HistoryAge = time.Hour
+	}
+	if c.HistoryCompactEvery <= 0 {
+		c.HistoryCompactEvery = 10 * time.Second
+	}
+	if c.MaxWatchers <= 0 {
+		c.MaxWatchers = 10000
+	}
+	if c.MaxWatchersPerConn <= 0 {
+		c.MaxWatchersPerConn = 1000
+	}
+	if c.WatchBuffer <= 0 {
+		c.WatchBuffer = 1024
 	}
 	if c.MaxConnsPerIP == 0 {
 		c.MaxConnsPerIP = 256
@@ -563,6 +637,9 @@ func (c Config) Validate() error {
 			return bad("http address %q: %v", c.HTTPAddr, err)
 		}
 	}
+	if lo, hi := c.protocolRange(); lo < 1 || lo > hi || c.Testing.IncarnationGrace < 0 {
+		return bad("protocol versions %d..%d, incarnation grace %v: want 1 <= min <= max and a grace >= 0", lo, hi, c.Testing.IncarnationGrace)
+	}
 	if c.BlockCacheSize < 1<<20 || c.BlockCacheSize > 64<<30 {
 		return bad("block cache size %d: want 1 MiB..64 GiB", c.BlockCacheSize)
 	}
@@ -616,6 +693,12 @@ func (c Config) Validate() error {
 	if c.LogStore != LogStorePebble && c.LogStore != LogStoreBolt {
 		return bad("log store %q: want %s or %s", c.LogStore, LogStorePebble, LogStoreBolt)
 	}
+	if c.MaxLeasesPerShard < 1 || c.MaxLeasesPerShard > 10_000_000 {
+		return bad("max leases per shard %d: want 1..10000000", c.MaxLeasesPerShard)
+	}
+	if c.LeaseCheckpointInterval < 10*time.Millisecond || c.LeaseCheckpointInterval > time.Minute {
+		return bad("lease checkpoint interval %v: want 10ms..1m", c.LeaseCheckpointInterval)
+	}
 	if c.MaxScanPage < 1 || c.MaxScanPage > maxScanPageLimit {
 		return bad("max scan page %d: want 1..%d", c.MaxScanPage, maxScanPageLimit)
 	}
@@ -627,6 +710,12 @@ func (c Config) Validate() error {
 	}
 	if c.RequestTimeout < 10*time.Millisecond || c.RequestTimeout > time.Hour {
 		return bad("request timeout %v: want 10ms..1h", c.RequestTimeout)
+	}
+	if c.HistoryRevisions < 0 && c.HistoryAge < 0 {
+		return bad("history: a count (history-revisions) or an age (history-age) must bound it")
+	}
+	if c.MaxWatchersPerConn > c.MaxWatchers {
+		return bad("max watchers per connection %d over the node's %d", c.MaxWatchersPerConn, c.MaxWatchers)
 	}
 	if c.MaxConcurrentStreams > maxStreamsLimit {
 		return bad("max concurrent streams %d: want 1..%d", c.MaxConcurrentStreams, maxStreamsLimit)

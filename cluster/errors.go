@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/swarmkv/swarmkv/auth/authn"
+	"github.com/swarmkv/swarmkv/backup"
 	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/cluster/shardmove"
@@ -50,6 +51,10 @@ var errKinds = []struct {
 	msg  string
 }{
 	{fsm.ErrNotFound, rpc.KindNotFound, "not found"},
+	{fsm.ErrLeaseNotFound, rpc.KindNotFound, ""},
+	{replica.ErrLeaseLimit, rpc.KindFailedPrecondition, ""},
+	// A lease command of an earlier term: that leadership is over.
+	{fsm.ErrStaleLeaseCommand, rpc.KindUnavailable, ""},
 	{fsm.ErrPermissionDenied, rpc.KindPermissionDenied, ""},
 	{fsm.ErrAlreadyExists, rpc.KindAlreadyExists, ""},
 	{records.ErrInvalid, rpc.KindInvalidArgument, ""},
@@ -72,7 +77,11 @@ var errKinds = []struct {
 	{placement.ErrMoveRefused, rpc.KindFailedPrecondition, ""},
 	{shardmove.ErrRefused, rpc.KindFailedPrecondition, ""},
 	{fsm.ErrMoveConflict, rpc.KindFailedPrecondition, ""},
+	{backup.ErrMoveInProgress, rpc.KindFailedPrecondition, ""}, // no backup during a move
 	{fsm.ErrInvalidCommand, rpc.KindInvalidArgument, ""},
+	// A command the cluster's protocol version does not allow yet
+	// (version.go: CheckCommand).
+	{ErrProtocolVersion, rpc.KindFailedPrecondition, ""},
 	{ErrNotLeader, rpc.KindNotLeader, "not the leader of shard"},
 	{errMetaNotLeader, rpc.KindNotLeader, ""},
 	{ErrLeaderNotReady, rpc.KindUnavailable, ""},

@@ -360,9 +360,19 @@ func TestRemovedNodeReturns(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := tc.nodes[0].JoinNode(ctx, "n4"); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "wipe") {
-		t.Fatalf("join of the removed node with its old data dir: %v, want FailedPrecondition asking to wipe it", err)
-	}
+	// n1's gossip may not see the restarted n4 alive yet ("not alive in
+	// gossip": a join refused for that reason); the answer wanted is the
+	// one given once it does.
+	waitFor(t, 20*time.Second, "join of the old n4 refused asking to wipe it", func() error {
+		_, err := tc.nodes[0].JoinNode(ctx, "n4")
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "wipe") {
+			if status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "not alive in gossip") {
+				return err
+			}
+			t.Fatalf("join of the removed node with its old data dir: %v, want FailedPrecondition asking to wipe it", err)
+		}
+		return nil
+	})
 	c := tc.client()
 	for i := range 20 {
 		if err := putUntilKnown(ctx, c, []byte(fmt.Sprintf("u%d", i)), []byte("k"), []byte("v")); err != nil {
@@ -399,7 +409,9 @@ func TestRemovedNodeReturns(t *testing.T) {
 func TestVersionMismatchRefused(t *testing.T) {
 	tc := newTestCluster(t, 3, 2, fastMembership)
 	ctx := ctxT(t, 30*time.Second)
-	i := tc.add("n9", func(c *Config) { c.Testing.ProtocolVersion = ProtocolVersion + 1 })
+	i := tc.add("n9", func(c *Config) {
+		c.Testing.MinProtocolVersion, c.Testing.MaxProtocolVersion = ProtocolVersion+1, ProtocolVersion+1
+	})
 	time.Sleep(time.Second) // gossip rounds (local profile)
 	if _, ok := tc.nodes[0].members.Get("n9"); ok {
 		t.Fatalf("n9 with protocol version %d is in n1's gossip membership", ProtocolVersion+1)

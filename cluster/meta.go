@@ -95,13 +95,13 @@ func (n *Node) openMeta(st *State, bootstrap bool) error {
 		}
 		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(v), Address: raft.ServerAddress(a.RaftAddr)})
 	}
-	layer, err := n.mux.Layer(MetaGroup)
+	layer, err := n.mux.Layer(MetaGroup, 0)
 	if err != nil {
 		return err
 	}
 	rc := n.cfg.replicaConfig(metaShardID)
 	rc.Dir, rc.Layer, rc.Cache, rc.Checker = n.metaDir(), layer, n.cache, n.checker
-	rc.Voters, rc.Bootstrap, rc.OnReady = servers, bootstrap, n.metaReady
+	rc.Voters, rc.Bootstrap, rc.OnReady, rc.OnLeader = servers, bootstrap, n.metaReady, n.onLeader(metaShardID)
 	r, err := replica.Open(rc)
 	if err != nil {
 		layer.Close()

@@ -16,21 +16,14 @@ func (n *Node) MetricsHandler() http.Handler { return n.metrics.Handler() }
 // exports at scrape time.
 func (n *Node) scrape() metrics.Scrape {
 	n.mu.RLock()
-	replicas := make([]*replica.Replica, 0, len(n.mu.replicas)+1)
-	for _, r := range n.mu.replicas {
-		replicas = append(replicas, r)
-	}
-	if n.mu.meta != nil {
-		replicas = append(replicas, n.mu.meta)
-	}
+	st := n.mu.state
 	n.mu.RUnlock()
-	var sc metrics.Scrape
-	for _, r := range replicas {
-		s := strconv.FormatUint(uint64(r.ID()), 10)
-		if r.ID() == metaShardID {
-			s = "meta"
+	sc := metrics.Scrape{Replicas: n.scrapeReplicas()}
+	if st != nil {
+		sc.HasState, sc.Members, sc.Shards = true, map[string]int{}, len(st.Shards)
+		for _, m := range st.Nodes {
+			sc.Members[st.Status(m.ID)]++
 		}
-		sc.Replicas = append(sc.Replicas, metrics.ReadReplica(r, s))
 	}
 	if n.cache != nil {
 		cm := n.cache.Metrics()
@@ -43,5 +36,41 @@ func (n *Node) scrape() metrics.Scrape {
 	}
 	sc.Alive, sc.Dead = n.members.Count()
 	sc.Ready = n.Ready() == nil
+	sc.ProtocolVersion = n.ActiveVersion()
+	if n.mux != nil {
+		ms := n.mux.Stats()
+		sc.RaftConns = []metrics.RaftConns{
+			{Header: "plain", Result: "dialed", N: ms.DialedPlain},
+			{Header: "incarnation", Result: "dialed", N: ms.DialedIncarnation},
+			{Header: "plain", Result: "accepted", N: ms.AcceptedPlain},
+			{Header: "incarnation", Result: "accepted", N: ms.AcceptedIncarnation},
+			{Header: "plain", Result: "refused", N: ms.RefusedPlain},
+			{Header: "incarnation", Result: "refused", N: ms.RefusedWithIncarnation},
+			{Header: "other_incarnation", Result: "refused", N: ms.RefusedIncarnation},
+		}
+	}
 	return sc
+}
+
+// scrapeReplicas reads the state of every local replica, the meta
+// group's included (its label "meta"), outside the node's lock.
+func (n *Node) scrapeReplicas() []metrics.Replica {
+	n.mu.RLock()
+	replicas := make([]*replica.Replica, 0, len(n.mu.replicas)+1)
+	for _, r := range n.mu.replicas {
+		replicas = append(replicas, r)
+	}
+	if n.mu.meta != nil {
+		replicas = append(replicas, n.mu.meta)
+	}
+	n.mu.RUnlock()
+	out := make([]metrics.Replica, 0, len(replicas))
+	for _, r := range replicas {
+		s := strconv.FormatUint(uint64(r.ID()), 10)
+		if r.ID() == metaShardID {
+			s = "meta"
+		}
+		out = append(out, metrics.ReadReplica(r, s))
+	}
+	return out
 }

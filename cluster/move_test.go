@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -597,13 +598,12 @@ func TestSplitUnavailableWindow(t *testing.T) {
 		t.Skip("writes 10 MB")
 	}
 	if raceEnabled {
-		// Under the race detector, with the other packages' tests
-		// running, this split did not finish within 2 minutes in CI
-		// twice (slow or stalled: docs/architecture.md, Elastic shards,
-		// Known limits); the smaller moves of TestSplitMerge and the
-		// others run under it. Run it with `go test -run
-		// TestSplitUnavailableWindow ./cluster/` (no -race).
-		t.Skip("a 10 MB split under the race detector does not finish in time (docs/architecture.md, Elastic shards, Known limits)")
+		// Before pulls resumed, this split never finished under the race
+		// detector in CI (each 30 s round's pull started over). It now
+		// does (28.8 s in all at a load average of 13), but costs about a
+		// minute of the suite, and its figure means nothing there. Run it
+		// with `go test -run TestSplitUnavailableWindow ./cluster/`.
+		t.Skip("a 10 MB split: its figure means nothing under the race detector, and it costs a minute of the suite")
 	}
 	tc := newTestCluster(t, 3, 2, nil)
 	ctx := ctxT(t, 180*time.Second)
@@ -734,5 +734,87 @@ func TestOnMetaLeaderLostLeadership(t *testing.T) {
 	err = leader.onMetaLeader(ctx, func() error { return ErrNotLeader }, func(context.Context, rpc.AdminClient) error { remote++; return nil })
 	if k := ErrorKind(err); k != rpc.KindNotLeader || remote != 0 {
 		t.Fatalf("on the meta leader: err %v (kind %s), forwarded %d times; want not leader, not forwarded", err, k, remote)
+	}
+}
+
+// TestPullResumesAfterCut: a pull cut off after its first chunk (as by the
+// end of the mover's round) resumes after the last key the target
+// ingested: the two pulls together ingest every pair of the move once.
+// Before the resume, every round's pull started over from the first key,
+// so a move whose data took longer than a round to copy never finished.
+func TestPullResumesAfterCut(t *testing.T) {
+	var mu sync.Mutex
+	var pulls []uint64 // pairs ingested by each pull, in order
+	cut := false
+	tc := newTestCluster(t, 3, 1, func(c *Config) {
+		c.Testing.AfterIngest = func(_ uint64, pairs uint64) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(pulls) == 0 || pairs <= pulls[len(pulls)-1] {
+				pulls = append(pulls, pairs) // a new pull's first chunk
+			}
+			pulls[len(pulls)-1] = pairs
+			if !cut {
+				cut = true
+				return fmt.Errorf("test: pull cut off after %d pairs", pairs)
+			}
+			return nil
+		}
+	})
+	ctx := ctxT(t, 120*time.Second)
+	owned := shard.SlotSetOf(tc.anyMap().SlotsOf(0)...)
+	all0 := owned.Slots()
+	moving := shard.SlotSetOf(all0[len(all0)/2:]...)
+	value := bytes.Repeat([]byte("v"), 64<<10) // 16 pairs make a 1 MiB chunk
+	const keysPerRK, rks = 20, 4
+	var written [][]byte
+	next := 0
+	for i := range rks {
+		var rk []byte
+		rk, next = rkInSlots(moving, true, next)
+		muts := make([]fsm.Mutation, keysPerRK)
+		for j := range muts {
+			muts[j] = fsm.Mutation{Kind: fsm.MutPut, Key: kvKey(rk, fmt.Sprintf("k%d-%02d", i, j)), Value: value}
+			written = append(written, muts[j].Key)
+		}
+		for {
+			_, r := tc.leaderReplica(0)
+			_, err := r.Propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{Mutations: muts}})
+			if err == nil {
+				break
+			}
+			if !retryable(err) {
+				t.Fatal(err)
+			}
+		}
+	}
+	mv, err := tc.nodes[0].SplitShard(ctx, 0, &moving)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.waitMovesDone(ctx, 100*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(pulls) < 2 || pulls[0] == 0 {
+		t.Fatalf("pulls %v: want a cut-off pull then another", pulls)
+	}
+	var sum uint64
+	for _, p := range pulls {
+		sum += p
+	}
+	// A chunk whose ingest committed but whose answer was lost (a leader
+	// change under load) is counted by no pull, so the sum may fall short
+	// of the move's pairs; it never exceeds them unless a pull resent
+	// pairs the target had acknowledged (without the resume: 15 + 80).
+	if sum > keysPerRK*rks {
+		t.Fatalf("pulls ingested %v pairs, %d in all: more than the move's %d pairs (a pull that starts over ingests some twice)", pulls, sum, keysPerRK*rks)
+	}
+	// Every pair arrived: the moved keys read back at the new owner.
+	id := mv.Target
+	_, tr := tc.leaderReplica(id)
+	for _, k := range written {
+		if v, err := tr.FSM().Get(k); err != nil || len(v) != len(value) {
+			t.Fatalf("key %x at the new shard %d: %d bytes, %v", k, id, len(v), err)
+		}
 	}
 }

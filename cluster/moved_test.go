@@ -227,7 +227,7 @@ func TestSlotFrozenEdges(t *testing.T) {
 	// listed by one shard only.
 	var pairs []fsm.Pair
 	_, sr := tc.leaderReplica(src)
-	if err := sr.FSM().ExportSlots(ctx, 7, func(k, v []byte) error {
+	if err := sr.FSM().ExportSlots(ctx, 7, nil, func(k, v []byte) error {
 		pairs = append(pairs, fsm.Pair{Key: append([]byte(nil), k...), Value: append([]byte(nil), v...)})
 		return nil
 	}); err != nil {

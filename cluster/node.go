@@ -23,6 +23,7 @@ import (
 	"lukechampine.com/blake3"
 
 	"github.com/swarmkv/swarmkv/auth/authn"
+	"github.com/swarmkv/swarmkv/cluster/events"
 	"github.com/swarmkv/swarmkv/cluster/gossip"
 	"github.com/swarmkv/swarmkv/cluster/metrics"
 	"github.com/swarmkv/swarmkv/cluster/placement"
@@ -91,6 +92,12 @@ type Node struct {
 	mover *shardmove.Mover
 	// recon is the reconciler (package cluster/reconcile; reconcile.go).
 	recon *reconcile.Reconciler
+	// events are the node's recent cluster events (events.go).
+	events *events.Ring
+
+	// version is the node's memory of its cluster's protocol versions
+	// (version.go).
+	version versionState
 
 	// adoptMu serializes bootstrap, admission and the sync loop's changes
 	// to the local replicas; metaMu serializes metaUpdate calls.
@@ -110,8 +117,9 @@ type Node struct {
 }
 
 // New starts a node. It returns once every listener is bound and the
-// replicas recorded in the data dir are open; bootstrapping a new cluster
-// continues in the background (see Ready). The node's gRPC server serves
+// replicas recorded in the data dir are open (a data dir `swarmnode
+// restore` seeded is restored first: restore.go); bootstrapping a new
+// cluster continues in the background (see Ready). The node's gRPC server serves
 // the Admin service and whatever services adds (package api's client
 // services, through server.New), registered before it serves.
 func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
@@ -129,7 +137,7 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 			return cfg.Testing.Faults.Listen(ln)
 		}
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), kick: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), kick: make(chan struct{}, 1), events: events.NewRing(events.DefaultCapacity)}
 	n.mover = n.newMover()
 	n.recon = n.newReconciler()
 	n.cfg.Logger = n.log // every component logs with the node attribute
@@ -147,6 +155,11 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if st != nil {
+		if err := n.checkOwnVersion(st); err != nil { // version.go
+			return nil, fmt.Errorf("%w (%s)", err, stateFile)
+		}
+	}
 	if n.inc, err = loadIncarnation(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("cluster: data dir: %w", err)
 	}
@@ -162,6 +175,7 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 	}
 	if n.secret != nil {
 		pcfg.Unary = transport.NodeCredUnary(n.secret, cfg.ID)
+		pcfg.Stream = transport.NodeCredStream(n.secret, cfg.ID)
 	}
 	n.authn = n.newAuthn()
 	n.peers = transport.NewPeers(pcfg)
@@ -182,7 +196,7 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 	n.addrs.RaftAddr = advertised(cfg.RaftAdvertise, raftLn.Addr())
 	mcfg := transport.MuxConfig{Listener: raftLn, Advertise: n.addrs.RaftAddr, Dial: cfg.Testing.Dial,
 		Logger: lograte.New(n.log, lograte.Every), HandshakeTimeout: cfg.RaftHandshakeTimeout,
-		LocalID: cfg.ID, Secret: n.secret, AllowPeer: n.raftPeerAllowed}
+		LocalID: cfg.ID, Secret: n.secret, AllowPeer: n.raftPeerAllowed, Incarnations: n.incarnationMode}
 	if n.tls != nil {
 		mcfg.ServerTLS, mcfg.ClientTLS = n.tls.ServerConfig(true), n.tls.PeerConfig()
 	}
@@ -191,7 +205,7 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 		raftLn.Close()
 		return nil, err
 	}
-	ckLayer, err := n.mux.Layer(ReadCheckGroup)
+	ckLayer, err := n.mux.Layer(ReadCheckGroup, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -212,6 +226,13 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 		n.httpLn.ln = n.LimitConns(ln, "http") // limits.go
 	}
 
+	if st == nil { // a data dir `swarmnode restore` seeded (restore.go)
+		if st, err = n.restoreSeed(); err != nil {
+			return nil, err
+		}
+	} else {
+		n.removeSeed() // consumed by an earlier start that stopped before removing it
+	}
 	if st != nil {
 		if err := n.adoptState(st); err != nil {
 			return nil, err
@@ -220,7 +241,7 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 
 	n.ml, err = gossip.New(gossip.Config{
 		Name: cfg.ID, Bind: cfg.GossipAddr, Advertise: cfg.GossipAdvertise, Profile: cfg.GossipProfile,
-		Keys: cfg.GossipKeys, Members: &n.members, LocalMeta: n.localMeta, Version: n.protocolVersion,
+		Keys: cfg.GossipKeys, Members: &n.members, LocalMeta: n.localMeta, Accept: n.acceptVersions, OnLiveness: n.onLiveness,
 		Log: n.log, Logger: log.New(linelog.Writer{Logger: n.log.With("component", "gossip")}, "", 0),
 	})
 	if err != nil {
@@ -259,6 +280,7 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 		grpc.MaxSendMsgSize(n.maxRequestBytes()+cfg.MaxScanPage*(cfg.Limits.MaxKeySize+cfg.Limits.MaxValueSize)),
 	)...)
 	rpc.RegisterAdminServer(n.grpcSrv, &adminServer{node: n})
+	rpc.RegisterConsoleServer(n.grpcSrv, &consoleServer{node: n})
 	chain := chainUnary(unary...)
 	for _, s := range svcs {
 		if s.Register != nil {
@@ -330,26 +352,20 @@ func (n *Node) ID() string { return n.cfg.ID }
 
 func (n *Node) localMeta() gossip.Meta {
 	m := gossip.Meta{
-		Version: ProtocolVersion, ID: n.cfg.ID, Raft: n.addrs.RaftAddr, GRPC: n.addrs.GRPCAddr,
+		Version: n.announcedVersion(), ID: n.cfg.ID, Raft: n.addrs.RaftAddr, GRPC: n.addrs.GRPCAddr,
 		HTTP: n.addrs.HTTPAddr, Shards: n.cfg.Shards, Expect: n.cfg.BootstrapExpect, Inc: n.inc,
 		Policy: policyText(n.cfg.bootstrapPolicy()),
 	}
-	m.Version = n.protocolVersion()
+	lo, hi := n.cfg.protocolRange()
+	if hi > 1 { // a binary before version ranges announces "v" alone
+		m.Min, m.Max = lo, hi
+	}
 	n.mu.RLock()
 	if n.mu.state != nil {
 		m.Cluster = n.mu.state.ClusterID
 	}
 	n.mu.RUnlock()
 	return m
-}
-
-// protocolVersion is the version this node speaks (ProtocolVersion but in
-// tests of the version check).
-func (n *Node) protocolVersion() int {
-	if n.cfg.Testing.ProtocolVersion != 0 {
-		return n.cfg.Testing.ProtocolVersion
-	}
-	return ProtocolVersion
 }
 
 // joinLoop joins the seed addresses, retrying until one answers.
@@ -454,6 +470,20 @@ func (n *Node) planBootstrap() (*State, string) {
 	if !self {
 		return nil, "this node is not among the first nodes by id; it must join the cluster instead"
 	}
+	// The highest protocol version every bootstrapping node speaks.
+	vlo, vhi := 0, 0
+	for i, m := range members {
+		lo, hi := m.Range()
+		if i == 0 || lo > vlo {
+			vlo = lo
+		}
+		if i == 0 || hi < vhi {
+			vhi = hi
+		}
+	}
+	if vlo > vhi {
+		return nil, fmt.Sprintf("the bootstrapping nodes speak no common protocol version (the highest lowest is %d, the lowest highest %d)", vlo, vhi)
+	}
 	shards := n.cfg.BootstrapShards()
 	smap, err := shard.DefaultMap(shards)
 	if err != nil {
@@ -476,6 +506,7 @@ func (n *Node) planBootstrap() (*State, string) {
 	}
 	policy := n.cfg.bootstrapPolicy()
 	st.Policy = &policy
+	st.ProtocolVersion = vhi
 	// Peers that bootstrapped before this node saw them all computed the
 	// same plan (same members, same shard count, hence the same cluster
 	// id): join that bootstrap. A different cluster id means another
@@ -501,6 +532,7 @@ func (n *Node) adoptState(st *State) error {
 	n.mu.state = st
 	n.mu.smap = smap
 	n.mu.Unlock()
+	n.noteVersion(st.ActiveVersion()) // version.go
 	if slices.Contains(st.MetaVoters, n.cfg.ID) || slices.Contains(st.MetaLearners, n.cfg.ID) {
 		if err := n.openMeta(st, !st.Bootstrapped); err != nil {
 			return err
@@ -540,7 +572,7 @@ func (n *Node) openShard(st *State, p Placement, bootstrap bool) error {
 		}
 		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(v), Address: raft.ServerAddress(a.RaftAddr)})
 	}
-	layer, err := n.mux.Layer(uint32(p.Shard))
+	layer, err := n.mux.Layer(uint32(p.Shard), p.Incarnation)
 	if err != nil {
 		return err
 	}
@@ -551,7 +583,8 @@ func (n *Node) openShard(st *State, p Placement, bootstrap bool) error {
 		rc.InitialSlots = &shard.SlotSet{}
 	}
 	// The leader of the pools shard ensures the default pool (seed 004).
-	rc.OnReady = n.shardReady
+	rc.OnReady, rc.OnLeader = n.shardReady, n.onLeader(p.Shard)
+	rc.Leases = &replica.LeaseConfig{MaxLeases: n.cfg.MaxLeasesPerShard, CheckpointInterval: n.cfg.LeaseCheckpointInterval}
 	r, err := replica.Open(rc)
 	if err != nil {
 		layer.Close()

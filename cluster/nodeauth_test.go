@@ -69,7 +69,7 @@ func raftProbe(t *testing.T, cfg transport.MuxConfig, group uint32, addr string)
 		t.Fatal(err)
 	}
 	defer m.Close()
-	l, err := m.Layer(group)
+	l, err := m.Layer(group, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -476,4 +476,30 @@ func TestRemovedNodeCertificateRefused(t *testing.T) {
 			t.Fatalf("read back %q %v", v, err)
 		}
 	}
+}
+
+// TestSplitAuthWithoutTLS: under --auth with a cluster secret, a split
+// completes: the target's leader pulls the frozen slots over a
+// node-to-node stream (Admin.ExportSlots), which carries the node
+// credential (transport.NodeCredStream; without it the stream was
+// refused and the move stayed frozen).
+func TestSplitAuthWithoutTLS(t *testing.T) {
+	secretFile := writeSecret(t, "0123456789abcdef0123456789abcdef-split-secret")
+	tc := newTestCluster(t, 3, 1, func(c *Config) { c.Auth = true; c.ClusterSecretFile = secretFile })
+	ctx := ctxT(t, 2*time.Minute)
+	waitFor(t, 20*time.Second, "split planned", func() error {
+		_, err := tc.nodes[tc.metaLeaderIndex()].SplitShard(ctx, 0, nil)
+		return err
+	})
+	tc.waitMovesDone(ctx, 90*time.Second)
+	waitFor(t, 20*time.Second, "two shards in the committed map", func() error {
+		st, err := tc.nodes[0].adminMeta(ctx)
+		if err != nil {
+			return err
+		}
+		if m, err := st.Map(); err != nil || len(m.Shards()) != 2 {
+			return fmt.Errorf("map %v: %v", m, err)
+		}
+		return nil
+	})
 }

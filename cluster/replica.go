@@ -18,6 +18,18 @@ import (
 // The node's side of its replicas (package cluster/replica runs each):
 // the Raft log store they share, and the settings each is opened with.
 
+// historyRetention is the retention the shard leaders propose.
+func (c Config) historyRetention() fsm.HistoryRetention {
+	var r fsm.HistoryRetention
+	if c.HistoryRevisions > 0 {
+		r.MaxRevisions = uint64(c.HistoryRevisions)
+	}
+	if c.HistoryAge > 0 {
+		r.MaxAgeMs = c.HistoryAge.Milliseconds()
+	}
+	return r
+}
+
 // replicaConfig is the part of replica id's configuration (a shard, or
 // metaShardID) that comes from the node's Config: the caller adds the
 // folder, the stream layer, the block cache, the bootstrap voters, the
@@ -41,6 +53,8 @@ func (c Config) replicaConfig(id shard.ID) replica.Config {
 			TrailingLogs:       c.TrailingLogs,
 		},
 		MemTableSize: c.MemTableSize,
+		History:      c.historyRetention(),
+		HistoryEvery: c.HistoryCompactEvery,
 		Limits:       applyLimits,
 		Reply:        c.ReplyLimits(),
 		Logger:       c.Logger,

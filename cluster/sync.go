@@ -43,15 +43,19 @@ func (n *Node) syncLoop() {
 		case <-tick.C:
 		case <-n.kick:
 		}
+		n.requireIncarnations() // version.go
 		if h := n.cfg.Testing.HoldSync; h != nil && h() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(n.ctx, 3*time.Second)
 		st, err := n.fetchMeta(ctx)
-		cancel()
 		if err == nil {
 			err = n.applyMeta(st)
 		}
+		if r := n.metaReplica(); err == nil && r != nil && r.IsLeader() {
+			n.raiseVersion(ctx, st) // version.go
+		}
+		cancel()
 		msg := ""
 		if err != nil {
 			msg = err.Error()
@@ -152,6 +156,9 @@ func (n *Node) applyMeta(st *State) error {
 	case me.Incarnation != n.inc:
 		return n.refuse(fmt.Errorf("%w: node id %s belongs to another data dir in cluster %s (this one is stale or copied); wipe %s and start it under a new id", errRefused, n.cfg.ID, st.ClusterID, n.cfg.DataDir))
 	}
+	if err := n.checkOwnVersion(st); err != nil { // version.go
+		return n.refuse(fmt.Errorf("%w: %w", errRefused, err))
+	}
 	if local == nil || st.Epoch > local.Epoch {
 		next := st.Clone()
 		next.Bootstrapped = true
@@ -165,9 +172,13 @@ func (n *Node) applyMeta(st *State) error {
 		n.mu.Lock()
 		n.mu.state, n.mu.smap = next, smap
 		n.mu.Unlock()
+		n.stateEvents(local, next)
+		raised := n.noteVersion(next.ActiveVersion()) // version.go
 		if local == nil {
 			n.log.Info("admitted into cluster", "cluster", st.ClusterID, "epoch", st.Epoch)
-			n.ml.UpdateNode(5 * time.Second) // announce the cluster id
+		}
+		if local == nil || raised {
+			n.ml.UpdateNode(5 * time.Second) // announce the cluster id, the version it runs
 		}
 	}
 	return n.placeLocal(st)

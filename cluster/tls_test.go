@@ -184,7 +184,7 @@ func TestTLSRefusesNodeOfAnotherCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	l, _ := m.Layer(MetaGroup)
+	l, _ := m.Layer(MetaGroup, 0)
 	if c, err := l.Dial(raft.ServerAddress(n1.Addrs().RaftAddr), 5*time.Second); err == nil {
 		c.Close()
 		t.Fatal("mux dial with a foreign CA succeeded")

@@ -131,6 +131,12 @@ const (
 	OpUpdateSessionStatus Op = 14
 	// OpPutUser (User) upserts users[user].
 	OpPutUser Op = 15
+	// OpAgentHeartbeat (UserID, AgentID, Time; optional LeaseID) sets the
+	// agent's last_heartbeat_at = Time (nothing else) and, with LeaseID,
+	// attaches the agent to that lease (replacing any other): when the
+	// lease ends, a running or provisioning agent becomes failed.
+	// ErrNotFound if the agent is absent, ErrLeaseNotFound if the lease is.
+	OpAgentHeartbeat Op = 16
 )
 
 // Billing operations (seed 001). Amounts are cents. Each is applied
@@ -226,8 +232,11 @@ const (
 	// ErrNotFound if absent; ErrPermissionDenied unless Actor contributed
 	// it or owns its pool.
 	OpRemoveBot Op = 36
-	// OpRunnerHeartbeat (Runner) upserts the runner as given; LastSeen is
-	// the proposer's clock.
+	// OpRunnerHeartbeat (Runner; optional LeaseID) upserts the runner as
+	// given; LastSeen is the proposer's clock. With LeaseID it attaches
+	// the runner to that lease (the runner is deleted when the lease
+	// ends; ErrLeaseNotFound if the lease is absent); without, it detaches
+	// the runner from any lease.
 	OpRunnerHeartbeat Op = 37
 	// OpSetGuildPool (GuildID, PoolID, Actor, Time) stores the guild's
 	// settings {GuildID, PoolID, Time}. ErrNotFound if the pool is absent;
@@ -245,6 +254,61 @@ const (
 	// (Succeeded false) when a watched key changed.
 	OpRedisMulti Op = 41
 )
+
+// VersionLeases is the cluster protocol version that brings leases (with
+// the Raft incarnation headers: cluster/version.go): the
+// lease ops (lease.go), OpAgentHeartbeat, an OpRunnerHeartbeat with a
+// LeaseID and an OpBatch whose mutations attach a lease.
+const VersionLeases = 2
+
+// opSince maps an op to the cluster protocol version that brought it
+// (package cluster, version.go); an op not listed came with version 1.
+// A new op gets its version here, and a new field of an existing op that
+// binaries before it would ignore gets a rule in Since: until the cluster
+// runs that version the API refuses the command (cluster.Node.CheckCommand,
+// FailedPrecondition, nothing proposed), so no replica of an older binary
+// ever applies what it does not know.
+var opSince = map[Op]int{
+	OpAgentHeartbeat:  VersionLeases,
+	OpLeaseGrant:      VersionLeases,
+	OpLeaseRevoke:     VersionLeases,
+	OpLeaseExpire:     VersionLeases,
+	OpLeaseCheckpoint: VersionLeases,
+}
+
+// Since returns the protocol version the cluster must run before c may
+// be proposed: its op's (opSince), or the version of a field it carries
+// (a lease on a runner heartbeat or a batch's mutation: VersionLeases);
+// an OpMulti needs the highest of the commands it carries (those that do
+// not decode count as 1); 1 for everything older than versions.
+func (c *Command) Since() int {
+	if v := opSince[c.Op]; v > 1 {
+		return v
+	}
+	switch c.Op {
+	case OpRunnerHeartbeat:
+		if c.LeaseID != 0 {
+			return VersionLeases
+		}
+	case OpBatch:
+		if c.Batch != nil {
+			for i := range c.Batch.Mutations {
+				if c.Batch.Mutations[i].Lease != 0 {
+					return VersionLeases
+				}
+			}
+		}
+	case OpMulti:
+		v := 1
+		for _, sub := range c.Multi {
+			if s, err := DecodeCommand(sub); err == nil {
+				v = max(v, s.Since())
+			}
+		}
+		return v
+	}
+	return 1
+}
 
 // String returns the op's snake_case name ("put_agent"), or "op(N)".
 func (o Op) String() string {
@@ -283,6 +347,10 @@ type Mutation struct {
 	Kind  MutationKind `cbor:"k"`
 	Key   []byte       `cbor:"key"`
 	Value []byte       `cbor:"v,omitempty"`
+	// Lease, on a put of a kv key, attaches the key to that lease (in the
+	// key's slot; ErrLeaseNotFound if absent). A put without one, and a
+	// delete, detach the key from any lease.
+	Lease uint64 `cbor:"lease,omitempty"`
 }
 
 // Batch is a compare-then-write transaction on one shard, like an etcd Txn
@@ -336,6 +404,15 @@ type Command struct {
 	// Move is the argument of the slot move ops (OpFreezeSlots ...
 	// OpDropSlots).
 	Move *SlotMove `cbor:"move,omitempty"`
+
+	// History is the retention of an OpCompactHistory.
+	History *HistoryRetention `cbor:"history,omitempty"`
+	// Lease is the argument of the lease ops (OpLeaseGrant ...
+	// OpLeaseCheckpoint).
+	Lease *LeaseArgs `cbor:"lease,omitempty"`
+	// LeaseID is the lease a runner or agent heartbeat attaches its record
+	// to.
+	LeaseID uint64 `cbor:"lease_id,omitempty"`
 }
 
 // Result is what one applied log entry returns through raft's
@@ -350,19 +427,22 @@ type Result struct {
 	// retry: the stored transaction's BalanceAfterCents).
 	Balance int64
 	// Removed is the number of bots a successful OpDeletePool deleted
-	// with the pool (Cascade).
+	// with the pool (Cascade), and of leases an OpLeaseRevoke or
+	// OpLeaseExpire ended (Deleted: the keys they deleted).
 	Removed int
 	// Reply is the Redis reply of OpRedis and OpRedisMulti.
 	Reply *resp.Value
 	// MoveIndex is the log index at which an OpFreezeSlots froze its
 	// slots (the recorded index when the freeze is re-applied).
 	MoveIndex uint64
+	// LeaseID is the id of the lease a successful OpLeaseGrant created.
+	LeaseID uint64
 	// Remaining is the number of the move's keys an OpDropSlots left,
 	// counted up to its Max; 0 when the drop is done. (Deleted is the
 	// number it deleted.)
 	Remaining int
 	// Record is the record a successful OpUpdateAgentStatus,
-	// OpUpdateSessionStatus, OpUpdatePool, OpRegisterBot or OpUpdateBot
+	// OpAgentHeartbeat, OpUpdateSessionStatus, OpUpdatePool, OpRegisterBot or OpUpdateBot
 	// stored, as written (records.Encode form; a copy): the caller
 	// answers with it instead of reading the record back, which a freeze
 	// and drop of its slot between the apply and the read could have
@@ -445,6 +525,9 @@ func (c *Command) approxSize() int {
 	}
 	for _, sub := range c.Multi {
 		n += 4 + len(sub)
+	}
+	if c.Lease != nil {
+		n += 64 + len(c.Lease.RoutingKey) + 10*len(c.Lease.IDs) + 16*len(c.Lease.Checkpoints)
 	}
 	if c.Move != nil {
 		n += 64
@@ -576,8 +659,15 @@ func (c *Command) Validate(l Limits) error {
 		return c.Redis.validate(c.Op, l.WithDefaults())
 	case OpMulti:
 		return validateMulti(c.Multi)
+	case OpCompactHistory:
+		if h := c.History; h.MaxAgeMs < 0 || (h.MaxAgeMs == 0 && h.MaxRevisions == 0) {
+			return fmt.Errorf("%w: op %s: retention needs a revision count or a positive age", ErrInvalidCommand, c.Op)
+		}
+		return nil
 	case OpFreezeSlots, OpUnfreezeSlots, OpIngestSlots, OpAdoptSlots, OpDropSlots, OpRestrictSlots:
 		return c.Move.validate(c.Op, l.WithDefaults())
+	case OpLeaseGrant, OpLeaseRevoke, OpLeaseExpire, OpLeaseCheckpoint:
+		return c.Lease.validate(c.Op)
 	}
 	if err := c.validateRecords(); err != nil {
 		return fmt.Errorf("%w: op %s: %w", ErrInvalidCommand, c.Op, err)
@@ -630,6 +720,20 @@ func (b *Batch) validate(l Limits) error {
 		m := &b.Mutations[i]
 		if err := validateKey(m.Key, l); err != nil {
 			return fmt.Errorf("%w: mutation %d: %s", ErrInvalidCommand, i, err)
+		}
+		if isLeaseTable(m.Key[0]) {
+			return fmt.Errorf("%w: mutation %d: key is in table %s, which only the lease ops write", ErrInvalidCommand, i, keys.TableName(m.Key[0]))
+		}
+		if m.Lease != 0 {
+			if m.Kind != MutPut {
+				return fmt.Errorf("%w: mutation %d: a lease is given for a delete", ErrInvalidCommand, i)
+			}
+			if m.Key[0] != keys.TableKV {
+				return fmt.Errorf("%w: mutation %d: only kv keys are attached to a lease by a batch", ErrInvalidCommand, i)
+			}
+			if err := validateAttach(m.Lease, m.Key); err != nil {
+				return fmt.Errorf("%w: mutation %d: %s", ErrInvalidCommand, i, err)
+			}
 		}
 		switch m.Kind {
 		case MutPut:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fxamacker/cbor/v2"
 
+	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
 	"github.com/swarmkv/swarmkv/shard"
 )
@@ -114,6 +115,12 @@ func validCommands() []*Command {
 		{Op: OpAdoptSlots, Move: &SlotMove{ID: 1, Slots: ptr(shard.SlotSetOf(1, 2)), MapVersion: 2}},
 		{Op: OpDropSlots, Move: &SlotMove{ID: 1, Max: 100}},
 		{Op: OpRestrictSlots, Move: &SlotMove{Slots: ptr(shard.SlotSetOf(0, 7))}},
+		// leases
+		{Op: OpLeaseGrant, Lease: &LeaseArgs{RoutingKey: []byte("alice"), TTLMs: 5000}, Time: 6},
+		{Op: OpLeaseRevoke, Lease: &LeaseArgs{ID: keys.LeaseIDOf(3, 1)}, Time: 6},
+		{Op: OpLeaseExpire, Lease: &LeaseArgs{IDs: []uint64{keys.LeaseIDOf(3, 1), keys.LeaseIDOf(3, 2)}, Term: 4}, Time: 6},
+		{Op: OpLeaseCheckpoint, Lease: &LeaseArgs{Checkpoints: []LeaseCheckpoint{{ID: keys.LeaseIDOf(3, 1), RemainingMs: 10}, {ID: keys.LeaseIDOf(3, 2)}}, Term: 4}},
+		{Op: OpAgentHeartbeat, UserID: ptr(uid(1)), AgentID: ptr(aid(2)), Time: 7},
 	}
 }
 
@@ -265,6 +272,16 @@ func setField(c *Command, bit field, on bool) {
 		c.Multi = cond(on, [][]byte{{commandVersion}}, nil)
 	case fMove:
 		c.Move = cond(on, &SlotMove{ID: 1, Slots: ptr(shard.AllSlots())}, nil)
+	case fHistory:
+		c.History = cond(on, &HistoryRetention{MaxRevisions: 1}, nil)
+	case fLease:
+		c.Lease = cond(on, &LeaseArgs{ID: 1}, nil)
+	case fLeaseID:
+		rk := []byte(keys.PoolsRoutingKey)
+		if c.UserID != nil {
+			rk = c.UserID[:]
+		}
+		c.LeaseID = cond(on, keys.LeaseIDOf(byte(shard.SlotOf(rk)), 1), 0)
 	default:
 		panic(fmt.Sprintf("setField: bit %#x", bit))
 	}
@@ -503,9 +520,10 @@ func FuzzApply(f *testing.F) {
 	m := newModel()
 	var index uint64
 	step := func(t testing.TB, data []byte) {
-		if c, err := DecodeCommand(data); err == nil && isSlotOp(c.Op) && c.Validate(Limits{}) == nil {
-			// The model knows no slot moves (FuzzSlotMoves covers them):
-			// a valid one would take slots from the FSM and not the model.
+		if c, err := DecodeCommand(data); err == nil && (isSlotOp(c.Op) || c.Since() >= VersionLeases) && c.Validate(Limits{}) == nil {
+			// The model knows no slot moves (FuzzSlotMoves covers them)
+			// nor leases (lease_test.go): a valid one would change the
+			// FSM and not the model.
 			return
 		}
 		index++
@@ -588,4 +606,20 @@ func BenchmarkDecodeCommand(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestOpSinceTable: an op's Since is its opSince entry (1 for the ops
+// older than versions), and every op opSince lists is a known op brought
+// by a later version.
+func TestOpSinceTable(t *testing.T) {
+	for op := range opSpecs {
+		if got, want := (&Command{Op: op}).Since(), max(opSince[op], 1); got != want {
+			t.Errorf("%s: Since %d, want %d", op, got, want)
+		}
+	}
+	for op, v := range opSince {
+		if _, ok := opSpecs[op]; !ok || v < 2 {
+			t.Errorf("opSince lists %s at version %d: want a known op of version 2 or more", op, v)
+		}
+	}
 }

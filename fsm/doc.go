@@ -1,6 +1,8 @@
 // Package fsm is the Raft state machine of one swarmkv shard replica: it
 // applies CBOR-encoded commands from a hashicorp/raft log to the replica's
-// own Pebble DB, deterministically, and snapshots and restores that DB.
+// own Pebble DB, deterministically, and snapshots and restores that DB
+// (ExportState streams the same records for a backup, SnapshotWriter
+// writes a snapshot stream a restore of a backup hands to Restore).
 //
 // # Usage
 //
@@ -44,10 +46,13 @@
 // takes. OpBatch is a guarded write of opaque keys (in practice the generic
 // kv table); OpNoop marks a new leader's term; OpMulti carries several
 // encoded commands proposed as one log entry, each applied as if it were an
-// entry of its own (its response is a []*Result). The registry ops (10-15),
+// entry of its own (its response is a []*Result). The registry ops (10-16),
 // billing ops (20-26) and agent pool ops (30-38) implement the seed stores'
 // operations, compound ones included, inside the state machine, on the
-// tables of package keys:
+// tables of package keys; the lease ops (60-63, lease.go) keep leases and
+// end what is attached to them (an OpBatch put, a runner or agent
+// heartbeat may attach a key to a lease: they read and write key_lease and
+// lease_keys too):
 //
 //	op                         reads                               writes
 //	put_agent              10  agent_owners, agents                agents, agents_by_status, agent_owners
@@ -56,6 +61,7 @@
 //	put_session            13  sessions                            sessions, sessions_by_agent
 //	update_session_status  14  sessions                            sessions
 //	put_user               15  -                                   users
+//	agent_heartbeat        16  agents, leases                      agents, lease_keys, key_lease
 //	put_account            20  -                                   accounts
 //	delete_account         21  accounts                            accounts (delete)
 //	update_balance         22  accounts, transactions              accounts, transactions, transactions_by_user
@@ -70,7 +76,7 @@
 //	register_bot           34  pools, bots                         bots, bots_by_pool
 //	update_bot             35  bots, pools                         bots, bots_by_pool
 //	remove_bot             36  bots, pools                         bots, bots_by_pool (deletes)
-//	runner_heartbeat       37  -                                   runners
+//	runner_heartbeat       37  leases, key_lease                   runners, lease_keys, key_lease
 //	set_guild_pool         38  pools                               guild_settings
 //	freeze_slots           50  meta (ownership)                    meta
 //	unfreeze_slots         51  meta                                meta
@@ -78,6 +84,12 @@
 //	adopt_slots            53  meta                                meta
 //	drop_slots             54  meta, every table                   meta, any table (deletes)
 //	restrict_slots         55  meta                                meta
+//	lease_grant            60  lease_seq                           lease_seq, leases
+//	lease_revoke           61  leases, lease_keys, key_lease,      leases, lease_keys, key_lease, kv, runners
+//	                           the attached keys                   (deletes), agents, agents_by_status
+//	lease_expire           62  as lease_revoke, for many leases    as lease_revoke
+//	lease_checkpoint       63  leases                              leases
+//	compact_history        70  meta (history)                      meta (history)
 //
 // Each command is atomic: it makes every check against the state (as left
 // by earlier entries, including earlier entries of the same run) before it
@@ -87,7 +99,10 @@
 // agent id owned by another user, an int64 overflow), ErrPermissionDenied,
 // ErrAlreadyExists, *PoolNotEmptyError, ErrCorruptRecord, *MovedError (a
 // slot the shard does not own), ErrMoveConflict (a slot move op that does
-// not fit the move records).
+// not fit the move records), ErrLeaseNotFound (an attachment to, or a
+// revoke of, a lease that does not exist), ErrStaleLeaseCommand (an expiry
+// or checkpoint applied in an entry of another term than it was decided
+// in).
 // The state machine keeps these invariants, which the tests check after
 // long random sequences: every agent has exactly one agents_by_status entry
 // (its status) and an agent_owners entry, and every index entry has its
@@ -139,6 +154,18 @@
 //	0x00 "restoring" present while a Restore runs (value: snapshot index)
 //	0x00 "slots"     the owned SlotSet, 32 bytes (replicated)
 //	0x00 "move/" id  a MoveRecord (CBOR), id u64 big-endian (replicated)
+//	0x00 "hist/" rev the events of revision rev (u64 BE; history.go), local
+//	0x00 "histfloor" u64 BE: every event after it is retained, local
+//	0x00 "histmark/" index u64 BE: the proposer's time (ms) of an OpCompactHistory, local
+//
+// # History
+//
+// Every applied entry that changed user data leaves a history record of
+// its events, derived from the Pebble batch records its commands wrote
+// (history.go): ReadHistory serves watches. OpCompactHistory, proposed by
+// the leader with its clock and retention, drops old records
+// deterministically. History is not in snapshots: a restored replica's
+// history starts at the snapshot's index.
 //
 // # Durability
 //

@@ -46,6 +46,12 @@ type Config struct {
 	// Logger receives the FSM's and Pebble's logs, with attribute
 	// shard=<id>. Nil means slog.Default().
 	Logger *slog.Logger
+	// OnLeases, if set, is called after each commit of applied entries
+	// that granted, ended or checkpointed leases, or that may have
+	// changed the set of leases otherwise (a slot move op, a Restore), on
+	// the goroutine that applies (raft's): it must return quickly (the
+	// shard leader's lessor queues the news and reads the state itself).
+	OnLeases func(LeaseChanges)
 	// InitialSlots are the slots the shard owns when its DB has no
 	// ownership record yet (a new data dir, or one written before
 	// ownership was recorded); later the record, changed only by the slot
@@ -164,13 +170,23 @@ type FSM struct {
 	log    *slog.Logger
 	db     *pebble.DB // valid while !mu.closed, used under mu.RLock
 
-	initial   shard.SlotSet             // Config.InitialSlots
-	slots     atomic.Pointer[slotState] // ownership as of the applied index
-	applied   atomic.Uint64             // last applied log index; 0 while restoring
-	restoring atomic.Bool               // a Restore is running or failed: data incomplete
-	failed    atomic.Pointer[error]     // a storage error stopped applies
-	closing   atomic.Bool               // Close started: long calls give up
-	done      chan struct{}             // closed by Close
+	initial  shard.SlotSet             // Config.InitialSlots
+	onLeases func(LeaseChanges)        // Config.OnLeases
+	slots    atomic.Pointer[slotState] // ownership as of the applied index
+	// attached counts each slot's key_lease entries (or more: an ingest
+	// may count one twice), read from the DB at open and restore and kept
+	// by the applies: a write of an attachable key looks its attachment
+	// up only when its slot has one. Used by the goroutine that applies
+	// (Open and Restore included) only.
+	attached struct {
+		slots [shard.NumSlots]int32
+		total int64
+	}
+	applied   atomic.Uint64         // last applied log index; 0 while restoring
+	restoring atomic.Bool           // a Restore is running or failed: data incomplete
+	failed    atomic.Pointer[error] // a storage error stopped applies
+	closing   atomic.Bool           // Close started: long calls give up
+	done      chan struct{}         // closed by Close
 	mu        struct {
 		sync.RWMutex // read-held by every use of db; write-held by Close
 		closed       bool
@@ -183,6 +199,7 @@ type FSM struct {
 		sync.Mutex
 		open map[*fsmSnapshot]struct{} // not yet released
 	}
+	hist sync.Pool // of *histRecorder, reused across runs
 }
 
 var (
@@ -232,19 +249,25 @@ func open(cfg Config, fs vfs.FS) (*FSM, error) {
 		initial = *cfg.InitialSlots
 	}
 	f := &FSM{
-		initial: initial,
-		shard:   cfg.Shard,
-		limits:  cfg.Limits.WithDefaults(),
-		reply:   cfg.Reply.WithDefaults(),
-		log:     log,
-		db:      db,
-		done:    make(chan struct{}),
+		initial:  initial,
+		onLeases: cfg.OnLeases,
+		shard:    cfg.Shard,
+		limits:   cfg.Limits.WithDefaults(),
+		reply:    cfg.Reply.WithDefaults(),
+		log:      log,
+		db:       db,
+		done:     make(chan struct{}),
 	}
 	f.notify.ch = make(chan struct{})
+	f.hist.New = func() any { return new(histRecorder) }
 	f.snaps.open = make(map[*fsmSnapshot]struct{})
 	if err := f.loadMeta(cfg.Dir); err != nil {
 		_ = db.Close()
 		return nil, err
+	}
+	if err := f.initAttached(db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("fsm: read key_lease: %w", err)
 	}
 	return f, nil
 }
@@ -282,6 +305,9 @@ func (f *FSM) loadMeta(dir string) error {
 		}
 		var zero [8]byte
 		_ = b.Set(metaApplied, zero[:], nil)
+		if err := clearHistory(b, 0); err != nil {
+			return err
+		}
 		_ = b.Delete(metaRestoring, nil)
 		if err := b.Commit(pebble.Sync); err != nil {
 			return fmt.Errorf("fsm: discard partial restore: %w", err)
@@ -296,6 +322,16 @@ func (f *FSM) loadMeta(dir string) error {
 		return fmt.Errorf("fsm: corrupt applied index in %s: %d bytes", dir, len(v))
 	case found:
 		f.applied.Store(binary.BigEndian.Uint64(v))
+	}
+	if _, found, err := getCopy(f.db, metaHistFloor); err != nil {
+		return fmt.Errorf("fsm: read history floor: %w", err)
+	} else if !found {
+		// A DB written before history was kept: it starts now.
+		var v [8]byte
+		binary.BigEndian.PutUint64(v[:], f.applied.Load())
+		if err := f.db.Set(metaHistFloor, v[:], pebble.Sync); err != nil {
+			return fmt.Errorf("fsm: write history floor: %w", err)
+		}
 	}
 	return f.loadSlots()
 }
@@ -454,7 +490,8 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	}
 
 	last := f.applied.Load() // highest index put in the batch
-	a := &applier{f: f, st: f.slots.Load()}
+	a := &applier{f: f, st: f.slots.Load(), hist: f.hist.Get().(*histRecorder)}
+	defer f.hist.Put(a.hist)
 	pending := 0 // out[pending:] is not committed yet
 	fatal := func(i int, err error) []interface{} {
 		if a.b != nil {
@@ -486,6 +523,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 				return fatal(i, err)
 			}
 			a.b, pending = nil, i+1
+			a.notify()
 		}
 	}
 	if a.b != nil {
@@ -493,6 +531,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 			a.b = nil
 			return fatal(len(logs)-1, err)
 		}
+		a.notify()
 	}
 	return out
 }
@@ -501,9 +540,22 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 // ownership state as the run has left it so far (published with the
 // batch's commit, so a reader never sees ownership ahead of the data).
 type applier struct {
-	f  *FSM
-	b  *pebble.Batch
-	st *slotState
+	f    *FSM
+	b    *pebble.Batch
+	st   *slotState
+	hist *histRecorder // the current entry's events
+	term uint64        // the term of the entry being applied
+	// leaseIDs and resync are the lease news of the batch (OnLeases).
+	leaseIDs []uint64
+	resync   bool
+}
+
+// notify hands the committed batch's lease news to Config.OnLeases.
+func (a *applier) notify() {
+	if a.f.onLeases != nil && (len(a.leaseIDs) > 0 || a.resync) {
+		a.f.onLeases(LeaseChanges{IDs: a.leaseIDs, Resync: a.resync})
+	}
+	a.leaseIDs, a.resync = nil, false
 }
 
 func logIndex(l *raft.Log) uint64 {
@@ -545,13 +597,18 @@ func (f *FSM) commit(b *pebble.Batch, index uint64, st *slotState) error {
 // (fatal); a rejected command is a Result with Err.
 func (a *applier) applyEntry(l *raft.Log) (interface{}, error) {
 	f := a.f
+	a.term = l.Term
 	cmd, err := f.decode(l.Data)
 	if err != nil {
 		return &Result{Index: l.Index, FailedGuard: -1, Err: err}, nil
 	}
+	a.hist.reset()
 	if cmd.Op != OpMulti {
 		res := &Result{Index: l.Index, FailedGuard: -1}
-		return res, a.exec(cmd, l.Index, res)
+		if err := a.execRecorded(cmd, 0, l.Index, res); err != nil {
+			return nil, err
+		}
+		return res, a.writeHistory(l.Index)
 	}
 	out := make([]*Result, len(cmd.Multi))
 	for i, data := range cmd.Multi {
@@ -565,11 +622,38 @@ func (a *applier) applyEntry(l *raft.Log) (interface{}, error) {
 			res.Err = err
 			continue
 		}
-		if err := a.exec(sub, l.Index, res); err != nil {
+		if err := a.execRecorded(sub, i, l.Index, res); err != nil {
 			return nil, err
 		}
 	}
-	return out, nil
+	return out, a.writeHistory(l.Index)
+}
+
+// execRecorded is exec that records the command's events (the i-th of its
+// entry) in a.hist, from the batch records it wrote.
+func (a *applier) execRecorded(cmd *Command, i int, index uint64, res *Result) error {
+	off := a.b.Len()
+	if err := a.exec(cmd, index, res); err != nil {
+		return err
+	}
+	switch {
+	case cmd.Op == OpFreezeSlots && res.Err == nil && res.MoveIndex == index:
+		a.hist.addMarker(i, EventFrozen, cmd.Move.ID, *cmd.Move.Slots)
+	case cmd.Op == OpAdoptSlots && res.Err == nil:
+		a.hist.addMarker(i, EventAdopted, cmd.Move.ID, *cmd.Move.Slots)
+	case isSlotOp(cmd.Op) || cmd.Op == OpCompactHistory:
+	case a.b.Len() > off:
+		return a.hist.addWrites(a.b.Repr()[off:], i, commandRoutingKey(cmd))
+	}
+	return nil
+}
+
+// writeHistory writes the entry's history record, if it has events.
+func (a *applier) writeHistory(index uint64) error {
+	if a.hist.events == 0 {
+		return nil
+	}
+	return a.b.Set(histKey(index), a.hist.buf, nil)
 }
 
 // decode decodes and validates a command.
@@ -598,7 +682,11 @@ func (f *FSM) decode(data []byte) (*Command, error) {
 func (a *applier) exec(cmd *Command, index uint64, res *Result) error {
 	b := a.b
 	if isSlotOp(cmd.Op) {
+		a.resync = true
 		return a.applySlotOp(cmd, index, res)
+	}
+	if isLeaseOp(cmd.Op) {
+		return a.applyLeaseOp(cmd, a.term, res)
 	}
 	var st *slotState // nil: every slot owned, nothing to check
 	if !a.st.owned.IsFull() {
@@ -613,10 +701,12 @@ func (a *applier) exec(cmd *Command, index uint64, res *Result) error {
 				return err
 			}
 		}
-		return applyGuarded(b, cmd.Batch, res)
+		return applyGuarded(b, cmd.Batch, batchLeases{a}, res)
 	case OpNoop:
 		res.Succeeded = true
 		return nil
+	case OpCompactHistory:
+		return a.compactHistory(cmd.History, cmd.Time, index, res)
 	case OpRedis, OpRedisMulti:
 		if st != nil {
 			if rej := st.checkRedis(cmd.Redis); rej != nil {
@@ -634,13 +724,15 @@ func (a *applier) exec(cmd *Command, index uint64, res *Result) error {
 				}
 			}
 		}
-		return applyRecordOp(b, cmd, st, res)
+		return applyRecordOp(a, cmd, st, res)
 	}
 }
 
 // applyGuarded checks every guard against b (which reads through to the
-// DB), then, if all hold, applies the mutations in order.
-func applyGuarded(b *pebble.Batch, bt *Batch, res *Result) error {
+// DB), then, if all hold, and every lease the mutations attach exists
+// (else ErrLeaseNotFound, nothing written), applies the mutations in
+// order, each with its attachment (bl).
+func applyGuarded(b *pebble.Batch, bt *Batch, bl batchLeases, res *Result) error {
 	for i := range bt.Guards {
 		g := &bt.Guards[i]
 		v, found, err := getView(b, g.Key, g.Kind == GuardEquals)
@@ -661,6 +753,10 @@ func applyGuarded(b *pebble.Batch, bt *Batch, res *Result) error {
 			return nil
 		}
 	}
+	if rej, err := bl.check(bt); err != nil || rej != nil {
+		res.Err = rej
+		return err
+	}
 	for i := range bt.Mutations {
 		m := &bt.Mutations[i]
 		switch m.Kind {
@@ -679,6 +775,9 @@ func applyGuarded(b *pebble.Batch, bt *Batch, res *Result) error {
 					return err
 				}
 			}
+		}
+		if err := bl.after(m); err != nil {
+			return err
 		}
 	}
 	res.Succeeded = true

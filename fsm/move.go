@@ -310,13 +310,29 @@ func (a *applier) ingest(m *SlotMove, rec *MoveRecord, index uint64) (rej, err e
 		}
 		pending[string(p.Key)] = p.Value
 	}
-	if rec == nil {
-		r := &MoveRecord{ID: m.ID, State: MoveIncoming, Slots: *m.Slots, Peer: m.Peer, MapVersion: m.MapVersion, Index: index}
+	r := &MoveRecord{ID: m.ID, State: MoveIncoming, Slots: *m.Slots, Peer: m.Peer, MapVersion: m.MapVersion, Index: index}
+	if rec != nil {
+		c := *rec
+		r = &c
+	}
+	if n := len(m.Pairs); n > 0 && bytes.Compare(m.Pairs[n-1].Key, r.Pulled) > 0 {
+		// The resume point of a pull cut off (MoveRecord.Pulled); a
+		// repeated chunk (a pull that restarted before this field
+		// existed, or an older binary's) moves it no further back.
+		r.Pulled = bytes.Clone(m.Pairs[n-1].Key)
+		r.PulledPairs += uint64(n)
+	}
+	if rec == nil || !bytes.Equal(r.Pulled, rec.Pulled) {
 		if err := a.setMove(r, a.st.owned); err != nil {
 			return nil, err
 		}
 	}
 	for i := range m.Pairs {
+		if k := m.Pairs[i].Key; k[0] == keys.TableKeyLease {
+			if attached, err := keys.DecodeKeyLease(k); err == nil {
+				a.countAttached(attached, +1) // once more if it was there: harmless
+			}
+		}
 		if err := a.b.Set(m.Pairs[i].Key, m.Pairs[i].Value, nil); err != nil {
 			return nil, err
 		}
@@ -450,8 +466,9 @@ func collectSlotKeys(r pebble.Reader, slots shard.SlotSet, after []byte, max int
 // value are valid only during the call. It refuses (ErrMoveConflict) a
 // move that is not frozen here, and stops at ctx's end, fn's first error,
 // or Close (ErrClosed). Ship the pairs in order as OpIngestSlots commands
-// (ExportChunks groups them).
-func (f *FSM) ExportSlots(ctx context.Context, moveID uint64, fn func(key, value []byte) error) error {
+// (ExportChunks groups them). A non-nil after starts the export past that
+// key: a pull cut off resumes after the target's MoveRecord.Pulled.
+func (f *FSM) ExportSlots(ctx context.Context, moveID uint64, after []byte, fn func(key, value []byte) error) error {
 	if err := f.rlock(); err != nil {
 		return err
 	}
@@ -475,7 +492,11 @@ func (f *FSM) ExportSlots(ctx context.Context, moveID uint64, fn func(key, value
 		}
 		return fmt.Errorf("%w: export of move %d: %s here, not frozen", ErrMoveConflict, moveID, state)
 	}
-	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: dataStart})
+	lower := dataStart
+	if bytes.Compare(after, dataStart) >= 0 {
+		lower = append(bytes.Clone(after), 0) // the first key after it
+	}
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: lower})
 	if err != nil {
 		return err
 	}
@@ -512,26 +533,14 @@ func (f *FSM) ExportSlots(ctx context.Context, moveID uint64, fn func(key, value
 // under limits l: at most l.MaxBatchOps pairs and about maxBytes of keys
 // and values (0: MaxMultiBytes / 2). The chunk's pairs are copies fn may
 // keep.
-func (f *FSM) ExportChunks(ctx context.Context, moveID uint64, l Limits, maxBytes int, fn func([]Pair) error) error {
+func (f *FSM) ExportChunks(ctx context.Context, moveID uint64, after []byte, l Limits, maxBytes int, fn func([]Pair) error) error {
 	l = l.WithDefaults()
 	if maxBytes <= 0 || maxBytes > MaxMultiBytes {
 		maxBytes = MaxMultiBytes / 2
 	}
-	var chunk []Pair
-	size := 0
-	err := f.ExportSlots(ctx, moveID, func(k, v []byte) error {
-		if len(chunk) > 0 && (len(chunk) >= l.MaxBatchOps || size+len(k)+len(v) > maxBytes) {
-			if err := fn(chunk); err != nil {
-				return err
-			}
-			chunk, size = nil, 0
-		}
-		chunk = append(chunk, Pair{Key: bytes.Clone(k), Value: nilIfEmpty(bytes.Clone(v))})
-		size += len(k) + len(v)
-		return nil
-	})
-	if err != nil || len(chunk) == 0 {
+	c := chunker{maxOps: l.MaxBatchOps, maxBytes: maxBytes, fn: fn}
+	if err := f.ExportSlots(ctx, moveID, after, c.add); err != nil {
 		return err
 	}
-	return fn(chunk)
+	return c.flush()
 }

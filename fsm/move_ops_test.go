@@ -185,7 +185,7 @@ func TestSlotMergeAbort(t *testing.T) {
 
 	src.must(freezeCmd(3, S, 2, 4))
 	var pairs []Pair
-	if err := src.f.ExportChunks(t.Context(), 3, Limits{}, 0, func(p []Pair) error { pairs = append(pairs, p...); return nil }); err != nil {
+	if err := src.f.ExportChunks(t.Context(), 3, nil, Limits{}, 0, func(p []Pair) error { pairs = append(pairs, p...); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(pairs) != 2 {
@@ -203,7 +203,7 @@ func TestSlotMergeAbort(t *testing.T) {
 	}
 	// Abort: unfreeze the source, drop what the target ingested.
 	src.must(unfreezeCmd(3))
-	if err := src.f.ExportSlots(t.Context(), 3, func(k, v []byte) error { return nil }); !errors.Is(err, ErrMoveConflict) {
+	if err := src.f.ExportSlots(t.Context(), 3, nil, func(k, v []byte) error { return nil }); !errors.Is(err, ErrMoveConflict) {
 		t.Fatalf("export after unfreeze: %v", err)
 	}
 	for {
@@ -495,4 +495,65 @@ func reflectDeepEqualMoves(a, b []MoveRecord) bool {
 		}
 	}
 	return true
+}
+
+// TestPullResume: a pull cut off after some chunks resumes after the last
+// key the target ingested (MoveRecord.Pulled) and sends exactly the rest.
+func TestPullResume(t *testing.T) {
+	src := newReplica(t, 1, nil)
+	S := shard.SlotSetOf(1, 2, 3, 70, 71, 200)
+	for x := 0; x < shard.NumSlots; x += 3 {
+		for i := 0; i < 4; i++ {
+			src.must(batchCmd(nil, Mutation{Kind: MutPut, Key: keys.KV([]byte(slotRKs[x]), []byte(fmt.Sprint(i))), Value: []byte("v")}))
+		}
+	}
+	for _, s := range S.Slots() {
+		src.must(batchCmd(nil, Mutation{Kind: MutPut, Key: keys.KV([]byte(slotRKs[s]), []byte("extra")), Value: []byte("w")}))
+	}
+	src.must(freezeCmd(4, S, 2, 3))
+	export := func(after []byte) (chunks [][]Pair, all []Pair) {
+		if err := src.f.ExportChunks(t.Context(), 4, after, Limits{MaxBatchOps: 3}, 0, func(p []Pair) error {
+			chunks = append(chunks, p)
+			all = append(all, p...)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return chunks, all
+	}
+	chunks, all := export(nil)
+	if len(chunks) < 4 {
+		t.Fatalf("%d chunks of %d pairs: want several", len(chunks), len(all))
+	}
+	dst := newReplica(t, 2, &shard.SlotSet{})
+	if err := dst.f.ExportSlots(t.Context(), 4, nil, func(k, v []byte) error { return nil }); !errors.Is(err, ErrMoveConflict) {
+		t.Fatalf("export from the target: %v", err)
+	}
+	dst.must(ingestCmd(4, S, chunks[0]...))
+	dst.must(ingestCmd(4, S, chunks[1]...))
+	dst.must(ingestCmd(4, S, chunks[0]...)) // a restarted pull's first chunk again: no step back
+	done := len(chunks[0]) + len(chunks[1])
+	rec := dst.f.Moves()[0]
+	if last := chunks[1][len(chunks[1])-1].Key; string(rec.Pulled) != string(last) || rec.PulledPairs != uint64(done) {
+		t.Fatalf("record after two chunks: pulled %x (%d pairs), want %x (%d)", rec.Pulled, rec.PulledPairs, last, done)
+	}
+	_, rest := export(rec.Pulled)
+	if d := diffKVs(pairsKV(rest), pairsKV(all[done:])); d != "" {
+		t.Fatalf("resumed export differs from the rest: %s", d)
+	}
+	for _, c := range chunks[2:] {
+		dst.must(ingestCmd(4, S, c...))
+	}
+	dst.must(adoptCmd(4, S))
+	if d := diffKVs(mustDump(t, dst.f), pairsKV(all)); d != "" {
+		t.Fatalf("target after the resumed pull: %s", d)
+	}
+}
+
+func pairsKV(ps []Pair) []KV {
+	out := make([]KV, len(ps))
+	for i, p := range ps {
+		out[i] = KV{Key: p.Key, Value: p.Value}
+	}
+	return out
 }

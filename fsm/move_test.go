@@ -152,6 +152,7 @@ func genUserData(rng *rand.Rand, i int) []*Command {
 	rk := []byte(fmt.Sprintf("rk-%d", i))
 	out = append(out, batchCmd(nil, Mutation{Kind: MutPut, Key: keys.KV(rk, []byte("a")), Value: []byte("1")},
 		Mutation{Kind: MutPut, Key: keys.KV(rk, []byte("b")), Value: nil}))
+	out = append(out, &Command{Op: OpLeaseGrant, Lease: &LeaseArgs{RoutingKey: rk, TTLMs: 5000}, Time: now})
 	tag := fmt.Sprintf("{u%d}", i)
 	out = append(out,
 		&Command{Op: OpRedis, Redis: &RedisTx{Cmds: []RedisArgv{argv("SET", tag+":s", "v")}}},
@@ -176,16 +177,38 @@ func genSharedData() []*Command {
 	}
 }
 
-// populate fills r with the data of moveUsers users and the namespaces.
-func populate(t *testing.T, r *replica, rng *rand.Rand) {
+// populate fills r with the data of moveUsers users and the namespaces,
+// and gives leases things to hold: each user's kv key "leased" (its lease
+// granted by genUserData), its first agent (a lease of its user id) and a
+// runner (a lease of the pools namespace). It returns the leases by the
+// routing key they were granted for.
+func populate(t *testing.T, r *replica, rng *rand.Rand) map[string]uint64 {
+	leases := map[string]uint64{}
 	var cmds []*Command
 	for i := 0; i < moveUsers; i++ {
 		cmds = append(cmds, genUserData(rng, i)...)
 	}
 	cmds = append(cmds, genSharedData()...)
 	for _, c := range cmds {
-		r.must(c)
+		res := r.must(c)
+		if c.Op == OpLeaseGrant {
+			leases[string(c.Lease.RoutingKey)] = res.LeaseID
+		}
 	}
+	grant := func(rk []byte) uint64 {
+		id := r.must(&Command{Op: OpLeaseGrant, Lease: &LeaseArgs{RoutingKey: rk, TTLMs: 7000}, Time: 9}).LeaseID
+		leases[string(rk)] = id
+		return id
+	}
+	for i := 0; i < moveUsers; i++ {
+		rk := []byte(fmt.Sprintf("rk-%d", i))
+		r.must(batchCmd(nil, Mutation{Kind: MutPut, Key: keys.KV(rk, []byte("leased")), Value: []byte("x"), Lease: leases[string(rk)]}))
+		u := mUID(i)
+		r.must(&Command{Op: OpAgentHeartbeat, UserID: &u, AgentID: ptr(mAgent(i, 0)), Time: 10, LeaseID: grant(u[:])})
+	}
+	r.must(&Command{Op: OpRunnerHeartbeat, Runner: &records.Runner{RunnerID: "r-leased", LastSeen: 4}, LeaseID: grant([]byte(keys.PoolsRoutingKey))})
+	checkLeaseTables(t, r.f)
+	return leases
 }
 
 // userRoutingKeys are the routing keys of user i's data.
@@ -217,7 +240,7 @@ func TestSlotMoveModel(t *testing.T) {
 func testSlotMove(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	a := newReplica(t, 1, nil)
-	populate(t, a, rng)
+	leases := populate(t, a, rng)
 	before := rawDump(t, a.f)
 	S := pickSlots(rng)
 	const moveID, target, ver = 7, 2, 5
@@ -329,7 +352,7 @@ func testSlotMove(t *testing.T, seed uint64) {
 	// Export, ingest into a fresh B, adopt.
 	b := newReplica(t, target, &shard.SlotSet{})
 	var chunks [][]Pair
-	if err := a.f.ExportChunks(context.Background(), moveID, Limits{MaxBatchOps: 17}, 0, func(p []Pair) error {
+	if err := a.f.ExportChunks(context.Background(), moveID, nil, Limits{MaxBatchOps: 17}, 0, func(p []Pair) error {
 		chunks = append(chunks, p)
 		return nil
 	}); err != nil {
@@ -419,6 +442,46 @@ func testSlotMove(t *testing.T, seed uint64) {
 
 	if !checked {
 		t.Fatal("no moved user with a processed event")
+	}
+	// The leases moved with their slots: records, attachments and each
+	// slot's sequence.
+	movedLeases := 0
+	for rk, id := range leases {
+		owner, other := a.f, b.f
+		if S.Has(shard.SlotOf([]byte(rk))) {
+			owner, other = b.f, a.f
+			movedLeases++
+		}
+		if rec, err := owner.Lease(id); err != nil || string(rec.RoutingKey) != rk {
+			t.Fatalf("lease %016x of %q on its owner: %+v %v", id, rk, rec, err)
+		}
+		if _, err := other.Lease(id); !errors.Is(err, ErrLeaseNotFound) {
+			t.Fatalf("lease %016x of %q on the other shard: %v", id, rk, err)
+		}
+	}
+	if movedLeases == 0 {
+		t.Fatal("no lease moved")
+	}
+	checkLeaseTables(t, b.f)
+	for i := 0; i < moveUsers; i++ {
+		rk := []byte(fmt.Sprintf("rk-%d", i))
+		if !S.Has(shard.SlotOf(rk)) {
+			continue
+		}
+		id := leases[string(rk)]
+		// A new lease of the slot on B continues the slot's sequence.
+		if next := b.must(&Command{Op: OpLeaseGrant, Lease: &LeaseArgs{RoutingKey: rk, TTLMs: 5000}, Time: 20}).LeaseID; next <= id || keys.LeaseSlot(next) != keys.LeaseSlot(id) {
+			t.Fatalf("lease granted on B after the move: %016x, the moved one %016x", next, id)
+		}
+		// Ending the moved lease on B deletes its key there.
+		if res := b.must(&Command{Op: OpLeaseRevoke, Lease: &LeaseArgs{ID: id}, Time: 20}); res.Deleted != 1 {
+			t.Fatalf("revoke of a moved lease on B: %+v", res)
+		}
+		if _, err := b.f.Get(keys.KV(rk, []byte("leased"))); !errors.Is(err, ErrNotFound) {
+			t.Fatal("the moved lease's key outlived it on B")
+		}
+		checkLeaseTables(t, b.f)
+		break
 	}
 	// Snapshot and restore both sides at this point.
 	for _, r := range []*replica{a, b} {

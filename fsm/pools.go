@@ -51,7 +51,10 @@ func (ch *change) poolOp(c *Command) (removed int, err error) {
 	case OpRemoveBot:
 		err = ch.removeBot(c.BotID, c.Actor)
 	case OpRunnerHeartbeat:
-		err = putRecord(ch, keys.Runner(c.Runner.RunnerID), c.Runner)
+		key := keys.Runner(c.Runner.RunnerID)
+		if err = putRecord(ch, key, c.Runner); err == nil {
+			err = ch.setLease(key, c.LeaseID)
+		}
 	case OpSetGuildPool:
 		err = ch.setGuildPool(c.GuildID, c.PoolID, c.Actor, c.Time)
 	default: // unreachable: applyRecordOp calls this for pool ops only

@@ -20,6 +20,11 @@ type change struct {
 	st     *slotState // nil: every slot owned; else flush checks each write
 	writes []write
 	reads  int // point reads of the op (get, has), which the tests bound
+	// leases is the applier, for the lease tables' state (nil in tests
+	// of ops that attach nothing); attach the key_lease entries the change
+	// adds and deletes (commitAttach).
+	leases *applier
+	attach []attachDelta
 }
 
 type write struct {
@@ -52,8 +57,8 @@ func corruptErr(key []byte, err error) error {
 // applyRecordOp applies a registry, billing or pool command (validated)
 // into b.
 // A rejection goes to res.Err; the returned error is a storage error.
-func applyRecordOp(b *pebble.Batch, c *Command, st *slotState, res *Result) error {
-	ch := &change{b: b, st: st}
+func applyRecordOp(a *applier, c *Command, st *slotState, res *Result) error {
+	ch := &change{b: a.b, st: st, leases: a}
 	var balance int64
 	var removed int
 	var err error
@@ -70,6 +75,8 @@ func applyRecordOp(b *pebble.Batch, c *Command, st *slotState, res *Result) erro
 		err = ch.updateSessionStatus(*c.SessionID, c.UserID, records.SessionStatus(*c.Status), c.Time)
 	case OpPutUser:
 		err = putRecord(ch, keys.User(c.User.UserID), c.User)
+	case OpAgentHeartbeat:
+		err = ch.agentHeartbeat(*c.UserID, *c.AgentID, c.Time, c.LeaseID)
 	case OpPutAccount:
 		err = putRecord(ch, keys.Account(c.Account.UserID), c.Account)
 	case OpDeleteAccount:
@@ -103,6 +110,7 @@ func applyRecordOp(b *pebble.Batch, c *Command, st *slotState, res *Result) erro
 	if err != nil {
 		return err
 	}
+	ch.commitAttach()
 	res.Succeeded, res.Balance, res.Removed = true, balance, removed
 	if key := recordKey(c); key != nil {
 		res.Record = ch.written(key)
@@ -114,7 +122,7 @@ func applyRecordOp(b *pebble.Batch, c *Command, st *slotState, res *Result) erro
 // Result.Record, nil for an op that reports none.
 func recordKey(c *Command) []byte {
 	switch c.Op {
-	case OpUpdateAgentStatus:
+	case OpUpdateAgentStatus, OpAgentHeartbeat:
 		return keys.Agent(*c.UserID, *c.AgentID)
 	case OpUpdateSessionStatus:
 		return keys.Session(*c.SessionID)
@@ -296,7 +304,25 @@ func (ch *change) deleteAgent(u keys.UserID, a keys.AgentID) error {
 	if found && bytes.Equal(owner, u[:]) {
 		ch.del(ownerKey)
 	}
-	return nil
+	return ch.setLease(key, 0)
+}
+
+// agentHeartbeat sets the agent's last_heartbeat_at and, with a lease,
+// attaches the agent to it.
+func (ch *change) agentHeartbeat(u keys.UserID, a keys.AgentID, now int64, lease uint64) error {
+	key := keys.Agent(u, a)
+	var rec records.AgentRecord
+	if err := getFound(ch, key, &rec); err != nil {
+		return err
+	}
+	rec.LastHeartbeatAt = &now
+	if err := putRecord(ch, key, &rec); err != nil {
+		return err
+	}
+	if lease == 0 {
+		return nil
+	}
+	return ch.setLease(key, lease)
 }
 
 func (ch *change) updateAgentStatus(u keys.UserID, a keys.AgentID, st records.AgentState, now int64) error {

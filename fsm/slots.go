@@ -100,6 +100,13 @@ type MoveRecord struct {
 	// it. Dropped is set once a drop found no key left.
 	Cursor  []byte `cbor:"cursor,omitempty"`
 	Dropped bool   `cbor:"dropped,omitempty"`
+	// Pulled is the last key an ingest wrote (target side, incoming):
+	// ingests carry pairs in strictly ascending key order and a pull
+	// sends the export's chunks in order, so every key of the move up to
+	// Pulled is here and a pull cut off resumes after it
+	// (ExportSlots' after). PulledPairs counts the pairs ingested.
+	Pulled      []byte `cbor:"pulled,omitempty"`
+	PulledPairs uint64 `cbor:"pulled_pairs,omitempty"`
 }
 
 // source reports whether r is a source-side record (frozen or moved).
@@ -228,6 +235,7 @@ func (f *FSM) Moves() []MoveRecord {
 	for _, r := range st.moves {
 		c := *r
 		c.Cursor = bytes.Clone(r.Cursor)
+		c.Pulled = bytes.Clone(r.Pulled)
 		out = append(out, c)
 	}
 	slices.SortFunc(out, func(a, b MoveRecord) int {
@@ -345,6 +353,9 @@ func slotOfKey(get getter, key, value []byte) (shard.Slot, bool, error) {
 		return shard.SlotOf(rk), true, nil
 	case keys.RouteValue:
 		return slotOfValue(key[0], value)
+	case keys.RouteSlot: // the lease tables
+		s, err := keys.LeaseSlotOf(key)
+		return shard.Slot(s), err == nil, nil
 	case keys.RouteLookup: // sessions_by_agent
 		a, sid, _ := keys.DecodeSessionByAgent(key)
 		v, found, err := get(keys.Session(sid))
@@ -415,7 +426,7 @@ func commandRoutingKey(c *Command) []byte {
 	switch c.Op {
 	case OpPutAgent:
 		return c.Agent.UserID[:]
-	case OpDeleteAgent, OpUpdateAgentStatus:
+	case OpDeleteAgent, OpUpdateAgentStatus, OpAgentHeartbeat:
 		return c.UserID[:]
 	case OpPutSession:
 		return c.Session.UserID[:]

@@ -3,6 +3,7 @@ package fsm
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -51,18 +52,10 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		return nil, fmt.Errorf("fsm: snapshot: sync: %w", err)
 	}
 	snap := f.db.NewSnapshot()
-	var index uint64
-	v, c, err := snap.Get(metaApplied)
-	switch {
-	case errors.Is(err, pebble.ErrNotFound):
-	case err != nil:
+	index, err := appliedIn(snap)
+	if err != nil {
 		_ = snap.Close()
-		return nil, fmt.Errorf("fsm: snapshot: read applied index: %w", err)
-	default:
-		if len(v) == 8 {
-			index = binary.BigEndian.Uint64(v)
-		}
-		_ = c.Close()
+		return nil, fmt.Errorf("fsm: snapshot: %w", err)
 	}
 	s := &fsmSnapshot{f: f, snap: snap, shard: f.shard, index: index}
 	f.snaps.Lock()
@@ -104,16 +97,52 @@ func (s *fsmSnapshot) persist(dst io.Writer) error {
 	if snap == nil {
 		return errors.New("snapshot already released")
 	}
+	w := newSnapshotWriter(dst, s.shard, s.index)
+	if err := f.eachRecord(context.Background(), snap, w.record); err != nil {
+		return err
+	}
+	return w.finish()
+}
+
+// appliedIn returns the applied index recorded in r (0 when none).
+func appliedIn(r pebble.Reader) (uint64, error) {
+	v, c, err := r.Get(metaApplied)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read applied index: %w", err)
+	}
+	defer c.Close()
+	if len(v) != 8 {
+		return 0, nil
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// eachRecord calls fn with every record of snap a snapshot holds (the
+// replicated meta records and the data, in key order; not the
+// replica-local meta records: applied index, shard id), key and value
+// valid only during the call. It stops at fn's first error, ctx's end or
+// Close (ErrClosed).
+func (f *FSM) eachRecord(ctx context.Context, snap *pebble.Snapshot, fn func(k, v []byte) error) error {
 	it, err := snap.NewIter(nil)
 	if err != nil {
 		return err
 	}
-	w := newSnapshotWriter(dst, s.shard, s.index)
+	n := 0
 	for ok := it.First(); ok; ok = it.Next() {
-		if w.n%1024 == 0 && f.closing.Load() {
-			_ = it.Close()
-			return ErrClosed
+		if n%1024 == 0 {
+			if f.closing.Load() {
+				_ = it.Close()
+				return ErrClosed
+			}
+			if err := ctx.Err(); err != nil {
+				_ = it.Close()
+				return err
+			}
 		}
+		n++
 		if k := it.Key(); k[0] == metaPrefix && !isReplicatedMeta(k) {
 			continue // replica-local: applied index, shard id
 		}
@@ -122,15 +151,12 @@ func (s *fsmSnapshot) persist(dst io.Writer) error {
 			_ = it.Close()
 			return err
 		}
-		if err := w.record(it.Key(), v); err != nil {
+		if err := fn(it.Key(), v); err != nil {
 			_ = it.Close()
 			return err
 		}
 	}
-	if err := it.Close(); err != nil {
-		return err
-	}
-	return w.finish()
+	return it.Close()
 }
 
 // Release closes the Pebble snapshot. Safe to call more than once.
@@ -249,6 +275,9 @@ func (f *FSM) restore(sr *snapshotReader) error {
 	if err := b.Set(metaApplied, index[:], nil); err != nil {
 		return err
 	}
+	if err := clearHistory(b, sr.hdr.index); err != nil {
+		return err
+	}
 	if err := b.Delete(metaRestoring, nil); err != nil {
 		return err
 	}
@@ -260,9 +289,15 @@ func (f *FSM) restore(sr *snapshotReader) error {
 		return fmt.Errorf("fsm: restore: %w", err)
 	}
 	f.slots.Store(st)
+	if err := f.initAttached(f.db); err != nil {
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
 	f.failed.Store(nil)
 	f.restoring.Store(false)
 	f.setApplied(sr.hdr.index)
+	if f.onLeases != nil {
+		f.onLeases(LeaseChanges{Resync: true})
+	}
 	return nil
 }
 
@@ -442,13 +477,8 @@ func (sr *snapshotReader) next() (key, value []byte, err error) {
 		return nil, nil, badSnapshot("value", err)
 	}
 	key, value = sr.rec[:klen:klen], sr.rec[klen:]
-	if key[0] == metaPrefix {
-		if !isReplicatedMeta(key) {
-			return nil, nil, fmt.Errorf("%w: record %d: key in the meta table", ErrBadSnapshot, sr.n)
-		}
-		if err := checkReplicatedMeta(key, value); err != nil {
-			return nil, nil, err
-		}
+	if err := CheckSnapshotRecord(key, value); err != nil {
+		return nil, nil, fmt.Errorf("record %d: %w", sr.n, err)
 	}
 	if sr.n > 0 && bytes.Compare(key, sr.prev) <= 0 {
 		return nil, nil, fmt.Errorf("%w: record %d: keys not in ascending order", ErrBadSnapshot, sr.n)
@@ -496,6 +526,34 @@ func (sr *snapshotReader) end() error {
 	return io.EOF
 }
 
+// Bounds of one record of a snapshot stream (and of a backup's, package
+// backup): a key of 1..MaxRecordKey bytes, a value of at most
+// MaxRecordValue bytes.
+const (
+	MaxRecordKey   = maxKeySizeCap
+	MaxRecordValue = maxValueSizeCap
+)
+
+// CheckSnapshotRecord checks one record of a replica's state as a
+// snapshot stream (or a backup, package backup) carries it: a key of
+// 1..MaxRecordKey bytes, a value of at most MaxRecordValue bytes and, in
+// the meta table, only a replicated record, well formed (the owned slots,
+// 32 bytes; a move record that decodes under its own id). Its errors wrap
+// ErrBadSnapshot.
+func CheckSnapshotRecord(key, value []byte) error {
+	switch {
+	case len(key) == 0 || len(key) > MaxRecordKey:
+		return fmt.Errorf("%w: key length %d", ErrBadSnapshot, len(key))
+	case len(value) > MaxRecordValue:
+		return fmt.Errorf("%w: value length %d", ErrBadSnapshot, len(value))
+	case key[0] != metaPrefix:
+		return nil
+	case !isReplicatedMeta(key):
+		return fmt.Errorf("%w: key %x in the meta table", ErrBadSnapshot, key)
+	}
+	return checkReplicatedMeta(key, value)
+}
+
 // checkReplicatedMeta checks a meta record of a snapshot: owned slots of
 // 32 bytes, a move record that decodes under its own id.
 func checkReplicatedMeta(k, v []byte) error {
@@ -512,3 +570,22 @@ func checkReplicatedMeta(k, v []byte) error {
 	}
 	return nil
 }
+
+// SnapshotWriter writes a snapshot stream (the layout is drawn in the
+// package doc), as Persist does, of records its caller gives in key order
+// (Restore refuses any other order): package cluster writes the shards of
+// a restored backup with it.
+type SnapshotWriter struct{ w *snapshotWriter }
+
+// NewSnapshotWriter starts the stream of shard's state at applied index
+// index on dst (buffered: Finish flushes it).
+func NewSnapshotWriter(dst io.Writer, shard uint32, index uint64) *SnapshotWriter {
+	return &SnapshotWriter{w: newSnapshotWriter(dst, shard, index)}
+}
+
+// Record writes one record.
+func (w *SnapshotWriter) Record(key, value []byte) error { return w.w.record(key, value) }
+
+// Finish writes the end of the stream (the record count and the CRC) and
+// flushes it.
+func (w *SnapshotWriter) Finish() error { return w.w.finish() }

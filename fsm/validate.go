@@ -39,14 +39,17 @@ const (
 	fRedis
 	fMulti
 	fMove
+	fHistory
+	fLease
+	fLeaseID
 
-	fLast = fMove // the highest bit
+	fLast = fLeaseID // the highest bit
 )
 
 // fieldNames are the CBOR names of the fields, in bit order.
 var fieldNames = [...]string{"batch", "agent", "session", "user", "account", "tx", "event",
 	"user_id", "agent_id", "session_id", "account_id", "status", "amount", "time",
-	"pool", "bot", "runner", "actor", "pool_id", "bot_id", "guild_id", "cascade", "redis", "multi", "move"}
+	"pool", "bot", "runner", "actor", "pool_id", "bot_id", "guild_id", "cascade", "redis", "multi", "move", "history", "lease", "lease_id"}
 
 // first names the lowest field in the set.
 func (f field) first() string { return fieldNames[bits.TrailingZeros32(uint32(f))] }
@@ -68,6 +71,7 @@ var opSpecs = map[Op]opSpec{
 	OpPutSession:          {"put_session", fSession, 0},
 	OpUpdateSessionStatus: {"update_session_status", fSessionID | fStatus | fTime, fUserID},
 	OpPutUser:             {"put_user", fUser, 0},
+	OpAgentHeartbeat:      {"agent_heartbeat", fUserID | fAgentID | fTime, fLeaseID},
 	OpPutAccount:          {"put_account", fAccount, 0},
 	OpDeleteAccount:       {"delete_account", fAccountID, 0},
 	OpUpdateBalance:       {"update_balance", fAccountID | fAmount | fTime | fTx, 0},
@@ -82,7 +86,7 @@ var opSpecs = map[Op]opSpec{
 	OpRegisterBot:         {"register_bot", fBot | fActor, 0},
 	OpUpdateBot:           {"update_bot", fBot | fActor | fTime, 0},
 	OpRemoveBot:           {"remove_bot", fBotID | fActor, 0},
-	OpRunnerHeartbeat:     {"runner_heartbeat", fRunner, 0},
+	OpRunnerHeartbeat:     {"runner_heartbeat", fRunner, fLeaseID},
 	OpSetGuildPool:        {"set_guild_pool", fGuildID | fPoolID | fActor | fTime, 0},
 	OpRedis:               {"redis", fRedis, 0},
 	OpRedisMulti:          {"redis_multi", fRedis, 0},
@@ -92,6 +96,11 @@ var opSpecs = map[Op]opSpec{
 	OpAdoptSlots:          {"adopt_slots", fMove, 0},
 	OpDropSlots:           {"drop_slots", fMove, 0},
 	OpRestrictSlots:       {"restrict_slots", fMove, 0},
+	OpLeaseGrant:          {"lease_grant", fLease | fTime, 0},
+	OpLeaseRevoke:         {"lease_revoke", fLease | fTime, 0},
+	OpLeaseExpire:         {"lease_expire", fLease | fTime, 0},
+	OpLeaseCheckpoint:     {"lease_checkpoint", fLease, 0},
+	OpCompactHistory:      {"compact_history", fHistory | fTime, 0},
 }
 
 // fields returns the set of fields c carries.
@@ -109,7 +118,8 @@ func (c *Command) fields() field {
 		{c.Pool != nil, fPool}, {c.Bot != nil, fBot}, {c.Runner != nil, fRunner},
 		{c.Actor != "", fActor}, {c.PoolID != "", fPoolID}, {c.BotID != "", fBotID},
 		{c.GuildID != "", fGuildID}, {c.Cascade, fCascade}, {c.Redis != nil, fRedis},
-		{c.Multi != nil, fMulti}, {c.Move != nil, fMove},
+		{c.Multi != nil, fMulti}, {c.Move != nil, fMove}, {c.History != nil, fHistory},
+		{c.Lease != nil, fLease}, {c.LeaseID != 0, fLeaseID},
 	} {
 		if p.present {
 			f |= p.bit
@@ -148,6 +158,18 @@ func (c *Command) validateOp() error {
 		return err
 	}
 	switch c.Op {
+	case OpAgentHeartbeat:
+		if c.LeaseID != 0 {
+			if err := validateAttach(c.LeaseID, keys.Agent(*c.UserID, *c.AgentID)); err != nil {
+				return err
+			}
+		}
+	case OpRunnerHeartbeat:
+		if c.LeaseID != 0 {
+			if err := validateAttach(c.LeaseID, keys.Runner(c.Runner.RunnerID)); err != nil {
+				return err
+			}
+		}
 	case OpRegisterBot:
 		switch {
 		case c.Bot.OwnerUserID != c.Actor:

@@ -215,6 +215,14 @@ func TableName(t byte) string {
 		return "runners"
 	case TableGuildSettings:
 		return "guild_settings"
+	case TableLeases:
+		return "leases"
+	case TableLeaseKeys:
+		return "lease_keys"
+	case TableKeyLease:
+		return "key_lease"
+	case TableLeaseSeq:
+		return "lease_seq"
 	default:
 		if n := redisTableName(t); n != "" {
 			return n

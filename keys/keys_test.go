@@ -143,9 +143,13 @@ func TestTableNames(t *testing.T) {
 		TableBotsByPool:         "bots_by_pool",
 		TableRunners:            "runners",
 		TableGuildSettings:      "guild_settings",
+		TableLeases:             "leases",
+		TableLeaseKeys:          "lease_keys",
+		TableKeyLease:           "key_lease",
+		TableLeaseSeq:           "lease_seq",
 	}
-	if len(want) != 17 {
-		t.Fatalf("table bytes collide: %d distinct, want 17", len(want))
+	if len(want) != 21 {
+		t.Fatalf("table bytes collide: %d distinct, want 21", len(want))
 	}
 	for tb, name := range want {
 		if got := TableName(tb); got != name {

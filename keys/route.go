@@ -28,16 +28,20 @@ const (
 	// RouteLookup: the routing key is in another record, found through the
 	// key: a sessions_by_agent entry routes by the user of its session.
 	RouteLookup
+	// RouteSlot: the key carries its slot itself, not a routing key (the
+	// lease tables: LeaseSlotOf returns it).
+	RouteSlot
 )
 
 // RoutingKeyOf returns the routing key of stored key k when its layout
 // carries it (Route RouteKey), aliasing k: the user id of agents,
 // agents_by_status and users (32 bytes), the billing user id of accounts
 // and transactions_by_user (16 bytes), the routing key of a kv key,
-// PoolsRoutingKey for the pool tables, and RedisRoutingKey of the Redis key
-// for the Redis tables. For the other tables it returns nil and the Route
-// that says where to look (RouteValue, RouteLookup), or RouteNone for the
-// meta table. A key that is malformed for its table, or of an unknown
+// PoolsRoutingKey for the pool tables, RedisRoutingKey of the Redis key
+// for the Redis tables, and for key_lease the routing key of the attached
+// key it names (kv, runners and agents: all RouteKey). For the other tables it returns nil and the Route
+// that says where to look (RouteValue, RouteLookup, RouteSlot for the
+// lease tables that carry their slot), or RouteNone for the meta table. A key that is malformed for its table, or of an unknown
 // table, is an error wrapping ErrMalformed.
 func RoutingKeyOf(k []byte) ([]byte, Route, error) {
 	if len(k) == 0 {
@@ -107,6 +111,17 @@ func RoutingKeyOf(k []byte) ([]byte, Route, error) {
 			return nil, RouteNone, malformed(t, "key has %d bytes, want at least 2", len(k))
 		}
 		return []byte(PoolsRoutingKey), RouteKey, nil
+	case TableLeases, TableLeaseKeys, TableLeaseSeq:
+		if _, err := LeaseSlotOf(k); err != nil {
+			return nil, RouteNone, err
+		}
+		return nil, RouteSlot, nil
+	case TableKeyLease:
+		attached, err := DecodeKeyLease(k)
+		if err != nil {
+			return nil, RouteNone, err
+		}
+		return RoutingKeyOf(attached)
 	case TableRedisKeys:
 		key, err := DecodeRedisKey(k)
 		if err != nil {

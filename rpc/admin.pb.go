@@ -1274,9 +1274,12 @@ func (x *SlotStatusResponse) GetAppliedIndex() uint64 {
 }
 
 type ExportSlotsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Shard         uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
-	MoveId        uint64                 `protobuf:"varint,2,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Shard  uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	MoveId uint64                 `protobuf:"varint,2,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
+	// Resume: only keys after this one (the target's last ingested key,
+	// fsm.MoveRecord.Pulled); empty from the first key.
+	After         []byte `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1323,6 +1326,13 @@ func (x *ExportSlotsRequest) GetMoveId() uint64 {
 		return x.MoveId
 	}
 	return 0
+}
+
+func (x *ExportSlotsRequest) GetAfter() []byte {
+	if x != nil {
+		return x.After
+	}
+	return nil
 }
 
 type SlotPair struct {
@@ -1778,6 +1788,115 @@ func (x *ShardPolicyResponse) GetPolicyJson() []byte {
 	return nil
 }
 
+type BackupShardRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shard         uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupShardRequest) Reset() {
+	*x = BackupShardRequest{}
+	mi := &file_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupShardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupShardRequest) ProtoMessage() {}
+
+func (x *BackupShardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupShardRequest.ProtoReflect.Descriptor instead.
+func (*BackupShardRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *BackupShardRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+type BackupShardChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The first message only: the committed log index the shard's state is
+	// exact at (its leader's applied index, after a read barrier, when it
+	// took the Pebble snapshot the stream reads), and started set.
+	Index   uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Started bool   `protobuf:"varint,2,opt,name=started,proto3" json:"started,omitempty"`
+	// Every later message: the next records of that state, in key order
+	// (the replicated meta records, then every table).
+	Pairs         []*SlotPair `protobuf:"bytes,3,rep,name=pairs,proto3" json:"pairs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupShardChunk) Reset() {
+	*x = BackupShardChunk{}
+	mi := &file_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupShardChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupShardChunk) ProtoMessage() {}
+
+func (x *BackupShardChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupShardChunk.ProtoReflect.Descriptor instead.
+func (*BackupShardChunk) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *BackupShardChunk) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *BackupShardChunk) GetStarted() bool {
+	if x != nil {
+		return x.Started
+	}
+	return false
+}
+
+func (x *BackupShardChunk) GetPairs() []*SlotPair {
+	if x != nil {
+		return x.Pairs
+	}
+	return nil
+}
+
 var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
@@ -1865,10 +1984,11 @@ const file_admin_proto_rawDesc = "" +
 	"\x12SlotStatusResponse\x12\x14\n" +
 	"\x05owned\x18\x01 \x01(\tR\x05owned\x120\n" +
 	"\x05moves\x18\x02 \x03(\v2\x1a.swarmkv.v1.SlotMoveRecordR\x05moves\x12#\n" +
-	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"C\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"Y\n" +
 	"\x12ExportSlotsRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x17\n" +
-	"\amove_id\x18\x02 \x01(\x04R\x06moveId\"2\n" +
+	"\amove_id\x18\x02 \x01(\x04R\x06moveId\x12\x14\n" +
+	"\x05after\x18\x03 \x01(\fR\x05after\"2\n" +
 	"\bSlotPair\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\">\n" +
@@ -1899,12 +2019,18 @@ const file_admin_proto_rawDesc = "" +
 	"patch_json\x18\x01 \x01(\fR\tpatchJson\"6\n" +
 	"\x13ShardPolicyResponse\x12\x1f\n" +
 	"\vpolicy_json\x18\x01 \x01(\fR\n" +
-	"policyJson*\x89\x01\n" +
+	"policyJson\"*\n" +
+	"\x12BackupShardRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\"n\n" +
+	"\x10BackupShardChunk\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x18\n" +
+	"\astarted\x18\x02 \x01(\bR\astarted\x12*\n" +
+	"\x05pairs\x18\x03 \x03(\v2\x14.swarmkv.v1.SlotPairR\x05pairs*\x89\x01\n" +
 	"\rReplicaChange\x12\x1e\n" +
 	"\x1aREPLICA_CHANGE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bREPLICA_CHANGE_ADD_NONVOTER\x10\x01\x12\x1c\n" +
 	"\x18REPLICA_CHANGE_ADD_VOTER\x10\x02\x12\x19\n" +
-	"\x15REPLICA_CHANGE_REMOVE\x10\x032\x81\b\n" +
+	"\x15REPLICA_CHANGE_REMOVE\x10\x032\xd0\b\n" +
 	"\x05Admin\x12H\n" +
 	"\tMetaState\x12\x1c.swarmkv.v1.MetaStateRequest\x1a\x1d.swarmkv.v1.MetaStateResponse\x12E\n" +
 	"\bJoinNode\x12\x1b.swarmkv.v1.JoinNodeRequest\x1a\x1c.swarmkv.v1.JoinNodeResponse\x12K\n" +
@@ -1920,7 +2046,8 @@ const file_admin_proto_rawDesc = "" +
 	"\vExportSlots\x12\x1e.swarmkv.v1.ExportSlotsRequest\x1a\x1c.swarmkv.v1.ExportSlotsChunk0\x01\x12H\n" +
 	"\tPullSlots\x12\x1c.swarmkv.v1.PullSlotsRequest\x1a\x1d.swarmkv.v1.PullSlotsResponse\x12H\n" +
 	"\tMoveAdmin\x12\x1c.swarmkv.v1.MoveAdminRequest\x1a\x1d.swarmkv.v1.MoveAdminResponse\x12N\n" +
-	"\vShardPolicy\x12\x1e.swarmkv.v1.ShardPolicyRequest\x1a\x1f.swarmkv.v1.ShardPolicyResponseB$Z\"github.com/swarmkv/swarmkv/rpc;rpcb\x06proto3"
+	"\vShardPolicy\x12\x1e.swarmkv.v1.ShardPolicyRequest\x1a\x1f.swarmkv.v1.ShardPolicyResponse\x12M\n" +
+	"\vBackupShard\x12\x1e.swarmkv.v1.BackupShardRequest\x1a\x1c.swarmkv.v1.BackupShardChunk0\x01B$Z\"github.com/swarmkv/swarmkv/rpc;rpcb\x06proto3"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -1935,7 +2062,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_admin_proto_goTypes = []any{
 	(ReplicaChange)(0),             // 0: swarmkv.v1.ReplicaChange
 	(*MetaStateRequest)(nil),       // 1: swarmkv.v1.MetaStateRequest
@@ -1967,43 +2094,48 @@ var file_admin_proto_goTypes = []any{
 	(*MoveAdminResponse)(nil),      // 27: swarmkv.v1.MoveAdminResponse
 	(*ShardPolicyRequest)(nil),     // 28: swarmkv.v1.ShardPolicyRequest
 	(*ShardPolicyResponse)(nil),    // 29: swarmkv.v1.ShardPolicyResponse
+	(*BackupShardRequest)(nil),     // 30: swarmkv.v1.BackupShardRequest
+	(*BackupShardChunk)(nil),       // 31: swarmkv.v1.BackupShardChunk
 }
 var file_admin_proto_depIdxs = []int32{
 	8,  // 0: swarmkv.v1.ReplicaStatusResponse.servers:type_name -> swarmkv.v1.RaftServer
 	0,  // 1: swarmkv.v1.ChangeReplicaRequest.change:type_name -> swarmkv.v1.ReplicaChange
 	19, // 2: swarmkv.v1.SlotStatusResponse.moves:type_name -> swarmkv.v1.SlotMoveRecord
 	22, // 3: swarmkv.v1.ExportSlotsChunk.pairs:type_name -> swarmkv.v1.SlotPair
-	1,  // 4: swarmkv.v1.Admin.MetaState:input_type -> swarmkv.v1.MetaStateRequest
-	3,  // 5: swarmkv.v1.Admin.JoinNode:input_type -> swarmkv.v1.JoinNodeRequest
-	5,  // 6: swarmkv.v1.Admin.RemoveNode:input_type -> swarmkv.v1.RemoveNodeRequest
-	7,  // 7: swarmkv.v1.Admin.ReplicaStatus:input_type -> swarmkv.v1.ReplicaStatusRequest
-	10, // 8: swarmkv.v1.Admin.ChangeReplica:input_type -> swarmkv.v1.ChangeReplicaRequest
-	12, // 9: swarmkv.v1.Admin.TransferLeader:input_type -> swarmkv.v1.TransferLeaderRequest
-	14, // 10: swarmkv.v1.Admin.Snapshot:input_type -> swarmkv.v1.SnapshotRequest
-	16, // 11: swarmkv.v1.Admin.SlotCommand:input_type -> swarmkv.v1.SlotCommandRequest
-	18, // 12: swarmkv.v1.Admin.SlotStatus:input_type -> swarmkv.v1.SlotStatusRequest
-	21, // 13: swarmkv.v1.Admin.ExportSlots:input_type -> swarmkv.v1.ExportSlotsRequest
-	24, // 14: swarmkv.v1.Admin.PullSlots:input_type -> swarmkv.v1.PullSlotsRequest
-	26, // 15: swarmkv.v1.Admin.MoveAdmin:input_type -> swarmkv.v1.MoveAdminRequest
-	28, // 16: swarmkv.v1.Admin.ShardPolicy:input_type -> swarmkv.v1.ShardPolicyRequest
-	2,  // 17: swarmkv.v1.Admin.MetaState:output_type -> swarmkv.v1.MetaStateResponse
-	4,  // 18: swarmkv.v1.Admin.JoinNode:output_type -> swarmkv.v1.JoinNodeResponse
-	6,  // 19: swarmkv.v1.Admin.RemoveNode:output_type -> swarmkv.v1.RemoveNodeResponse
-	9,  // 20: swarmkv.v1.Admin.ReplicaStatus:output_type -> swarmkv.v1.ReplicaStatusResponse
-	11, // 21: swarmkv.v1.Admin.ChangeReplica:output_type -> swarmkv.v1.ChangeReplicaResponse
-	13, // 22: swarmkv.v1.Admin.TransferLeader:output_type -> swarmkv.v1.TransferLeaderResponse
-	15, // 23: swarmkv.v1.Admin.Snapshot:output_type -> swarmkv.v1.SnapshotResponse
-	17, // 24: swarmkv.v1.Admin.SlotCommand:output_type -> swarmkv.v1.SlotCommandResponse
-	20, // 25: swarmkv.v1.Admin.SlotStatus:output_type -> swarmkv.v1.SlotStatusResponse
-	23, // 26: swarmkv.v1.Admin.ExportSlots:output_type -> swarmkv.v1.ExportSlotsChunk
-	25, // 27: swarmkv.v1.Admin.PullSlots:output_type -> swarmkv.v1.PullSlotsResponse
-	27, // 28: swarmkv.v1.Admin.MoveAdmin:output_type -> swarmkv.v1.MoveAdminResponse
-	29, // 29: swarmkv.v1.Admin.ShardPolicy:output_type -> swarmkv.v1.ShardPolicyResponse
-	17, // [17:30] is the sub-list for method output_type
-	4,  // [4:17] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	22, // 4: swarmkv.v1.BackupShardChunk.pairs:type_name -> swarmkv.v1.SlotPair
+	1,  // 5: swarmkv.v1.Admin.MetaState:input_type -> swarmkv.v1.MetaStateRequest
+	3,  // 6: swarmkv.v1.Admin.JoinNode:input_type -> swarmkv.v1.JoinNodeRequest
+	5,  // 7: swarmkv.v1.Admin.RemoveNode:input_type -> swarmkv.v1.RemoveNodeRequest
+	7,  // 8: swarmkv.v1.Admin.ReplicaStatus:input_type -> swarmkv.v1.ReplicaStatusRequest
+	10, // 9: swarmkv.v1.Admin.ChangeReplica:input_type -> swarmkv.v1.ChangeReplicaRequest
+	12, // 10: swarmkv.v1.Admin.TransferLeader:input_type -> swarmkv.v1.TransferLeaderRequest
+	14, // 11: swarmkv.v1.Admin.Snapshot:input_type -> swarmkv.v1.SnapshotRequest
+	16, // 12: swarmkv.v1.Admin.SlotCommand:input_type -> swarmkv.v1.SlotCommandRequest
+	18, // 13: swarmkv.v1.Admin.SlotStatus:input_type -> swarmkv.v1.SlotStatusRequest
+	21, // 14: swarmkv.v1.Admin.ExportSlots:input_type -> swarmkv.v1.ExportSlotsRequest
+	24, // 15: swarmkv.v1.Admin.PullSlots:input_type -> swarmkv.v1.PullSlotsRequest
+	26, // 16: swarmkv.v1.Admin.MoveAdmin:input_type -> swarmkv.v1.MoveAdminRequest
+	28, // 17: swarmkv.v1.Admin.ShardPolicy:input_type -> swarmkv.v1.ShardPolicyRequest
+	30, // 18: swarmkv.v1.Admin.BackupShard:input_type -> swarmkv.v1.BackupShardRequest
+	2,  // 19: swarmkv.v1.Admin.MetaState:output_type -> swarmkv.v1.MetaStateResponse
+	4,  // 20: swarmkv.v1.Admin.JoinNode:output_type -> swarmkv.v1.JoinNodeResponse
+	6,  // 21: swarmkv.v1.Admin.RemoveNode:output_type -> swarmkv.v1.RemoveNodeResponse
+	9,  // 22: swarmkv.v1.Admin.ReplicaStatus:output_type -> swarmkv.v1.ReplicaStatusResponse
+	11, // 23: swarmkv.v1.Admin.ChangeReplica:output_type -> swarmkv.v1.ChangeReplicaResponse
+	13, // 24: swarmkv.v1.Admin.TransferLeader:output_type -> swarmkv.v1.TransferLeaderResponse
+	15, // 25: swarmkv.v1.Admin.Snapshot:output_type -> swarmkv.v1.SnapshotResponse
+	17, // 26: swarmkv.v1.Admin.SlotCommand:output_type -> swarmkv.v1.SlotCommandResponse
+	20, // 27: swarmkv.v1.Admin.SlotStatus:output_type -> swarmkv.v1.SlotStatusResponse
+	23, // 28: swarmkv.v1.Admin.ExportSlots:output_type -> swarmkv.v1.ExportSlotsChunk
+	25, // 29: swarmkv.v1.Admin.PullSlots:output_type -> swarmkv.v1.PullSlotsResponse
+	27, // 30: swarmkv.v1.Admin.MoveAdmin:output_type -> swarmkv.v1.MoveAdminResponse
+	29, // 31: swarmkv.v1.Admin.ShardPolicy:output_type -> swarmkv.v1.ShardPolicyResponse
+	31, // 32: swarmkv.v1.Admin.BackupShard:output_type -> swarmkv.v1.BackupShardChunk
+	19, // [19:33] is the sub-list for method output_type
+	5,  // [5:19] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -2017,7 +2149,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,6 +37,7 @@ const (
 	Admin_PullSlots_FullMethodName      = "/swarmkv.v1.Admin/PullSlots"
 	Admin_MoveAdmin_FullMethodName      = "/swarmkv.v1.Admin/MoveAdmin"
 	Admin_ShardPolicy_FullMethodName    = "/swarmkv.v1.Admin/ShardPolicy"
+	Admin_BackupShard_FullMethodName    = "/swarmkv.v1.Admin/BackupShard"
 )
 
 // AdminClient is the client API for Admin service.
@@ -82,6 +83,10 @@ type AdminClient interface {
 	// ShardPolicy reads or changes the automatic shard policy; forwarded to
 	// the meta leader (Node.SetShardPolicy).
 	ShardPolicy(ctx context.Context, in *ShardPolicyRequest, opts ...grpc.CallOption) (*ShardPolicyResponse, error)
+	// BackupShard streams a shard's whole state from its leader (runs on
+	// the leader: FailedPrecondition with a NotLeader detail elsewhere),
+	// from one snapshot at a committed index; node-to-node.
+	BackupShard(ctx context.Context, in *BackupShardRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupShardChunk], error)
 }
 
 type adminClient struct {
@@ -231,6 +236,25 @@ func (c *adminClient) ShardPolicy(ctx context.Context, in *ShardPolicyRequest, o
 	return out, nil
 }
 
+func (c *adminClient) BackupShard(ctx context.Context, in *BackupShardRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupShardChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Admin_ServiceDesc.Streams[1], Admin_BackupShard_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BackupShardRequest, BackupShardChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_BackupShardClient = grpc.ServerStreamingClient[BackupShardChunk]
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -274,6 +298,10 @@ type AdminServer interface {
 	// ShardPolicy reads or changes the automatic shard policy; forwarded to
 	// the meta leader (Node.SetShardPolicy).
 	ShardPolicy(context.Context, *ShardPolicyRequest) (*ShardPolicyResponse, error)
+	// BackupShard streams a shard's whole state from its leader (runs on
+	// the leader: FailedPrecondition with a NotLeader detail elsewhere),
+	// from one snapshot at a committed index; node-to-node.
+	BackupShard(*BackupShardRequest, grpc.ServerStreamingServer[BackupShardChunk]) error
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -322,6 +350,9 @@ func (UnimplementedAdminServer) MoveAdmin(context.Context, *MoveAdminRequest) (*
 }
 func (UnimplementedAdminServer) ShardPolicy(context.Context, *ShardPolicyRequest) (*ShardPolicyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ShardPolicy not implemented")
+}
+func (UnimplementedAdminServer) BackupShard(*BackupShardRequest, grpc.ServerStreamingServer[BackupShardChunk]) error {
+	return status.Error(codes.Unimplemented, "method BackupShard not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -571,6 +602,17 @@ func _Admin_ShardPolicy_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_BackupShard_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(BackupShardRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServer).BackupShard(m, &grpc.GenericServerStream[BackupShardRequest, BackupShardChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_BackupShardServer = grpc.ServerStreamingServer[BackupShardChunk]
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -631,6 +673,11 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "ExportSlots",
 			Handler:       _Admin_ExportSlots_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "BackupShard",
+			Handler:       _Admin_BackupShard_Handler,
 			ServerStreams: true,
 		},
 	},

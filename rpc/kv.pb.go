@@ -293,10 +293,14 @@ func (x *GetResponse) GetValue() []byte {
 }
 
 type PutRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RoutingKey    []byte                 `protobuf:"bytes,1,opt,name=routing_key,json=routingKey,proto3" json:"routing_key,omitempty"`
-	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	RoutingKey []byte                 `protobuf:"bytes,1,opt,name=routing_key,json=routingKey,proto3" json:"routing_key,omitempty"`
+	Key        []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Value      []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// Attach the key to this lease (lease.proto; one of the routing key's
+	// slot): the key is deleted when the lease ends. 0: none (a put
+	// without a lease detaches the key from any).
+	Lease         uint64 `protobuf:"fixed64,4,opt,name=lease,proto3" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -350,6 +354,13 @@ func (x *PutRequest) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *PutRequest) GetLease() uint64 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
 }
 
 type PutResponse struct {
@@ -752,10 +763,12 @@ func (x *Guard) GetValue() []byte {
 }
 
 type Op struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          Op_Kind                `protobuf:"varint,1,opt,name=kind,proto3,enum=swarmkv.v1.Op_Kind" json:"kind,omitempty"`
-	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  Op_Kind                `protobuf:"varint,1,opt,name=kind,proto3,enum=swarmkv.v1.Op_Kind" json:"kind,omitempty"`
+	Key   []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Value []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// For a put: the lease to attach the key to, as PutRequest.lease.
+	Lease         uint64 `protobuf:"fixed64,4,opt,name=lease,proto3" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -809,6 +822,13 @@ func (x *Op) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *Op) GetLease() uint64 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
 }
 
 // An atomic batch: if every guard holds, every op is applied, all in one
@@ -948,13 +968,14 @@ const file_kv_proto_rawDesc = "" +
 	"\vconsistency\x18\x03 \x01(\x0e2\x17.swarmkv.v1.ConsistencyR\vconsistency\"9\n" +
 	"\vGetResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value\"U\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"k\n" +
 	"\n" +
 	"PutRequest\x12\x1f\n" +
 	"\vrouting_key\x18\x01 \x01(\fR\n" +
 	"routingKey\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\fR\x05value\"#\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\x12\x14\n" +
+	"\x05lease\x18\x04 \x01(\x06R\x05lease\"#\n" +
 	"\vPutResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"B\n" +
 	"\rDeleteRequest\x12\x1f\n" +
@@ -986,11 +1007,12 @@ const file_kv_proto_rawDesc = "" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vKIND_EXISTS\x10\x01\x12\x0f\n" +
 	"\vKIND_ABSENT\x10\x02\x12\x0f\n" +
-	"\vKIND_EQUALS\x10\x03\"\x92\x01\n" +
+	"\vKIND_EQUALS\x10\x03\"\xa8\x01\n" +
 	"\x02Op\x12'\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x13.swarmkv.v1.Op.KindR\x04kind\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\fR\x05value\";\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\x12\x14\n" +
+	"\x05lease\x18\x04 \x01(\x06R\x05lease\";\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bKIND_PUT\x10\x01\x12\x0f\n" +

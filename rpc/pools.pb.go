@@ -1170,9 +1170,14 @@ func (x *GetBotTokenResponse) GetToken() string {
 	return ""
 }
 
+// last_seen is set by the server. With a lease (granted for the routing
+// key "pools"), the heartbeat first keeps the lease alive, then attaches
+// the runner to it: when the lease ends the runner is deleted. Without,
+// it detaches the runner from any lease.
 type HeartbeatRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Runner        *Runner                `protobuf:"bytes,1,opt,name=runner,proto3" json:"runner,omitempty"`
+	Lease         uint64                 `protobuf:"fixed64,2,opt,name=lease,proto3" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1212,6 +1217,13 @@ func (x *HeartbeatRequest) GetRunner() *Runner {
 		return x.Runner
 	}
 	return nil
+}
+
+func (x *HeartbeatRequest) GetLease() uint64 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
 }
 
 type HeartbeatResponse struct {
@@ -1843,9 +1855,10 @@ const file_pools_proto_rawDesc = "" +
 	"\vnext_cursor\x18\x02 \x01(\fR\n" +
 	"nextCursor\"+\n" +
 	"\x13GetBotTokenResponse\x12\x14\n" +
-	"\x05token\x18\x01 \x01(\tR\x05token\">\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\"T\n" +
 	"\x10HeartbeatRequest\x12*\n" +
-	"\x06runner\x18\x01 \x01(\v2\x12.swarmkv.v1.RunnerR\x06runner\"?\n" +
+	"\x06runner\x18\x01 \x01(\v2\x12.swarmkv.v1.RunnerR\x06runner\x12\x14\n" +
+	"\x05lease\x18\x02 \x01(\x06R\x05lease\"?\n" +
 	"\x11HeartbeatResponse\x12*\n" +
 	"\x06runner\x18\x01 \x01(\v2\x12.swarmkv.v1.RunnerR\x06runner\"\xa3\x01\n" +
 	"\x12ListRunnersRequest\x12$\n" +

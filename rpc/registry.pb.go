@@ -1484,6 +1484,114 @@ func (x *SessionList) GetNextCursor() []byte {
 	return nil
 }
 
+// AgentHeartbeat sets the agent's last_heartbeat_at to the server's
+// clock. With a lease (granted for the user id), it first keeps the lease
+// alive, then attaches the agent to it: when the lease ends, a running or
+// provisioning agent becomes failed.
+type AgentHeartbeatRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        []byte                 `protobuf:"bytes,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	AgentId       []byte                 `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	Lease         uint64                 `protobuf:"fixed64,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentHeartbeatRequest) Reset() {
+	*x = AgentHeartbeatRequest{}
+	mi := &file_registry_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentHeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentHeartbeatRequest) ProtoMessage() {}
+
+func (x *AgentHeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_registry_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentHeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*AgentHeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_registry_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *AgentHeartbeatRequest) GetUserId() []byte {
+	if x != nil {
+		return x.UserId
+	}
+	return nil
+}
+
+func (x *AgentHeartbeatRequest) GetAgentId() []byte {
+	if x != nil {
+		return x.AgentId
+	}
+	return nil
+}
+
+func (x *AgentHeartbeatRequest) GetLease() uint64 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
+}
+
+type AgentHeartbeatResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Agent         *Agent                 `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentHeartbeatResponse) Reset() {
+	*x = AgentHeartbeatResponse{}
+	mi := &file_registry_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentHeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentHeartbeatResponse) ProtoMessage() {}
+
+func (x *AgentHeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_registry_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentHeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*AgentHeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_registry_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *AgentHeartbeatResponse) GetAgent() *Agent {
+	if x != nil {
+		return x.Agent
+	}
+	return nil
+}
+
 type PutUserRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	User          *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
@@ -1493,7 +1601,7 @@ type PutUserRequest struct {
 
 func (x *PutUserRequest) Reset() {
 	*x = PutUserRequest{}
-	mi := &file_registry_proto_msgTypes[25]
+	mi := &file_registry_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1613,7 @@ func (x *PutUserRequest) String() string {
 func (*PutUserRequest) ProtoMessage() {}
 
 func (x *PutUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_registry_proto_msgTypes[25]
+	mi := &file_registry_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1626,7 @@ func (x *PutUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutUserRequest.ProtoReflect.Descriptor instead.
 func (*PutUserRequest) Descriptor() ([]byte, []int) {
-	return file_registry_proto_rawDescGZIP(), []int{25}
+	return file_registry_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PutUserRequest) GetUser() *User {
@@ -1536,7 +1644,7 @@ type PutUserResponse struct {
 
 func (x *PutUserResponse) Reset() {
 	*x = PutUserResponse{}
-	mi := &file_registry_proto_msgTypes[26]
+	mi := &file_registry_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1656,7 @@ func (x *PutUserResponse) String() string {
 func (*PutUserResponse) ProtoMessage() {}
 
 func (x *PutUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_registry_proto_msgTypes[26]
+	mi := &file_registry_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1669,7 @@ func (x *PutUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutUserResponse.ProtoReflect.Descriptor instead.
 func (*PutUserResponse) Descriptor() ([]byte, []int) {
-	return file_registry_proto_rawDescGZIP(), []int{26}
+	return file_registry_proto_rawDescGZIP(), []int{28}
 }
 
 type GetUserResponse struct {
@@ -1573,7 +1681,7 @@ type GetUserResponse struct {
 
 func (x *GetUserResponse) Reset() {
 	*x = GetUserResponse{}
-	mi := &file_registry_proto_msgTypes[27]
+	mi := &file_registry_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1693,7 @@ func (x *GetUserResponse) String() string {
 func (*GetUserResponse) ProtoMessage() {}
 
 func (x *GetUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_registry_proto_msgTypes[27]
+	mi := &file_registry_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1706,7 @@ func (x *GetUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUserResponse.ProtoReflect.Descriptor instead.
 func (*GetUserResponse) Descriptor() ([]byte, []int) {
-	return file_registry_proto_rawDescGZIP(), []int{27}
+	return file_registry_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetUserResponse) GetUser() *User {
@@ -1720,19 +1828,26 @@ const file_registry_proto_rawDesc = "" +
 	"\vSessionList\x12/\n" +
 	"\bsessions\x18\x01 \x03(\v2\x13.swarmkv.v1.SessionR\bsessions\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\fR\n" +
-	"nextCursor\"6\n" +
+	"nextCursor\"a\n" +
+	"\x15AgentHeartbeatRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\fR\x06userId\x12\x19\n" +
+	"\bagent_id\x18\x02 \x01(\fR\aagentId\x12\x14\n" +
+	"\x05lease\x18\x03 \x01(\x06R\x05lease\"A\n" +
+	"\x16AgentHeartbeatResponse\x12'\n" +
+	"\x05agent\x18\x01 \x01(\v2\x11.swarmkv.v1.AgentR\x05agent\"6\n" +
 	"\x0ePutUserRequest\x12$\n" +
 	"\x04user\x18\x01 \x01(\v2\x10.swarmkv.v1.UserR\x04user\"\x11\n" +
 	"\x0fPutUserResponse\"7\n" +
 	"\x0fGetUserResponse\x12$\n" +
-	"\x04user\x18\x01 \x01(\v2\x10.swarmkv.v1.UserR\x04user2\xec\a\n" +
+	"\x04user\x18\x01 \x01(\v2\x10.swarmkv.v1.UserR\x04user2\xc5\b\n" +
 	"\bRegistry\x12E\n" +
 	"\bPutAgent\x12\x1b.swarmkv.v1.PutAgentRequest\x1a\x1c.swarmkv.v1.PutAgentResponse\x12>\n" +
 	"\bGetAgent\x12\x14.swarmkv.v1.AgentRef\x1a\x1c.swarmkv.v1.GetAgentResponse\x12D\n" +
 	"\vDeleteAgent\x12\x14.swarmkv.v1.AgentRef\x1a\x1f.swarmkv.v1.DeleteAgentResponse\x12N\n" +
 	"\x10ListAgentsByUser\x12#.swarmkv.v1.ListAgentsByUserRequest\x1a\x15.swarmkv.v1.AgentList\x12C\n" +
 	"\x11CountAgentsByUser\x12\x13.swarmkv.v1.UserRef\x1a\x19.swarmkv.v1.CountResponse\x12`\n" +
-	"\x11UpdateAgentStatus\x12$.swarmkv.v1.UpdateAgentStatusRequest\x1a%.swarmkv.v1.UpdateAgentStatusResponse\x12H\n" +
+	"\x11UpdateAgentStatus\x12$.swarmkv.v1.UpdateAgentStatusRequest\x1a%.swarmkv.v1.UpdateAgentStatusResponse\x12W\n" +
+	"\x0eAgentHeartbeat\x12!.swarmkv.v1.AgentHeartbeatRequest\x1a\".swarmkv.v1.AgentHeartbeatResponse\x12H\n" +
 	"\x0fListShardAgents\x12\x1e.swarmkv.v1.ShardAgentsRequest\x1a\x15.swarmkv.v1.AgentList\x12K\n" +
 	"\n" +
 	"PutSession\x12\x1d.swarmkv.v1.PutSessionRequest\x1a\x1e.swarmkv.v1.PutSessionResponse\x12D\n" +
@@ -1755,7 +1870,7 @@ func file_registry_proto_rawDescGZIP() []byte {
 	return file_registry_proto_rawDescData
 }
 
-var file_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_registry_proto_goTypes = []any{
 	(*AgentSpec)(nil),                   // 0: swarmkv.v1.AgentSpec
 	(*Agent)(nil),                       // 1: swarmkv.v1.Agent
@@ -1782,64 +1897,69 @@ var file_registry_proto_goTypes = []any{
 	(*UpdateSessionStatusResponse)(nil), // 22: swarmkv.v1.UpdateSessionStatusResponse
 	(*ListSessionsByAgentRequest)(nil),  // 23: swarmkv.v1.ListSessionsByAgentRequest
 	(*SessionList)(nil),                 // 24: swarmkv.v1.SessionList
-	(*PutUserRequest)(nil),              // 25: swarmkv.v1.PutUserRequest
-	(*PutUserResponse)(nil),             // 26: swarmkv.v1.PutUserResponse
-	(*GetUserResponse)(nil),             // 27: swarmkv.v1.GetUserResponse
-	(Consistency)(0),                    // 28: swarmkv.v1.Consistency
+	(*AgentHeartbeatRequest)(nil),       // 25: swarmkv.v1.AgentHeartbeatRequest
+	(*AgentHeartbeatResponse)(nil),      // 26: swarmkv.v1.AgentHeartbeatResponse
+	(*PutUserRequest)(nil),              // 27: swarmkv.v1.PutUserRequest
+	(*PutUserResponse)(nil),             // 28: swarmkv.v1.PutUserResponse
+	(*GetUserResponse)(nil),             // 29: swarmkv.v1.GetUserResponse
+	(Consistency)(0),                    // 30: swarmkv.v1.Consistency
 }
 var file_registry_proto_depIdxs = []int32{
 	0,  // 0: swarmkv.v1.Agent.spec:type_name -> swarmkv.v1.AgentSpec
 	1,  // 1: swarmkv.v1.PutAgentRequest.agent:type_name -> swarmkv.v1.Agent
 	4,  // 2: swarmkv.v1.AgentRef.target:type_name -> swarmkv.v1.Target
-	28, // 3: swarmkv.v1.AgentRef.consistency:type_name -> swarmkv.v1.Consistency
+	30, // 3: swarmkv.v1.AgentRef.consistency:type_name -> swarmkv.v1.Consistency
 	1,  // 4: swarmkv.v1.GetAgentResponse.agent:type_name -> swarmkv.v1.Agent
-	28, // 5: swarmkv.v1.UserRef.consistency:type_name -> swarmkv.v1.Consistency
+	30, // 5: swarmkv.v1.UserRef.consistency:type_name -> swarmkv.v1.Consistency
 	1,  // 6: swarmkv.v1.AgentList.agents:type_name -> swarmkv.v1.Agent
-	28, // 7: swarmkv.v1.ListAgentsByUserRequest.consistency:type_name -> swarmkv.v1.Consistency
+	30, // 7: swarmkv.v1.ListAgentsByUserRequest.consistency:type_name -> swarmkv.v1.Consistency
 	1,  // 8: swarmkv.v1.UpdateAgentStatusResponse.agent:type_name -> swarmkv.v1.Agent
-	28, // 9: swarmkv.v1.ShardAgentsRequest.consistency:type_name -> swarmkv.v1.Consistency
+	30, // 9: swarmkv.v1.ShardAgentsRequest.consistency:type_name -> swarmkv.v1.Consistency
 	2,  // 10: swarmkv.v1.PutSessionRequest.session:type_name -> swarmkv.v1.Session
 	4,  // 11: swarmkv.v1.SessionRef.target:type_name -> swarmkv.v1.Target
-	28, // 12: swarmkv.v1.SessionRef.consistency:type_name -> swarmkv.v1.Consistency
+	30, // 12: swarmkv.v1.SessionRef.consistency:type_name -> swarmkv.v1.Consistency
 	2,  // 13: swarmkv.v1.GetSessionResponse.session:type_name -> swarmkv.v1.Session
 	4,  // 14: swarmkv.v1.UpdateSessionStatusRequest.target:type_name -> swarmkv.v1.Target
 	2,  // 15: swarmkv.v1.UpdateSessionStatusResponse.session:type_name -> swarmkv.v1.Session
 	4,  // 16: swarmkv.v1.ListSessionsByAgentRequest.target:type_name -> swarmkv.v1.Target
-	28, // 17: swarmkv.v1.ListSessionsByAgentRequest.consistency:type_name -> swarmkv.v1.Consistency
+	30, // 17: swarmkv.v1.ListSessionsByAgentRequest.consistency:type_name -> swarmkv.v1.Consistency
 	2,  // 18: swarmkv.v1.SessionList.sessions:type_name -> swarmkv.v1.Session
-	3,  // 19: swarmkv.v1.PutUserRequest.user:type_name -> swarmkv.v1.User
-	3,  // 20: swarmkv.v1.GetUserResponse.user:type_name -> swarmkv.v1.User
-	5,  // 21: swarmkv.v1.Registry.PutAgent:input_type -> swarmkv.v1.PutAgentRequest
-	7,  // 22: swarmkv.v1.Registry.GetAgent:input_type -> swarmkv.v1.AgentRef
-	7,  // 23: swarmkv.v1.Registry.DeleteAgent:input_type -> swarmkv.v1.AgentRef
-	13, // 24: swarmkv.v1.Registry.ListAgentsByUser:input_type -> swarmkv.v1.ListAgentsByUserRequest
-	10, // 25: swarmkv.v1.Registry.CountAgentsByUser:input_type -> swarmkv.v1.UserRef
-	14, // 26: swarmkv.v1.Registry.UpdateAgentStatus:input_type -> swarmkv.v1.UpdateAgentStatusRequest
-	16, // 27: swarmkv.v1.Registry.ListShardAgents:input_type -> swarmkv.v1.ShardAgentsRequest
-	17, // 28: swarmkv.v1.Registry.PutSession:input_type -> swarmkv.v1.PutSessionRequest
-	19, // 29: swarmkv.v1.Registry.GetSession:input_type -> swarmkv.v1.SessionRef
-	21, // 30: swarmkv.v1.Registry.UpdateSessionStatus:input_type -> swarmkv.v1.UpdateSessionStatusRequest
-	23, // 31: swarmkv.v1.Registry.ListSessionsByAgent:input_type -> swarmkv.v1.ListSessionsByAgentRequest
-	25, // 32: swarmkv.v1.Registry.PutUser:input_type -> swarmkv.v1.PutUserRequest
-	10, // 33: swarmkv.v1.Registry.GetUser:input_type -> swarmkv.v1.UserRef
-	6,  // 34: swarmkv.v1.Registry.PutAgent:output_type -> swarmkv.v1.PutAgentResponse
-	8,  // 35: swarmkv.v1.Registry.GetAgent:output_type -> swarmkv.v1.GetAgentResponse
-	9,  // 36: swarmkv.v1.Registry.DeleteAgent:output_type -> swarmkv.v1.DeleteAgentResponse
-	11, // 37: swarmkv.v1.Registry.ListAgentsByUser:output_type -> swarmkv.v1.AgentList
-	12, // 38: swarmkv.v1.Registry.CountAgentsByUser:output_type -> swarmkv.v1.CountResponse
-	15, // 39: swarmkv.v1.Registry.UpdateAgentStatus:output_type -> swarmkv.v1.UpdateAgentStatusResponse
-	11, // 40: swarmkv.v1.Registry.ListShardAgents:output_type -> swarmkv.v1.AgentList
-	18, // 41: swarmkv.v1.Registry.PutSession:output_type -> swarmkv.v1.PutSessionResponse
-	20, // 42: swarmkv.v1.Registry.GetSession:output_type -> swarmkv.v1.GetSessionResponse
-	22, // 43: swarmkv.v1.Registry.UpdateSessionStatus:output_type -> swarmkv.v1.UpdateSessionStatusResponse
-	24, // 44: swarmkv.v1.Registry.ListSessionsByAgent:output_type -> swarmkv.v1.SessionList
-	26, // 45: swarmkv.v1.Registry.PutUser:output_type -> swarmkv.v1.PutUserResponse
-	27, // 46: swarmkv.v1.Registry.GetUser:output_type -> swarmkv.v1.GetUserResponse
-	34, // [34:47] is the sub-list for method output_type
-	21, // [21:34] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	1,  // 19: swarmkv.v1.AgentHeartbeatResponse.agent:type_name -> swarmkv.v1.Agent
+	3,  // 20: swarmkv.v1.PutUserRequest.user:type_name -> swarmkv.v1.User
+	3,  // 21: swarmkv.v1.GetUserResponse.user:type_name -> swarmkv.v1.User
+	5,  // 22: swarmkv.v1.Registry.PutAgent:input_type -> swarmkv.v1.PutAgentRequest
+	7,  // 23: swarmkv.v1.Registry.GetAgent:input_type -> swarmkv.v1.AgentRef
+	7,  // 24: swarmkv.v1.Registry.DeleteAgent:input_type -> swarmkv.v1.AgentRef
+	13, // 25: swarmkv.v1.Registry.ListAgentsByUser:input_type -> swarmkv.v1.ListAgentsByUserRequest
+	10, // 26: swarmkv.v1.Registry.CountAgentsByUser:input_type -> swarmkv.v1.UserRef
+	14, // 27: swarmkv.v1.Registry.UpdateAgentStatus:input_type -> swarmkv.v1.UpdateAgentStatusRequest
+	25, // 28: swarmkv.v1.Registry.AgentHeartbeat:input_type -> swarmkv.v1.AgentHeartbeatRequest
+	16, // 29: swarmkv.v1.Registry.ListShardAgents:input_type -> swarmkv.v1.ShardAgentsRequest
+	17, // 30: swarmkv.v1.Registry.PutSession:input_type -> swarmkv.v1.PutSessionRequest
+	19, // 31: swarmkv.v1.Registry.GetSession:input_type -> swarmkv.v1.SessionRef
+	21, // 32: swarmkv.v1.Registry.UpdateSessionStatus:input_type -> swarmkv.v1.UpdateSessionStatusRequest
+	23, // 33: swarmkv.v1.Registry.ListSessionsByAgent:input_type -> swarmkv.v1.ListSessionsByAgentRequest
+	27, // 34: swarmkv.v1.Registry.PutUser:input_type -> swarmkv.v1.PutUserRequest
+	10, // 35: swarmkv.v1.Registry.GetUser:input_type -> swarmkv.v1.UserRef
+	6,  // 36: swarmkv.v1.Registry.PutAgent:output_type -> swarmkv.v1.PutAgentResponse
+	8,  // 37: swarmkv.v1.Registry.GetAgent:output_type -> swarmkv.v1.GetAgentResponse
+	9,  // 38: swarmkv.v1.Registry.DeleteAgent:output_type -> swarmkv.v1.DeleteAgentResponse
+	11, // 39: swarmkv.v1.Registry.ListAgentsByUser:output_type -> swarmkv.v1.AgentList
+	12, // 40: swarmkv.v1.Registry.CountAgentsByUser:output_type -> swarmkv.v1.CountResponse
+	15, // 41: swarmkv.v1.Registry.UpdateAgentStatus:output_type -> swarmkv.v1.UpdateAgentStatusResponse
+	26, // 42: swarmkv.v1.Registry.AgentHeartbeat:output_type -> swarmkv.v1.AgentHeartbeatResponse
+	11, // 43: swarmkv.v1.Registry.ListShardAgents:output_type -> swarmkv.v1.AgentList
+	18, // 44: swarmkv.v1.Registry.PutSession:output_type -> swarmkv.v1.PutSessionResponse
+	20, // 45: swarmkv.v1.Registry.GetSession:output_type -> swarmkv.v1.GetSessionResponse
+	22, // 46: swarmkv.v1.Registry.UpdateSessionStatus:output_type -> swarmkv.v1.UpdateSessionStatusResponse
+	24, // 47: swarmkv.v1.Registry.ListSessionsByAgent:output_type -> swarmkv.v1.SessionList
+	28, // 48: swarmkv.v1.Registry.PutUser:output_type -> swarmkv.v1.PutUserResponse
+	29, // 49: swarmkv.v1.Registry.GetUser:output_type -> swarmkv.v1.GetUserResponse
+	36, // [36:50] is the sub-list for method output_type
+	22, // [22:36] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_registry_proto_init() }
@@ -1856,7 +1976,7 @@ func file_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_registry_proto_rawDesc), len(file_registry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -34,6 +34,7 @@ const (
 	Registry_ListAgentsByUser_FullMethodName    = "/swarmkv.v1.Registry/ListAgentsByUser"
 	Registry_CountAgentsByUser_FullMethodName   = "/swarmkv.v1.Registry/CountAgentsByUser"
 	Registry_UpdateAgentStatus_FullMethodName   = "/swarmkv.v1.Registry/UpdateAgentStatus"
+	Registry_AgentHeartbeat_FullMethodName      = "/swarmkv.v1.Registry/AgentHeartbeat"
 	Registry_ListShardAgents_FullMethodName     = "/swarmkv.v1.Registry/ListShardAgents"
 	Registry_PutSession_FullMethodName          = "/swarmkv.v1.Registry/PutSession"
 	Registry_GetSession_FullMethodName          = "/swarmkv.v1.Registry/GetSession"
@@ -54,6 +55,7 @@ type RegistryClient interface {
 	ListAgentsByUser(ctx context.Context, in *ListAgentsByUserRequest, opts ...grpc.CallOption) (*AgentList, error)
 	CountAgentsByUser(ctx context.Context, in *UserRef, opts ...grpc.CallOption) (*CountResponse, error)
 	UpdateAgentStatus(ctx context.Context, in *UpdateAgentStatusRequest, opts ...grpc.CallOption) (*UpdateAgentStatusResponse, error)
+	AgentHeartbeat(ctx context.Context, in *AgentHeartbeatRequest, opts ...grpc.CallOption) (*AgentHeartbeatResponse, error)
 	// One shard's page of agents by status or of all agents.
 	ListShardAgents(ctx context.Context, in *ShardAgentsRequest, opts ...grpc.CallOption) (*AgentList, error)
 	PutSession(ctx context.Context, in *PutSessionRequest, opts ...grpc.CallOption) (*PutSessionResponse, error)
@@ -128,6 +130,16 @@ func (c *registryClient) UpdateAgentStatus(ctx context.Context, in *UpdateAgentS
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(UpdateAgentStatusResponse)
 	err := c.cc.Invoke(ctx, Registry_UpdateAgentStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *registryClient) AgentHeartbeat(ctx context.Context, in *AgentHeartbeatRequest, opts ...grpc.CallOption) (*AgentHeartbeatResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AgentHeartbeatResponse)
+	err := c.cc.Invoke(ctx, Registry_AgentHeartbeat_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -215,6 +227,7 @@ type RegistryServer interface {
 	ListAgentsByUser(context.Context, *ListAgentsByUserRequest) (*AgentList, error)
 	CountAgentsByUser(context.Context, *UserRef) (*CountResponse, error)
 	UpdateAgentStatus(context.Context, *UpdateAgentStatusRequest) (*UpdateAgentStatusResponse, error)
+	AgentHeartbeat(context.Context, *AgentHeartbeatRequest) (*AgentHeartbeatResponse, error)
 	// One shard's page of agents by status or of all agents.
 	ListShardAgents(context.Context, *ShardAgentsRequest) (*AgentList, error)
 	PutSession(context.Context, *PutSessionRequest) (*PutSessionResponse, error)
@@ -252,6 +265,9 @@ func (UnimplementedRegistryServer) CountAgentsByUser(context.Context, *UserRef) 
 }
 func (UnimplementedRegistryServer) UpdateAgentStatus(context.Context, *UpdateAgentStatusRequest) (*UpdateAgentStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateAgentStatus not implemented")
+}
+func (UnimplementedRegistryServer) AgentHeartbeat(context.Context, *AgentHeartbeatRequest) (*AgentHeartbeatResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AgentHeartbeat not implemented")
 }
 func (UnimplementedRegistryServer) ListShardAgents(context.Context, *ShardAgentsRequest) (*AgentList, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListShardAgents not implemented")
@@ -399,6 +415,24 @@ func _Registry_UpdateAgentStatus_Handler(srv interface{}, ctx context.Context, d
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(RegistryServer).UpdateAgentStatus(ctx, req.(*UpdateAgentStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Registry_AgentHeartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AgentHeartbeatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServer).AgentHeartbeat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Registry_AgentHeartbeat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServer).AgentHeartbeat(ctx, req.(*AgentHeartbeatRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -559,6 +593,10 @@ var Registry_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateAgentStatus",
 			Handler:    _Registry_UpdateAgentStatus_Handler,
+		},
+		{
+			MethodName: "AgentHeartbeat",
+			Handler:    _Registry_AgentHeartbeat_Handler,
 		},
 		{
 			MethodName: "ListShardAgents",

@@ -19,9 +19,9 @@
 //	mux, _ := transport.NewMux(transport.MuxConfig{Listener: ln,
 //		ServerTLS: id.ServerConfig(true), ClientTLS: id.PeerConfig(),
 //		AllowPeer: isMember})
-//	layer, _ := mux.Layer(shardGroup) // one per Raft group
+//	layer, _ := mux.Layer(shardGroup, incarnation) // one per Raft group
 //	trans := raft.NewNetworkTransport(layer, 3, 10*time.Second, logOut)
-//	ck, _ := mux.Layer(readCheckGroup)
+//	ck, _ := mux.Layer(readCheckGroup, 0)
 //	checker := transport.NewLeaderChecker(ck, "n1", raftOf, log)
 //	ok := checker.Confirm(group, term, configuration) // else VerifyLeader
 package transport

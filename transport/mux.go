@@ -87,6 +87,10 @@ type MuxConfig struct {
 	// handshake succeeded; an error closes the connection before any Raft
 	// traffic (the node allows members only).
 	AllowPeer func(nodeID string) error
+	// Incarnations, if set, is asked at every dial and every accepted
+	// header whether headers carry the group's incarnation
+	// (mux_inc.go); nil: IncarnationAccept.
+	Incarnations func() IncarnationMode
 }
 
 // withDefaults returns c with zero fields set to their defaults.
@@ -152,6 +156,9 @@ func (c MuxConfig) Validate() error {
 //	| 0x53 | 0x57 |                               | bytes ...
 //	+------+------+------+------+------+------+---------------------------
 //
+// A header may instead carry the group's incarnation ('S' 'I', 14 bytes:
+// mux_inc.go), as MuxConfig.Incarnations decides; the acceptor then hands
+// the connection only to the group's Layer of that incarnation.
 // With MuxConfig.Secret (a cluster secret, without TLS) the header is the
 // authenticated preface of mux_auth.go instead, and a plain header is
 // refused. With TLS or a secret, MuxConfig.AllowPeer vets the peer's node id.
@@ -159,7 +166,9 @@ func (c MuxConfig) Validate() error {
 // The acceptor must receive the whole header within MuxConfig.HandshakeTimeout.
 // A connection with a bad magic, a short header, or a group with no open Layer
 // is closed and logged at debug level: a node may receive traffic for a shard
-// it no longer hosts or does not host yet, and the sender's Raft retries.
+// it no longer hosts or does not host yet, and the sender's Raft retries. One
+// refused for its incarnation (another incarnation of the group, or none
+// where one is required) is logged at warn level.
 //
 // Threads. A Mux runs one accept goroutine, plus one short-lived handshake
 // goroutine per accepted connection, which reads the header and then hands the
@@ -171,7 +180,7 @@ func (c MuxConfig) Validate() error {
 //
 //	ln, _ := net.Listen("tcp", cfg.RaftAddr)
 //	mux, err := transport.NewMux(transport.MuxConfig{Listener: ln, Logger: log})
-//	layer, err := mux.Layer(uint32(shardID))
+//	layer, err := mux.Layer(uint32(shardID), incarnation)
 //	trans := raft.NewNetworkTransport(layer, 3, 10*time.Second, logOut)
 //	r, err := raft.NewRaft(conf, fsm, logs, stable, snaps, trans)
 //	...
@@ -188,6 +197,8 @@ type Mux struct {
 	secret           []byte
 	localID          string
 	allowPeer        func(string) error
+	incarnations     func() IncarnationMode
+	stats            muxStats // mux_inc.go
 
 	done chan struct{}  // closed by Close
 	wg   sync.WaitGroup // the accept goroutine and every handshake goroutine
@@ -220,6 +231,7 @@ func NewMux(cfg MuxConfig) (*Mux, error) {
 		secret:           cfg.Secret,
 		localID:          cfg.LocalID,
 		allowPeer:        cfg.AllowPeer,
+		incarnations:     cfg.Incarnations,
 		done:             make(chan struct{}),
 	}
 	m.mu.layers = make(map[uint32]*Layer)
@@ -232,12 +244,13 @@ func NewMux(cfg MuxConfig) (*Mux, error) {
 // Addr returns the advertised address, the one every Layer's Addr returns.
 func (m *Mux) Addr() net.Addr { return m.addr }
 
-// Layer registers group and returns its stream layer, to be passed to
-// raft.NewNetworkTransport. A group has at most one open Layer: registering it
-// again returns an error wrapping ErrGroupRegistered until the first Layer is
-// closed (raft's NetworkTransport closes its stream layer on Close). After
-// Mux.Close it returns ErrMuxClosed.
-func (m *Mux) Layer(group uint32) (*Layer, error) {
+// Layer registers group, of incarnation incarnation (mux_inc.go; 0 for a
+// group whose id is never reused), and returns its stream layer, to be
+// passed to raft.NewNetworkTransport. A group has at most one open Layer:
+// registering it again returns an error wrapping ErrGroupRegistered until
+// the first Layer is closed (raft's NetworkTransport closes its stream
+// layer on Close). After Mux.Close it returns ErrMuxClosed.
+func (m *Mux) Layer(group uint32, incarnation uint64) (*Layer, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.mu.closed {
@@ -248,12 +261,13 @@ func (m *Mux) Layer(group uint32) (*Layer, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Layer{
-		m:        m,
-		group:    group,
-		log:      m.log.With("group", group),
-		acceptCh: make(chan net.Conn, muxAcceptBacklog),
-		ctx:      ctx,
-		cancel:   cancel,
+		m:           m,
+		group:       group,
+		incarnation: incarnation,
+		log:         m.log.With("group", group),
+		acceptCh:    make(chan net.Conn, muxAcceptBacklog),
+		ctx:         ctx,
+		cancel:      cancel,
 	}
 	l.mu.conns = make(map[*muxConn]struct{})
 	m.mu.layers[group] = l
@@ -348,13 +362,17 @@ func (m *Mux) handshake(raw net.Conn) {
 	if m.serverTLS != nil {
 		c = tls.Server(raw, m.serverTLS)
 	}
-	group, err := m.readHeader(c)
+	h, err := m.readHeader(c)
+	group := h.group
 
 	m.mu.Lock()
 	delete(m.mu.pending, raw)
 	closed := m.mu.closed
 	l := m.mu.layers[group]
 	m.mu.Unlock()
+	if err == nil && l != nil {
+		err = m.checkIncarnation(h, l) // mux_inc.go
+	}
 
 	switch {
 	case closed:
@@ -365,6 +383,9 @@ func (m *Mux) handshake(raw net.Conn) {
 	case errors.As(err, new(*peerRefusedError)):
 		m.log.Warn("raft mux: refused connection", "remote", c.RemoteAddr().String(), "err", err)
 		_ = c.Close()
+	case errors.As(err, new(*incarnationError)):
+		m.log.Warn("raft mux: refused connection", "remote", c.RemoteAddr().String(), "group", group, "err", err)
+		_ = c.Close()
 	case err != nil:
 		m.log.Debug("raft mux: rejected connection", "remote", c.RemoteAddr().String(), "err", err)
 		_ = c.Close()
@@ -372,42 +393,52 @@ func (m *Mux) handshake(raw net.Conn) {
 		m.log.Debug("raft mux: rejected connection for unknown group", "remote", c.RemoteAddr().String(), "group", group)
 		_ = c.Close()
 	default:
-		l.deliver(c)
+		m.stats.accepted(h.hasInc)
+		l.deliver(c, !h.hasInc)
 	}
 }
 
+// muxHeader is what an accepted connection's header says.
+type muxHeader struct {
+	group uint32
+	// inc is the group's incarnation when hasInc (an 'S' 'I' header or
+	// an 'S' 'B' preface: mux_inc.go).
+	inc    uint64
+	hasInc bool
+}
+
 // readHeader reads and parses c's header within the handshake timeout.
-func (m *Mux) readHeader(c net.Conn) (uint32, error) {
+func (m *Mux) readHeader(c net.Conn) (muxHeader, error) {
 	if err := c.SetDeadline(time.Now().Add(m.handshakeTimeout)); err != nil {
-		return 0, err
+		return muxHeader{}, err
 	}
 	if tc, ok := c.(*tls.Conn); ok {
 		if err := tc.Handshake(); err != nil {
-			return 0, &tlsHandshakeError{err}
+			return muxHeader{}, &tlsHandshakeError{err}
 		}
 	}
 	var hdr [muxHeaderLen]byte
 	if _, err := io.ReadFull(c, hdr[:]); err != nil {
-		return 0, fmt.Errorf("transport: mux header: %w", err)
+		return muxHeader{}, fmt.Errorf("transport: mux header: %w", err)
 	}
-	var group uint32
+	var h muxHeader
 	var peerID string
 	var err error
 	if m.secret != nil {
-		group, peerID, err = m.acceptAuth(c, hdr) // mux_auth.go
+		h, peerID, err = m.acceptAuth(c, hdr) // mux_auth.go
 	} else {
-		group, err = parseMuxHeader(hdr)
+		h, err = readMuxHeader(c, hdr) // mux_inc.go
 	}
 	if err != nil {
-		return 0, err
+		return muxHeader{}, err
 	}
 	if err := m.checkPeer(c, peerID); err != nil {
-		return 0, err
+		return muxHeader{}, err
 	}
 	if err := c.SetDeadline(time.Time{}); err != nil {
-		return 0, err
+		return muxHeader{}, err
 	}
-	return group, nil
+	return h, nil
 }
 
 // tlsHandshakeError is a failed TLS handshake on the Raft port (a peer
@@ -446,10 +477,13 @@ func parseMuxHeader(hdr [muxHeaderLen]byte) (uint32, error) {
 // the group and closes every connection it dialed or accepted, so the
 // transport's connection goroutines exit.
 type Layer struct {
-	m        *Mux
-	group    uint32
-	log      *slog.Logger
-	acceptCh chan net.Conn
+	m     *Mux
+	group uint32
+	// incarnation is the group's (Mux.Layer); headers that carry another
+	// are refused.
+	incarnation uint64
+	log         *slog.Logger
+	acceptCh    chan net.Conn
 	// ctx is cancelled by Close; it bounds Accept and every Dial.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -465,6 +499,9 @@ var _ raft.StreamLayer = (*Layer)(nil)
 
 // Group returns the Raft group id the Layer serves.
 func (l *Layer) Group() uint32 { return l.group }
+
+// Incarnation returns the group incarnation the Layer was registered with.
+func (l *Layer) Incarnation() uint64 { return l.incarnation }
 
 // Accept waits for the next connection for this group. After Close (of the
 // Layer or its Mux) it returns an error wrapping ErrLayerClosed and
@@ -528,7 +565,8 @@ func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 	if l.m.clientTLS != nil {
 		raw = tls.Client(raw, l.m.clientTLS)
 	}
-	c := l.track(raw) // from here on Close aborts the handshake and the header write
+	withInc := l.m.mode().sends()
+	c := l.track(raw, !withInc) // from here on Close aborts the handshake and the header write
 	if c == nil {
 		_ = raw.Close()
 		return nil, ErrLayerClosed
@@ -542,9 +580,11 @@ func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 			return nil, fmt.Errorf("transport: mux dial group %d at %s: tls: %w", l.group, address, err)
 		}
 	}
-	write := l.writeHeader
+	write := func(ctx context.Context, c net.Conn) error { return l.writeHeader(ctx, c, withInc) }
 	if l.m.secret != nil {
-		write = func(ctx context.Context, c net.Conn) error { return l.m.dialAuth(ctx, c, l.group) } // mux_auth.go
+		write = func(ctx context.Context, c net.Conn) error {
+			return l.m.dialAuth(ctx, c, l.group, l.incarnation, withInc)
+		} // mux_auth.go
 	}
 	if err := write(ctx, c); err != nil {
 		_ = c.Close()
@@ -553,16 +593,21 @@ func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 		}
 		return nil, fmt.Errorf("transport: mux dial group %d at %s: header: %w", l.group, address, err)
 	}
+	l.m.stats.dialed(withInc)
 	return c, nil
 }
 
-// writeHeader writes the group's header to c within ctx's deadline.
-func (l *Layer) writeHeader(ctx context.Context, c net.Conn) error {
+// writeHeader writes the group's header to c within ctx's deadline, with
+// the group's incarnation when withInc.
+func (l *Layer) writeHeader(ctx context.Context, c net.Conn, withInc bool) error {
 	dl, _ := ctx.Deadline() // zero: no deadline
 	if err := c.SetWriteDeadline(dl); err != nil {
 		return err
 	}
-	hdr := appendMuxHeader(make([]byte, 0, muxHeaderLen), l.group)
+	hdr := appendMuxHeader(make([]byte, 0, muxIncHeaderLen), l.group)
+	if withInc {
+		hdr = appendMuxIncHeader(hdr[:0], l.group, l.incarnation)
+	}
 	if _, err := c.Write(hdr); err != nil {
 		return err
 	}
@@ -570,9 +615,10 @@ func (l *Layer) writeHeader(ctx context.Context, c net.Conn) error {
 }
 
 // deliver queues an accepted, handshaken connection for Accept, blocking
-// until Accept takes it or the Layer closes.
-func (l *Layer) deliver(raw net.Conn) {
-	c := l.track(raw)
+// until Accept takes it or the Layer closes. plain: its header carried no
+// incarnation.
+func (l *Layer) deliver(raw net.Conn, plain bool) {
+	c := l.track(raw, plain)
 	if c == nil {
 		l.log.Debug("raft mux: rejected connection for closed group", "remote", raw.RemoteAddr().String())
 		_ = raw.Close()
@@ -585,14 +631,15 @@ func (l *Layer) deliver(raw net.Conn) {
 }
 
 // track wraps raw so the Layer closes it on Close; it returns nil if the
-// Layer is already closed.
-func (l *Layer) track(raw net.Conn) *muxConn {
+// Layer is already closed. plain: its header carries no incarnation
+// (Mux.ClosePlain closes it).
+func (l *Layer) track(raw net.Conn, plain bool) *muxConn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.mu.closed {
 		return nil
 	}
-	c := &muxConn{Conn: raw, l: l}
+	c := &muxConn{Conn: raw, l: l, plain: plain}
 	l.mu.conns[c] = struct{}{}
 	return c
 }
@@ -600,7 +647,8 @@ func (l *Layer) track(raw net.Conn) *muxConn {
 // muxConn is a connection owned by a Layer; closing it forgets it.
 type muxConn struct {
 	net.Conn
-	l *Layer
+	l     *Layer
+	plain bool // its header carried no group incarnation
 }
 
 func (c *muxConn) Close() error {

@@ -25,6 +25,8 @@ func FuzzMuxAuthPreface(f *testing.F) {
 	f.Add([]byte("SA\xff\xff\xff\xff\x02n1" + strings.Repeat("\x00", 16+32)))
 	f.Add([]byte("SW\x00\x00\x00\x01"))
 	f.Add([]byte("SA\x00\x00\x00\x01\xffshort"))
+	f.Add([]byte("SB\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x03\x02n1" + strings.Repeat("\x00", 16+32)))
+	f.Add([]byte("SB\x00\x00\x00\x01\x00"))
 	f.Add([]byte{})
 	m := &Mux{secret: []byte(strings.Repeat("s", 32))}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -62,7 +64,7 @@ func TestMuxAuthHandshake(t *testing.T) {
 			// pipe (TCP does not).
 		}()
 		ctx := ctxT(t, 5*time.Second)
-		dialErr = d.dialAuth(ctx, a, 42)
+		dialErr = d.dialAuth(ctx, a, 42, 0, false)
 		if dialErr != nil {
 			a.Close() // the dialer closes a refused connection
 		}

@@ -46,7 +46,7 @@ func newTestMux(t *testing.T, cfg MuxConfig) *Mux {
 
 func newTestLayer(t *testing.T, m *Mux, group uint32) *Layer {
 	t.Helper()
-	l, err := m.Layer(group)
+	l, err := m.Layer(group, 0)
 	if err != nil {
 		t.Fatalf("Layer(%d): %v", group, err)
 	}
@@ -245,7 +245,7 @@ func TestMuxRejectsBadHandshakes(t *testing.T) {
 func TestMuxLayerRegistration(t *testing.T) {
 	a, b := newTestMux(t, MuxConfig{}), newTestMux(t, MuxConfig{})
 	first := newTestLayer(t, b, 7)
-	if _, err := b.Layer(7); !errors.Is(err, ErrGroupRegistered) {
+	if _, err := b.Layer(7, 0); !errors.Is(err, ErrGroupRegistered) {
 		t.Fatalf("second Layer(7): %v, want ErrGroupRegistered", err)
 	}
 	if err := first.Close(); err != nil {
@@ -323,7 +323,7 @@ func TestMuxCloseJoinsEverything(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := m.Layer(3); !errors.Is(err, ErrMuxClosed) {
+	if _, err := m.Layer(3, 0); !errors.Is(err, ErrMuxClosed) {
 		t.Fatalf("Layer after Close: %v, want ErrMuxClosed", err)
 	}
 	if _, err := l1.Dial(raft.ServerAddress(a.Addr().String()), time.Second); !errors.Is(err, ErrLayerClosed) {
@@ -406,23 +406,37 @@ func TestMuxConfigValidate(t *testing.T) {
 	}
 }
 
+// FuzzMuxHeader: a plain header ('S' 'W') or one with the group
+// incarnation ('S' 'I') parses to what encodes back to the same bytes;
+// anything else is a bad magic or a short header, never a panic.
 func FuzzMuxHeader(f *testing.F) {
 	f.Add([]byte("SW\x00\x00\x00\x07"))
 	f.Add([]byte("SW\xff\xff\xff\xff"))
 	f.Add([]byte("XW\x00\x00\x00\x07"))
+	f.Add([]byte("SI\x00\x00\x00\x07\x00\x00\x00\x00\x00\x00\x00\x2a"))
+	f.Add([]byte("SI\x00\x00\x00\x07\x00\x01"))
 	f.Add([]byte{0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var hdr [muxHeaderLen]byte
-		copy(hdr[:], b)
-		group, err := parseMuxHeader(hdr)
+		n := copy(hdr[:], b)
+		b = append(hdr[:], b[n:]...) // the header's first bytes, zero-padded
+		h, err := readMuxHeader(bytes.NewReader(b[muxHeaderLen:]), hdr)
+		incMagic := hdr[0] == 'S' && hdr[1] == 'I'
 		if err != nil {
-			if !errors.Is(err, errMuxBadMagic) || (hdr[0] == 'S' && hdr[1] == 'W') {
-				t.Fatalf("parse %x: unexpected error %v", hdr, err)
+			if incMagic && len(b) < muxIncHeaderLen {
+				return // short
+			}
+			if !errors.Is(err, errMuxBadMagic) || (hdr[0] == 'S' && hdr[1] == 'W') || incMagic {
+				t.Fatalf("parse %x: unexpected error %v", b, err)
 			}
 			return
 		}
-		if re := appendMuxHeader(nil, group); !bytes.Equal(re, hdr[:]) {
-			t.Fatalf("parse %x = group %d, which encodes as %x", hdr, group, re)
+		re := appendMuxHeader(nil, h.group)
+		if h.hasInc {
+			re = appendMuxIncHeader(nil, h.group, h.inc)
+		}
+		if h.hasInc != incMagic || len(b) < len(re) || !bytes.Equal(re, b[:len(re)]) {
+			t.Fatalf("parse %x = %+v, which encodes as %x", b, h, re)
 		}
 	})
 }

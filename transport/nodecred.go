@@ -100,6 +100,16 @@ func NodeCredUnary(secret []byte, id string) grpc.UnaryClientInterceptor {
 	}
 }
 
+// NodeCredStream is NodeCredUnary for streams (a shard move's export, a
+// backup): without it a node's streams to its peers carry no credential
+// and are refused.
+func NodeCredStream(secret []byte, id string) grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		ctx = metadata.AppendToOutgoingContext(ctx, mdNode, id, mdNodeAuth, grpcNodeCred(secret, id, method, time.Now()))
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+}
+
 // CheckNodeCred returns the node id of a call whose metadata md carries a
 // valid node credential for method at time now, or ok false.
 func CheckNodeCred(md metadata.MD, secret []byte, method string, now time.Time) (id string, ok bool) {

@@ -17,6 +17,8 @@ type PeersConfig struct {
 	// Unary, if set, intercepts every call: NodeCredUnary adds the
 	// cluster-secret credential without TLS.
 	Unary grpc.UnaryClientInterceptor
+	// Stream, if set, intercepts every stream: NodeCredStream.
+	Stream grpc.StreamClientInterceptor
 	// DialOptions are added to every connection (the node passes the
 	// client's keepalive).
 	DialOptions []grpc.DialOption
@@ -41,6 +43,9 @@ func NewPeers(cfg PeersConfig) *Peers {
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, cfg.DialOptions...)
 	if cfg.Unary != nil {
 		opts = append(opts, grpc.WithUnaryInterceptor(cfg.Unary))
+	}
+	if cfg.Stream != nil {
+		opts = append(opts, grpc.WithStreamInterceptor(cfg.Stream))
 	}
 	return &Peers{opts: opts, conns: map[string]*grpc.ClientConn{}}
 }

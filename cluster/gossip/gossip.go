@@ -1,22 +1,23 @@
 // Package gossip owns the node's memberlist glue: the metadata a node
-// announces (Meta, DecodeMeta: protocol version, id, addresses, bootstrap
+// announces (Meta, DecodeMeta: protocol versions, id, addresses, bootstrap
 // settings), the node's copy of gossip membership fed by memberlist's
 // events (Members), the delegate that announces the metadata and refuses
-// peers with another protocol version or a name that is not their id, the
+// peers whose protocol versions the node does not accept or whose name is
+// not their id, the
 // memberlist configuration (New: profile, bind and advertise addresses,
 // keyring) and the gossip keyring file (ParseKeys, LoadKeys).
 //
 // Gossip is a hint: it tells nodes where peers are and whether they can
 // bootstrap together; it never changes Raft configuration by itself. What
 // gossip needs of the node is passed in as Config's function fields
-// (LocalMeta, Version). It is part of the core: package cluster imports
+// (LocalMeta, Accept). It is part of the core: package cluster imports
 // it; it imports hashicorp/memberlist and the standard library only, never
 // cluster.
 //
 // Usage, as a node wires it:
 //
 //	ml, err := gossip.New(gossip.Config{Name: "n1", Bind: "0.0.0.0:7103",
-//		Members: &members, LocalMeta: localMeta, Version: version,
+//		Members: &members, LocalMeta: localMeta, Accept: acceptVersions,
 //		Log: log, Logger: memberlistLogger})
 //	for _, m := range members.Alive() { ... } // sorted by id
 package gossip
@@ -39,13 +40,21 @@ import (
 // Meta is what a node announces in memberlist's node metadata (at most
 // memberlist.MetaMaxSize = 512 bytes of JSON).
 type Meta struct {
-	// Version is the node's protocol version; peers without a supported
-	// version are refused.
-	Version int    `json:"v"`
-	ID      string `json:"id"`
-	Raft    string `json:"raft"`
-	GRPC    string `json:"grpc"`
-	HTTP    string `json:"http,omitempty"`
+	// Version is the protocol version the node runs now: its cluster's,
+	// or the lowest it speaks before it belongs to one. Binaries before
+	// version ranges read only this field and refuse a peer whose Version
+	// differs from theirs (1), so a node announces 1 while its cluster
+	// runs version 1, whatever its binary speaks.
+	Version int `json:"v"`
+	// Min and Max are the lowest and highest protocol versions the node's
+	// binary speaks (Range); 0 (binaries before version ranges, which
+	// do not announce them): Version only. Older decoders ignore them.
+	Min  int    `json:"min,omitempty"`
+	Max  int    `json:"max,omitempty"`
+	ID   string `json:"id"`
+	Raft string `json:"raft"`
+	GRPC string `json:"grpc"`
+	HTTP string `json:"http,omitempty"`
 	// Shards and Expect are the node's bootstrap settings (Shards 0:
 	// automatic); nodes only bootstrap together when they agree.
 	Shards int `json:"shards"`
@@ -60,9 +69,26 @@ type Meta struct {
 	Inc string `json:"inc,omitempty"`
 }
 
-// DecodeMeta decodes a peer's metadata and checks that it speaks protocol
-// version want (the local node's).
-func DecodeMeta(b []byte, want int) (Meta, error) {
+// Range returns the protocol versions the node speaks: Min..Max, or
+// Version..Version for a node that does not announce them.
+func (m Meta) Range() (lo, hi int) {
+	lo, hi = m.Version, m.Version
+	if m.Min != 0 {
+		lo = m.Min
+	}
+	if m.Max != 0 {
+		hi = m.Max
+	}
+	return lo, hi
+}
+
+// AcceptFunc decides whether the local node accepts a peer that speaks
+// protocol versions lo..hi: nil, or the reason it refuses it.
+type AcceptFunc func(lo, hi int) error
+
+// DecodeMeta decodes a peer's metadata and checks its protocol versions:
+// a Version within Min..Max (when announced), and accept's consent.
+func DecodeMeta(b []byte, accept AcceptFunc) (Meta, error) {
 	var m Meta
 	if len(b) == 0 {
 		return m, fmt.Errorf("cluster: peer announced no metadata (missing protocol version)")
@@ -70,11 +96,14 @@ func DecodeMeta(b []byte, want int) (Meta, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return m, fmt.Errorf("cluster: peer metadata: %w", err)
 	}
-	if m.Version == 0 {
+	if m.Version <= 0 {
 		return m, fmt.Errorf("cluster: peer %q announced no protocol version", m.ID)
 	}
-	if m.Version != want {
-		return m, fmt.Errorf("cluster: peer %q speaks protocol version %d, this node supports %d: refused", m.ID, m.Version, want)
+	if lo, hi := m.Range(); m.Min < 0 || m.Max < 0 || lo > m.Version || m.Version > hi {
+		return m, fmt.Errorf("cluster: peer %q announced protocol version %d outside its range %d..%d", m.ID, m.Version, lo, hi)
+	}
+	if err := accept(m.Range()); err != nil {
+		return m, fmt.Errorf("cluster: peer %q: %w", m.ID, err)
 	}
 	if m.ID == "" || m.Raft == "" || m.GRPC == "" {
 		return m, fmt.Errorf("cluster: peer metadata lacks id or addresses")
@@ -99,11 +128,12 @@ type Member struct {
 }
 
 // Set records member name's metadata and liveness; metadata that does not
-// decode for protocol version is ignored.
-func (ms *Members) Set(name string, meta []byte, alive bool, version int) {
-	m, err := DecodeMeta(meta, version)
+// decode, or whose protocol versions accept refuses, is ignored. It
+// reports whether the member's liveness changed (or it was not known).
+func (ms *Members) Set(name string, meta []byte, alive bool, accept AcceptFunc) (changed bool) {
+	m, err := DecodeMeta(meta, accept)
 	if err != nil {
-		return
+		return false
 	}
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
@@ -111,10 +141,12 @@ func (ms *Members) Set(name string, meta []byte, alive bool, version int) {
 		ms.nodes = map[string]Member{}
 	}
 	since := time.Now()
-	if old, ok := ms.nodes[name]; ok && old.Alive == alive {
+	old, known := ms.nodes[name]
+	if known && old.Alive == alive {
 		since = old.Since
 	}
 	ms.nodes[name] = Member{Meta: m, Alive: alive, Since: since}
+	return !known || old.Alive != alive
 }
 
 // All returns a copy of every member gossip has seen, by id.
@@ -181,17 +213,22 @@ type Config struct {
 	Members *Members
 	// LocalMeta returns the metadata this node announces now.
 	LocalMeta func() Meta
-	// Version returns the protocol version this node speaks; peers
-	// announcing another are refused.
-	Version func() int
+	// Accept decides which protocol versions of peers this node accepts
+	// (asked at every alive message and event); peers it refuses are
+	// left out of Members and refused by memberlist.
+	Accept AcceptFunc
+	// OnLiveness, if set, runs when a member is first seen or its
+	// liveness changes (Members.Set reports it), on memberlist's event
+	// goroutine: it must return at once.
+	OnLiveness func(id string, alive bool)
 	// Log receives refusals; Logger is memberlist's own logger.
 	Log    *slog.Logger
 	Logger *log.Logger
 }
 
 // delegate implements memberlist's Delegate (our metadata), AliveDelegate
-// (refuse peers with a bad protocol version or a name that differs from
-// their id) and EventDelegate (feed Members).
+// (refuse peers whose protocol versions Accept refuses or whose name
+// differs from their id) and EventDelegate (feed Members).
 type delegate struct {
 	c *Config
 }
@@ -202,14 +239,14 @@ var (
 	_ memberlist.EventDelegate = delegate{}
 )
 
-func (d delegate) NotifyJoin(n *memberlist.Node) {
-	d.c.Members.Set(n.Name, n.Meta, true, d.c.Version())
-}
-func (d delegate) NotifyUpdate(n *memberlist.Node) {
-	d.c.Members.Set(n.Name, n.Meta, true, d.c.Version())
-}
-func (d delegate) NotifyLeave(n *memberlist.Node) {
-	d.c.Members.Set(n.Name, n.Meta, false, d.c.Version())
+func (d delegate) NotifyJoin(n *memberlist.Node)   { d.set(n, true) }
+func (d delegate) NotifyUpdate(n *memberlist.Node) { d.set(n, true) }
+func (d delegate) NotifyLeave(n *memberlist.Node)  { d.set(n, false) }
+
+func (d delegate) set(n *memberlist.Node, alive bool) {
+	if d.c.Members.Set(n.Name, n.Meta, alive, d.c.Accept) && d.c.OnLiveness != nil {
+		d.c.OnLiveness(n.Name, alive)
+	}
 }
 
 func (d delegate) NodeMeta(limit int) []byte {
@@ -227,7 +264,7 @@ func (d delegate) LocalState(join bool) []byte                { return nil }
 func (d delegate) MergeRemoteState(buf []byte, join bool)     {}
 
 func (d delegate) NotifyAlive(peer *memberlist.Node) error {
-	m, err := DecodeMeta(peer.Meta, d.c.Version())
+	m, err := DecodeMeta(peer.Meta, d.c.Accept)
 	if err != nil {
 		d.c.Log.Warn("refusing gossip peer", "peer", peer.Name, "addr", peer.Address(), "err", err)
 		return err

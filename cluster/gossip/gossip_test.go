@@ -3,31 +3,110 @@ package gossip
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 )
 
-// version is the protocol version the tests speak.
+// version is the protocol version the tests' cluster runs.
 const version = 1
 
-// FuzzDecodeMeta: any peer metadata either decodes into a member with the
-// right version, an id and addresses, or is refused; never a panic.
+// runs accepts peers that speak version v (a node whose cluster runs v).
+func runs(v int) AcceptFunc {
+	return func(lo, hi int) error {
+		if v < lo || v > hi {
+			return fmt.Errorf("speaks protocol versions %d..%d, the cluster runs %d", lo, hi, v)
+		}
+		return nil
+	}
+}
+
+// FuzzDecodeMeta: any peer metadata either decodes into a member whose
+// version range is well-formed and includes the version the node runs,
+// with an id and addresses, or is refused; never a panic.
 func FuzzDecodeMeta(f *testing.F) {
 	good, _ := json.Marshal(Meta{Version: version, ID: "n1", Raft: "127.0.0.1:1", GRPC: "127.0.0.1:2", Shards: 8, Expect: 3, Inc: "00112233445566778899aabbccddeeff"})
 	f.Add(good)
 	f.Add([]byte(`{"v":2,"id":"n1","raft":"a","grpc":"b"}`))
+	f.Add([]byte(`{"v":1,"min":1,"max":2,"id":"n1","raft":"a","grpc":"b"}`))
+	f.Add([]byte(`{"v":2,"min":3,"max":1,"id":"n1","raft":"a","grpc":"b"}`))
+	f.Add([]byte(`{"v":1,"min":-1,"id":"n1","raft":"a","grpc":"b"}`))
 	f.Add([]byte(`{"id":"n1"}`))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := DecodeMeta(b, version)
+		m, err := DecodeMeta(b, runs(version))
 		if err != nil {
 			return
 		}
-		if m.Version != version || m.ID == "" || m.Raft == "" || m.GRPC == "" {
+		lo, hi := m.Range()
+		if lo < 1 || lo > m.Version || m.Version > hi || version < lo || version > hi || m.ID == "" || m.Raft == "" || m.GRPC == "" {
 			t.Fatalf("accepted %+v", m)
 		}
 	})
+}
+
+// decodeMetaV1 is what binaries before version ranges (f6c5d17) do with
+// a peer's metadata: decode the JSON and refuse a "v" other than 1.
+func decodeMetaV1(b []byte) error {
+	var m struct {
+		Version int    `json:"v"`
+		ID      string `json:"id"`
+		Raft    string `json:"raft"`
+		GRPC    string `json:"grpc"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	if m.Version != 1 {
+		return fmt.Errorf("speaks protocol version %d", m.Version)
+	}
+	if m.ID == "" || m.Raft == "" || m.GRPC == "" {
+		return fmt.Errorf("lacks id or addresses")
+	}
+	return nil
+}
+
+// TestMetaVersions: a node that speaks 1..2 in a cluster that runs 1
+// announces v 1, which binaries before version ranges accept, and its
+// range, which they ignore; a node of such a binary (v only) speaks its v
+// alone; a peer is accepted only when its range includes the version the
+// cluster runs.
+func TestMetaVersions(t *testing.T) {
+	upgraded, _ := json.Marshal(Meta{Version: 1, Min: 1, Max: 2, ID: "n1", Raft: "r", GRPC: "g"})
+	if err := decodeMetaV1(upgraded); err != nil {
+		t.Fatalf("a binary before version ranges refuses %s: %v", upgraded, err)
+	}
+	raised, _ := json.Marshal(Meta{Version: 2, Min: 1, Max: 2, ID: "n1", Raft: "r", GRPC: "g"})
+	if err := decodeMetaV1(raised); err == nil {
+		t.Fatalf("a binary before version ranges accepts %s", raised)
+	}
+	old := []byte(`{"v":1,"id":"n2","raft":"r","grpc":"g"}`)
+	for _, tc := range []struct {
+		meta   []byte
+		runs   int
+		lo, hi int
+		ok     bool
+	}{
+		{upgraded, 1, 1, 2, true},
+		{upgraded, 2, 1, 2, true},
+		{upgraded, 3, 1, 2, false},
+		{raised, 2, 1, 2, true},
+		{old, 1, 1, 1, true},
+		{old, 2, 1, 1, false},
+	} {
+		m, err := DecodeMeta(tc.meta, runs(tc.runs))
+		if (err == nil) != tc.ok {
+			t.Errorf("%s in a cluster at %d: %v, want ok %v", tc.meta, tc.runs, err, tc.ok)
+			continue
+		}
+		if lo, hi := m.Range(); err == nil && (lo != tc.lo || hi != tc.hi) {
+			t.Errorf("%s: range %d..%d, want %d..%d", tc.meta, lo, hi, tc.lo, tc.hi)
+		}
+		if err != nil && !strings.Contains(err.Error(), "protocol version") {
+			t.Errorf("refusal without the reason: %v", err)
+		}
+	}
 }
 
 func TestParseKeys(t *testing.T) {
@@ -46,24 +125,35 @@ func TestParseKeys(t *testing.T) {
 }
 
 // TestMembers: the table keeps the last metadata of each member, when its
-// liveness last changed, and ignores metadata of another version.
+// liveness last changed, and ignores metadata of another version; Set
+// reports a new member or a liveness change.
 func TestMembers(t *testing.T) {
 	var ms Members
 	meta := func(id string, v int) []byte {
 		b, _ := json.Marshal(Meta{Version: v, ID: id, Raft: "r" + id, GRPC: "g" + id})
 		return b
 	}
-	ms.Set("n2", meta("n2", version), true, version)
-	ms.Set("n1", meta("n1", version), true, version)
-	ms.Set("n3", meta("n3", version), false, version)
-	ms.Set("n9", meta("n9", version+1), true, version)
+	for _, id := range []string{"n2", "n1"} {
+		if !ms.Set(id, meta(id, version), true, runs(version)) {
+			t.Errorf("Set(%s) of a new member reported no change", id)
+		}
+	}
+	ms.Set("n3", meta("n3", version), false, runs(version))
+	if ms.Set("n9", meta("n9", version+1), true, runs(version)) {
+		t.Error("Set of another protocol version reported a change")
+	}
 	if _, ok := ms.Get("n9"); ok {
 		t.Fatal("member of another protocol version recorded")
 	}
 	first, _ := ms.Get("n1")
-	ms.Set("n1", meta("n1", version), true, version)
+	if ms.Set("n1", meta("n1", version), true, runs(version)) {
+		t.Error("Set without a liveness change reported one")
+	}
 	if again, _ := ms.Get("n1"); !again.Since.Equal(first.Since) {
 		t.Fatal("Since moved without a liveness change")
+	}
+	if !ms.Set("n3", meta("n3", version), true, runs(version)) || !ms.Set("n3", meta("n3", version), false, runs(version)) {
+		t.Error("a liveness change was not reported")
 	}
 	var ids []string
 	for _, m := range ms.Alive() {

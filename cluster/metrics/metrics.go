@@ -42,6 +42,26 @@ type Scrape struct {
 	Alive    int                  // gossip members alive
 	Dead     int                  // and dead
 	Ready    bool                 // every local shard has a leader
+	// The committed cluster state as this node last synced it (HasState
+	// false before the node has one): members by status (active,
+	// leaving, removed) and the number of shards.
+	HasState bool
+	Members  map[string]int
+	Shards   int
+	// ProtocolVersion is the protocol version the node's cluster runs (0:
+	// the node belongs to none yet).
+	ProtocolVersion int
+	// RaftConns are the Raft port's connections by header (plain or with
+	// the group incarnation) and fate (dialed, accepted, refused).
+	RaftConns []RaftConns
+}
+
+// RaftConns is a count of the Raft port's connections of one header and
+// one fate.
+type RaftConns struct {
+	Header string // "plain", "incarnation", "other_incarnation"
+	Result string // "dialed", "accepted", "refused"
+	N      uint64
 }
 
 // Replica is the state of one local replica (ReadReplica reads it).
@@ -88,6 +108,8 @@ type Registry struct {
 	// the source's freeze committed to the map's publish committed
 	// (observed by the meta leader's mover).
 	moveUnavailable prometheus.Histogram
+	// totals gathers the collectors Totals reads (totals.go).
+	totals *prometheus.Registry
 }
 
 // New returns a node's registry; its collector reads src at each scrape.
@@ -116,6 +138,7 @@ func New(src Source) *Registry {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.grpc, m.apply, m.pipeMsgs, m.pipeItems, m.moveUnavailable, &nodeCollector{src: src},
 	)
+	m.totals = totalsRegistry(m)
 	return m
 }
 
@@ -182,9 +205,23 @@ var (
 		"Linearizable read rounds the replica ran as leader, by how leadership was confirmed: batched (the nodes' batched check) or verify_leader (Raft heartbeats).", []string{"shard", "check"}, nil)
 	descReads = prometheus.NewDesc("swarmkv_read_round_reads_total",
 		"Linearizable reads served by those rounds (over swarmkv_read_rounds_total: reads per round).", []string{"shard"}, nil)
+	descLeaders = prometheus.NewDesc("swarmkv_raft_leader_changes_total",
+		"Leaders of the group the local replica learned of (each election it saw won, its own included).", []string{"shard"}, nil)
+	descLeases = prometheus.NewDesc("swarmkv_leases",
+		"Leases the replica keeps as its shard's leader (0 on a follower).", []string{"shard"}, nil)
 	descMembers = prometheus.NewDesc("swarmkv_gossip_members", "Gossip members known to this node, by liveness.", []string{"state"}, nil)
 	descReady   = prometheus.NewDesc("swarmkv_node_ready", "1 when every local shard has a leader.", nil, nil)
+	descCluster = prometheus.NewDesc("swarmkv_cluster_members",
+		"Members of the cluster by membership status (active, leaving, removed), in the committed cluster state this node last synced.", []string{"status"}, nil)
+	descShards  = prometheus.NewDesc("swarmkv_cluster_shards", "Shards in the committed cluster state this node last synced.", nil, nil)
+	descVersion = prometheus.NewDesc("swarmkv_protocol_version", "The protocol version the node's cluster runs (0: none yet).", nil, nil)
+	descConns   = prometheus.NewDesc("swarmkv_raft_conns_total",
+		"Raft port connections by header (plain, incarnation: with the group incarnation; other_incarnation: naming another than the node's replica) and result (dialed, accepted, refused).", []string{"header", "result"}, nil)
 )
+
+// memberStatuses are the label values of swarmkv_cluster_members, each
+// exported (0 when none).
+var memberStatuses = []string{"active", "leaving", "removed"}
 
 // nodeCollector exports the node's state, read from its Source at scrape
 // time.
@@ -193,7 +230,8 @@ type nodeCollector struct{ src Source }
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRaftState, descRaftTerm, descCommit, descApplied, descApplyLag, descLastIndex,
 		descContact, descDisk, descMemtable, descL0, descDebt, descReadAmp, descCacheHits, descCacheMiss, descCacheSize,
-		descWALFsync, descPropEntries, descPropCmds, descReadRounds, descReads, descMembers, descReady} {
+		descWALFsync, descPropEntries, descPropCmds, descReadRounds, descReads, descLeaders, descLeases, descMembers, descReady,
+		descCluster, descShards, descVersion, descConns} {
 		ch <- d
 	}
 }
@@ -222,6 +260,10 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descReadRounds, prometheus.CounterValue, float64(st.ReadsChecked), s, "batched")
 		ch <- prometheus.MustNewConstMetric(descReadRounds, prometheus.CounterValue, float64(st.ReadsVerified), s, "verify_leader")
 		ch <- prometheus.MustNewConstMetric(descReads, prometheus.CounterValue, float64(st.Reads), s)
+		ch <- prometheus.MustNewConstMetric(descLeaders, prometheus.CounterValue, float64(st.LeaderChanges), s)
+		if s != "meta" {
+			gauge(descLeases, float64(st.Leases), s)
+		}
 		if m := r.Storage; m != nil {
 			gauge(descDisk, float64(m.DiskBytes), s)
 			gauge(descMemtable, float64(m.MemTableBytes), s)
@@ -245,4 +287,14 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ready = 1
 	}
 	gauge(descReady, ready)
+	if sc.HasState {
+		for _, status := range memberStatuses {
+			gauge(descCluster, float64(sc.Members[status]), status)
+		}
+		gauge(descShards, float64(sc.Shards))
+	}
+	gauge(descVersion, float64(sc.ProtocolVersion))
+	for _, c := range sc.RaftConns {
+		ch <- prometheus.MustNewConstMetric(descConns, prometheus.CounterValue, float64(c.N), c.Header, c.Result)
+	}
 }

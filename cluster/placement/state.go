@@ -127,7 +127,18 @@ type State struct {
 	// acts on it), set at bootstrap. nil (documents written before it):
 	// no automatic split or merge.
 	Policy *ShardPolicy `json:"shard_policy,omitempty"`
+	// ProtocolVersion is the protocol version the cluster runs (package
+	// cluster, version.go): set at bootstrap to the highest version every
+	// bootstrapping node speaks, raised by the meta leader once every
+	// member speaks a higher one, never lowered. 0 (documents written by
+	// binaries before version ranges, which drop the field when they
+	// rewrite the document): version 1 (ActiveVersion).
+	ProtocolVersion int `json:"protocol_version,omitempty"`
 }
+
+// ActiveVersion is the protocol version the cluster runs: ProtocolVersion,
+// or 1 when the document has none.
+func (s *State) ActiveVersion() int { return max(s.ProtocolVersion, 1) }
 
 // Token is a bearer token's record in the cluster state.
 type Token struct {

@@ -57,9 +57,9 @@ var (
 // Threads: raft runs its own goroutines; the replica adds a leadership
 // watcher (consumes NotifyCh, runs a barrier on each new leadership), a
 // read loop (batches linearizable reads under one leadership check: the
-// node's transport.LeaderChecker, or VerifyLeader) and a
-// proposal loop (coalesces concurrent proposals into one Raft entry). All
-// three are joined by Close. Each Raft future is waited on by a goroutine
+// node's transport.LeaderChecker, or VerifyLeader), a
+// proposal loop (coalesces concurrent proposals into one Raft entry) and,
+// with a lessor, the lessor's loop (lease.go). All are joined by Close. Each Raft future is waited on by a goroutine
 // of its own (waitFuture), which Close joins too.
 type Replica struct {
 	id          shard.ID
@@ -85,7 +85,11 @@ type Replica struct {
 	checker   *transport.LeaderChecker
 	readStats readStats
 
-	onReady func(*Replica) // Config.OnReady
+	onReady  func(*Replica)                   // Config.OnReady
+	onLeader func(leader string, term uint64) // Config.OnLeader
+	lessor   *Lessor                          // Config.Leases; nil without
+	// leaderChanges counts the leaders the replica learned of (metrics).
+	leaderChanges atomic.Uint64
 
 	// Proposal coalescing (see proposeCoalesced): proposals queue in
 	// props.queue; proposeLoop takes them into one Raft entry each round.
@@ -135,6 +139,10 @@ type Config struct {
 	Raft RaftSettings
 	// MemTableSize is the state machine's Pebble memtable size.
 	MemTableSize uint64
+	// History is the watch history's retention the replica proposes, as
+	// leader, every HistoryEvery (history.go); zero: no compaction.
+	History      fsm.HistoryRetention
+	HistoryEvery time.Duration
 	// Limits are the state machine's apply-time limits, the same on every
 	// node; Propose validates commands against them before proposing.
 	Limits fsm.Limits
@@ -157,12 +165,22 @@ type Config struct {
 	// had the same id: Open deletes it, with its log, and starts afresh.
 	// A newer one is refused (the caller's cluster state is stale).
 	Incarnation uint64
+	// Leases, if set, gives the replica a lessor (a shard's replicas; not
+	// the meta group's): Leases() then keeps the shard's leases while it
+	// leads.
+	Leases *LeaseConfig
 	// OnReady, if set, runs after each new leadership's no-op is applied
 	// (ReadyTerm set), on the watcher's per-leadership goroutine, which
 	// Close joins. It must return when the replica closes and should stop
 	// once ReadyTerm changes. The node sets it on the meta group (to commit
 	// the bootstrap state) and on the pools shard (EnsureDefaultPool).
 	OnReady func(*Replica)
+	// OnLeader, if set, runs each time the replica learns of a new leader
+	// of its group (itself included), with the leader's id and the term:
+	// on Raft's own goroutine, so it must return at once (the node
+	// records an event). A leader lost without a successor (an election
+	// under way) is not reported.
+	OnLeader func(leader string, term uint64)
 	// Checker is the node's batched leadership check (nil: every read
 	// round runs VerifyLeader).
 	Checker *transport.LeaderChecker
@@ -226,6 +244,7 @@ func Open(c Config) (_ *Replica, err error) {
 		inflight:   make(chan struct{}, maxEntriesInFlight),
 		done:       make(chan struct{}),
 		onReady:    c.OnReady,
+		onLeader:   c.OnLeader,
 		checker:    c.Checker,
 	}
 	defer func() {
@@ -233,6 +252,11 @@ func Open(c Config) (_ *Replica, err error) {
 			r.closeStores()
 		}
 	}()
+	var onLeases func(fsm.LeaseChanges)
+	if c.Leases != nil {
+		r.lessor = newLessor(r, *c.Leases)
+		onLeases = r.lessor.onNews
+	}
 	r.fsm, err = fsm.Open(fsm.Config{
 		Shard:        uint32(c.ID),
 		Dir:          filepath.Join(c.Dir, "pebble"),
@@ -242,6 +266,7 @@ func Open(c Config) (_ *Replica, err error) {
 		Reply:        c.Reply,
 		Logger:       c.Logger,
 		InitialSlots: c.InitialSlots,
+		OnLeases:     onLeases,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: state machine: %w", c.ID, err)
@@ -320,10 +345,18 @@ func Open(c Config) (_ *Replica, err error) {
 		r.trans.Close()
 		return nil, fmt.Errorf("shard %d: %w", c.ID, err)
 	}
-	r.wg.Add(3)
+	// No channel: the filter itself counts and reports each new leader,
+	// on Raft's goroutine (no goroutine of ours to drain observations).
+	r.raft.RegisterObserver(raft.NewObserver(nil, false, r.observeLeader))
+	r.wg.Add(4)
 	go r.watchLeadership()
 	go r.readLoop()
 	go r.proposeLoop()
+	go r.historyLoop(c.History, c.HistoryEvery)
+	if r.lessor != nil {
+		r.wg.Add(1)
+		go r.lessor.run()
+	}
 	return r, nil
 }
 
@@ -427,6 +460,9 @@ func (r *Replica) watchLeadership() {
 			return
 		case leader := <-r.notify:
 			r.readyTerm.Store(0)
+			if r.lessor != nil {
+				r.lessor.demote()
+			}
 			if !leader {
 				r.log.Info("lost leadership")
 				continue
@@ -442,6 +478,9 @@ func (r *Replica) watchLeadership() {
 				}
 				if r.raft.State() == raft.Leader && r.raft.CurrentTerm() == term {
 					r.readyTerm.Store(term)
+					if r.lessor != nil {
+						r.lessor.promote(term)
+					}
 					if r.onReady != nil {
 						r.onReady(r)
 					}
@@ -449,6 +488,22 @@ func (r *Replica) watchLeadership() {
 			}()
 		}
 	}
+}
+
+// observeLeader is the filter of the replica's Raft observer: a
+// LeaderObservation naming a leader is counted (Stats.LeaderChanges) and
+// handed to Config.OnLeader. It drops every observation (the observer has
+// no channel).
+func (r *Replica) observeLeader(o *raft.Observation) bool {
+	lo, ok := o.Data.(raft.LeaderObservation)
+	if !ok || lo.LeaderID == "" {
+		return false
+	}
+	r.leaderChanges.Add(1)
+	if r.onLeader != nil {
+		r.onLeader(string(lo.LeaderID), o.Raft.CurrentTerm())
+	}
+	return false
 }
 
 // readLoop serves linearizable reads in batches: every read waiting when a
@@ -674,6 +729,12 @@ type Stats struct {
 	// node's batched leadership check and by VerifyLeader; Reads the
 	// linearizable reads they served.
 	ReadsChecked, ReadsVerified, Reads uint64
+	// LeaderChanges counts the leaders of the group the replica learned
+	// of (each election it saw won, its own included).
+	LeaderChanges uint64
+	// Leases is the number of leases the replica's lessor keeps (0 when it
+	// does not lead, and for the meta group).
+	Leases int
 }
 
 // Stats returns r's counters.
@@ -684,6 +745,8 @@ func (r *Replica) Stats() Stats {
 		ReadsChecked:  r.readStats.checked.Load(),
 		ReadsVerified: r.readStats.verified.Load(),
 		Reads:         r.readStats.reads.Load(),
+		LeaderChanges: r.leaderChanges.Load(),
+		Leases:        r.lessor.Count(),
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -198,5 +199,32 @@ func TestRaftConfig(t *testing.T) {
 	c.Raft.LeaderLeaseTimeout = 2 * time.Second // above the heartbeat timeout
 	if err := c.ValidateRaft(); err == nil {
 		t.Error("ValidateRaft accepted a leader lease above the heartbeat timeout")
+	}
+}
+
+// TestLeaderObserved: a replica counts the leaders it learns of and hands
+// each to Config.OnLeader with its term.
+func TestLeaderObserved(t *testing.T) {
+	type seen struct {
+		leader string
+		term   uint64
+	}
+	var mu sync.Mutex
+	var got []seen
+	r := openSingle(t, filepath.Join(t.TempDir(), "shard"), nil, func(c *Config) {
+		c.OnLeader = func(leader string, term uint64) {
+			mu.Lock()
+			got = append(got, seen{leader, term})
+			mu.Unlock()
+		}
+	})
+	defer r.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0].leader != "n1" || got[0].term != r.Raft().CurrentTerm() {
+		t.Errorf("OnLeader calls %+v, want one for n1 in term %d", got, r.Raft().CurrentTerm())
+	}
+	if st := r.Stats(); st.LeaderChanges != 1 {
+		t.Errorf("LeaderChanges = %d, want 1", st.LeaderChanges)
 	}
 }

@@ -92,7 +92,7 @@ func (mr *Mover) Export(req *rpc.ExportSlotsRequest, ss grpc.ServerStreamingServ
 	if r == nil {
 		return status.Errorf(codes.Unavailable, "cluster: node %s holds no replica of shard %d", h.ID, id)
 	}
-	err := r.FSM().ExportChunks(ctx, req.MoveId, h.Limits, moveChunkBytes, func(pairs []fsm.Pair) error {
+	err := r.FSM().ExportChunks(ctx, req.MoveId, req.After, h.Limits, moveChunkBytes, func(pairs []fsm.Pair) error {
 		msg := &rpc.ExportSlotsChunk{Pairs: make([]*rpc.SlotPair, len(pairs))}
 		for i, p := range pairs {
 			msg.Pairs[i] = &rpc.SlotPair{Key: p.Key, Value: p.Value}
@@ -128,6 +128,11 @@ func (mr *Mover) Pull(ctx context.Context, req *rpc.PullSlotsRequest) (*rpc.Pull
 	if err := r.ReadBarrier(ctx); err != nil {
 		return nil, h.Status(err, dst, hint)
 	}
+	// A pull cut off (the mover's round ended, a leader changed) resumes
+	// after the last key the target ingested: every round makes progress,
+	// so a move of any size finishes.
+	var after []byte
+	var resumed uint64
 	for _, m := range r.FSM().Moves() {
 		if m.ID != req.MoveId {
 			continue
@@ -137,7 +142,12 @@ func (mr *Mover) Pull(ctx context.Context, req *rpc.PullSlotsRequest) (*rpc.Pull
 			return &rpc.PullSlotsResponse{AdoptIndex: m.Index}, nil
 		case fsm.MoveAborted:
 			return nil, h.Status(fmt.Errorf("%w: move %d is aborted on shard %d", ErrRefused, req.MoveId, dst), dst, nil)
+		case fsm.MoveIncoming:
+			after, resumed = m.Pulled, m.PulledPairs
 		}
+	}
+	if after != nil {
+		h.Log.Info("move: pull resumes", "move", req.MoveId, "source", uint32(src), "target", uint32(dst), "pairs_before", resumed)
 	}
 	mv := func(pairs []fsm.Pair) *fsm.SlotMove {
 		return &fsm.SlotMove{ID: req.MoveId, Slots: &slots, Peer: src, MapVersion: req.MapVersion, Pairs: pairs}
@@ -151,7 +161,7 @@ func (mr *Mover) Pull(ctx context.Context, req *rpc.PullSlotsRequest) (*rpc.Pull
 	}
 	var total uint64
 	err = mr.onShardLeader(ctx, nil, src, func(ctx context.Context, c rpc.AdminClient) error {
-		stream, err := c.ExportSlots(ctx, &rpc.ExportSlotsRequest{Shard: uint32(src), MoveId: req.MoveId}, grpc.MaxCallRecvMsgSize(moveRecvBytes))
+		stream, err := c.ExportSlots(ctx, &rpc.ExportSlotsRequest{Shard: uint32(src), MoveId: req.MoveId, After: after}, grpc.MaxCallRecvMsgSize(moveRecvBytes))
 		if err != nil {
 			return err
 		}
@@ -174,6 +184,11 @@ func (mr *Mover) Pull(ctx context.Context, req *rpc.PullSlotsRequest) (*rpc.Pull
 				return err
 			}
 			total += uint64(len(pairs))
+			if hook := h.AfterIngest; hook != nil {
+				if err := hook(req.MoveId, total); err != nil {
+					return status.Error(codes.Unavailable, err.Error())
+				}
+			}
 		}
 	})
 	if err != nil {

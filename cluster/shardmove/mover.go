@@ -152,9 +152,9 @@ func (mr *Mover) stepMove(ctx context.Context, st *placement.State, m placement.
 		}, "source", uint32(m.Source), "slots", slots.String(), "freeze_index", res.MoveIndex)
 
 	case placement.PhaseFrozen:
-		// The pull is bounded by the round's 30 s: a pull that needs
-		// longer starts over every round (docs/architecture.md, Known
-		// limits).
+		// The pull is bounded by the round's 30 s; a pull that needs
+		// longer resumes in the next round after the last key the
+		// target ingested (fsm.MoveRecord.Pulled), so it finishes.
 		var resp *rpc.PullSlotsResponse
 		err := mr.onShardLeader(ctx, st, m.Target, func(ctx context.Context, c rpc.AdminClient) (err error) {
 			resp, err = c.PullSlots(ctx, &rpc.PullSlotsRequest{MoveId: m.ID, Source: uint32(m.Source), Target: uint32(m.Target),

@@ -22,9 +22,11 @@ type Host struct {
 	Limits fsm.Limits   // the state machine's apply-time limits
 	// PolicyInterval and PolicyCooldown: cluster.Config's.
 	PolicyInterval, PolicyCooldown time.Duration
-	// The test hooks (cluster.Testing's AfterMovePhase, BeforeAdopt).
+	// The test hooks (cluster.Testing's AfterMovePhase, BeforeAdopt,
+	// AfterIngest).
 	AfterMovePhase func(moveID uint64, phase string) (halt bool)
 	BeforeAdopt    func(moveID uint64) error
+	AfterIngest    func(moveID uint64, pairs uint64) error
 	// Unavailable records a move's unavailability window (the
 	// swarmkv_move_unavailable_seconds metric).
 	Unavailable func(time.Duration)

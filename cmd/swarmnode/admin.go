@@ -201,7 +201,7 @@ func members(ctx context.Context, f *adminFlags, _ []string, stdout io.Writer) e
 
 func printMembers(w io.Writer, ms []cluster.MemberInfo) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATUS\tGOSSIP\tVERSION\tREPLICAS\tLEADERS\tMETA\tGRPC\tRAFT")
+	fmt.Fprintln(tw, "NODE\tSTATUS\tGOSSIP\tVERSION\tSPEAKS\tREPLICAS\tLEADERS\tMETA\tGRPC\tRAFT")
 	for _, m := range ms {
 		meta := "-"
 		switch {
@@ -210,7 +210,11 @@ func printMembers(w io.Writer, ms []cluster.MemberInfo) {
 		case m.MetaVoter:
 			meta = "voter"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", m.ID, m.Status, m.Gossip, m.Version, m.Replicas, m.Leaderships, meta, m.GRPCAddr, m.RaftAddr)
+		speaks := "-"
+		if m.MaxVersion != 0 {
+			speaks = fmt.Sprintf("%d..%d", m.MinVersion, m.MaxVersion)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\n", m.ID, m.Status, m.Gossip, m.Version, speaks, m.Replicas, m.Leaderships, meta, m.GRPCAddr, m.RaftAddr)
 	}
 	tw.Flush()
 }
@@ -226,8 +230,20 @@ func printStatus(stdout io.Writer, st cluster.ClusterStatus) error {
 			healthy++
 		}
 	}
-	fmt.Fprintf(stdout, "cluster %s  epoch %d  %d members  %d shards (%d of %d groups settled)  replication factor %d\n\n",
-		st.ClusterID, st.Epoch, len(st.Members), st.NumShards, healthy, len(st.Shards), st.ReplicationFactor)
+	version := fmt.Sprint(st.ProtocolVersion)
+	if st.ProtocolVersion == 0 { // a node before protocol versions answered: its cluster runs 1
+		version = "1 (answered by a node before protocol versions)"
+	}
+	fmt.Fprintf(stdout, "cluster %s  epoch %d  %d members  %d shards (%d of %d groups settled)  replication factor %d  protocol version %s\n",
+		st.ClusterID, st.Epoch, len(st.Members), st.NumShards, healthy, len(st.Shards), st.ReplicationFactor, version)
+	if p := st.Protocol; st.ProtocolVersion != 0 && p.Highest > st.ProtocolVersion {
+		if p.Target > st.ProtocolVersion {
+			fmt.Fprintf(stdout, "protocol version %d is due: every member speaks it (the meta leader raises it within a second)\n", p.Target)
+		} else {
+			fmt.Fprintf(stdout, "protocol version %d waits for: %s\n", p.Highest, strings.Join(p.WaitingFor, ", "))
+		}
+	}
+	fmt.Fprintln(stdout)
 	printMembers(stdout, st.Members)
 	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)

@@ -15,6 +15,7 @@ import (
 // kvFlags are kv's flags.
 type kvFlags struct {
 	endpoints, user string
+	lease           string
 	stale           bool
 	limit           int
 	timeout         time.Duration
@@ -32,6 +33,7 @@ func newKVCmd() *cobra.Command {
 	fs := g.PersistentFlags()
 	fs.StringVar(&f.endpoints, "endpoints", "127.0.0.1:7100", "comma-separated gRPC addresses of nodes")
 	fs.StringVar(&f.user, "user", "", "routing key (the user id) the key belongs to (required)")
+	fs.StringVar(&f.lease, "lease", "", "put: attach the key to this lease (an id from swarmnode lease grant for the same --user)")
 	fs.BoolVar(&f.stale, "stale", false, "read from any replica (may lag the leader)")
 	fs.IntVar(&f.limit, "limit", 100, "scan: at most this many keys")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Second, "give up after this long")
@@ -61,7 +63,15 @@ func (f *kvFlags) run(ctx context.Context, verb string, pos []string, stdout, _ 
 	rk := []byte(f.user)
 	switch verb {
 	case "put":
-		if err := c.Put(ctx, rk, []byte(pos[0]), []byte(pos[1])); err != nil {
+		var wopts []client.WriteOption
+		if f.lease != "" {
+			id, err := client.ParseLeaseID(f.lease)
+			if err != nil {
+				return usageError{err}
+			}
+			wopts = append(wopts, client.WithLease(id))
+		}
+		if err := c.Put(ctx, rk, []byte(pos[0]), []byte(pos[1]), wopts...); err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, "OK")

@@ -5,6 +5,7 @@
 //	swarmnode kv put|get|del|scan  debug client
 //	swarmnode registry|billing ... inspect the typed stores
 //	swarmnode members|status|join|remove|transfer-leader|snapshot|shards  operate a cluster
+//	swarmnode backup|restore       back a cluster up, seed a new one from a backup
 //	swarmnode version
 //
 // It is the composition root: its commands are a github.com/spf13/cobra
@@ -77,6 +78,9 @@ Usage:
                                   split and merge shards, the automatic shard policy
                                   (operator commands: --admin host:port of any member's
                                   --http-addr, --json; swarmnode status -h)
+  swarmnode backup --out FILE     back the cluster up into one file (--admin host:port)
+  swarmnode backup verify FILE    check a backup file without a cluster
+  swarmnode restore --from FILE --data-dir DIR   seed an empty data dir: a new cluster
   swarmnode certs ca|node|client  make a cluster CA, node and client certificates (swarmnode certs -h)
   swarmnode token create|list|revoke   bearer tokens and their roles (swarmnode token -h)
   swarmnode completion bash|zsh|fish|powershell   shell completion script
@@ -153,13 +157,17 @@ func newRoot(embedded bool) *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%s: %w", c.CommandPath(), err)}
 	})
-	root.AddCommand(newServeCmd(embedded), newKVCmd(), newRegistryCmd(), newBillingCmd(),
+	root.AddCommand(newServeCmd(embedded), newKVCmd(), newWatchCmd(), newLeaseCmd(), newRegistryCmd(), newBillingCmd(),
 		newBenchCmd(), newHealthCmd(), newCertsCmd(), newTokenCmd(),
 		newVersionCmd())
 	root.AddCommand(newAdminCmds()...)
-	root.AddCommand(newShardsCmd())
+	root.AddCommand(newShardsCmd(), newBackupCmd(), newRestoreCmd())
 	return root
 }
+
+// ownUse is the annotation of a command with subcommands that also runs
+// itself: its own arguments, listed first in its usage.
+const ownUse = "own-use"
 
 // printUsage prints a command's usage: its use line, or a group's verbs
 // with their use lines, and every flag it takes (a group's included).
@@ -169,6 +177,9 @@ func printUsage(c *cobra.Command) error {
 	if c.HasAvailableSubCommands() {
 		var lines, shorts []string
 		width := 0
+		if u := c.Annotations[ownUse]; u != "" { // a command that runs itself too
+			lines, shorts, width = append(lines, c.CommandPath()+" "+u), append(shorts, c.Short), len(c.CommandPath()+" "+u)
+		}
 		for _, s := range c.Commands() {
 			if s.IsAvailableCommand() {
 				lines = append(lines, strings.TrimSuffix(s.UseLine(), " [flags]"))

@@ -128,6 +128,11 @@ func TestRunUsageErrors(t *testing.T) {
 		{name: "kv bad limit", args: []string{"kv", "scan", "--user", "a", "--limit", "many"}, errSub: `invalid argument "many" for "--limit" flag`},
 		{name: "kv bad timeout", args: []string{"kv", "get", "--user", "a", "k", "--timeout", "soon"}, errSub: `invalid argument "soon" for "--timeout" flag`},
 		{name: "kv help", args: []string{"kv", "get", "-h"}, errSub: "help requested", stderr: "-endpoints"},
+		{name: "lease without verb", args: []string{"lease"}, errSub: "lease: missing verb", stderr: "swarmnode lease grant"},
+		{name: "lease grant without user", args: []string{"lease", "grant"}, errSub: "lease grant: --user is required"},
+		{name: "lease bad id", args: []string{"lease", "ttl", "xyz"}, errSub: `lease id "xyz": want the hex id a grant printed`},
+		{name: "lease id 0", args: []string{"lease", "revoke", "0"}, errSub: `lease id "0"`},
+		{name: "lease keepalive no id", args: []string{"lease", "keepalive"}, errSub: "lease keepalive: got 0 arguments"},
 		{name: "kv help first", args: []string{"kv", "-h"}, errSub: "help requested", stderr: "-endpoints"},
 		{name: "kv flags before verb", args: []string{"kv", "--user", "a", "get"}, errSub: "kv get: got 0 arguments"},
 		{name: "registry help", args: []string{"registry", "-h"}, errSub: "help requested", stderr: "-endpoints"},
@@ -435,9 +440,11 @@ func TestServeAndKV(t *testing.T) {
 	}
 
 	checkStoreCLI(ctx, t, grpcAddr)
+	checkLeaseCLI(ctx, t, grpcAddr)
 	checkBench(ctx, t, grpcAddr)
 	checkAdminCLI(ctx, t, httpAddr)
 	checkShardsCLI(ctx, t, httpAddr)
+	checkBackupCLI(ctx, t, httpAddr)
 
 	resp, err := http.Get("http://" + httpAddr + "/readyz")
 	if err != nil {
@@ -476,7 +483,7 @@ func checkAdminCLI(ctx context.Context, t *testing.T, httpAddr string) {
 		return out, err
 	}
 	out, err := admin("members")
-	if err != nil || !strings.Contains(out, "NODE") || !regexp.MustCompile(`t1\s+active\s+alive\s+1\s+2\s+2\s+leader`).MatchString(out) {
+	if err != nil || !strings.Contains(out, "NODE") || !regexp.MustCompile(`t1\s+active\s+alive\s+2\s+1\.\.2\s+2\s+2\s+leader`).MatchString(out) {
 		t.Fatalf("members = %v\n%s", err, out)
 	}
 	out, err = admin("members", "--json")
@@ -485,11 +492,12 @@ func checkAdminCLI(ctx context.Context, t *testing.T, httpAddr string) {
 		t.Fatalf("members --json = %v, %s", err, out)
 	}
 	out, err = admin("status")
-	if err != nil || !strings.Contains(out, "1 members  2 shards (3 of 3 groups settled)") || !strings.Contains(out, "t1:voter:0") {
+	if err != nil || !strings.Contains(out, "1 members  2 shards (3 of 3 groups settled)  replication factor 3  protocol version 2\n") || !strings.Contains(out, "t1:voter:0") {
 		t.Fatalf("status = %v\n%s", err, out)
 	}
 	var st cluster.ClusterStatus
-	if out, err = admin("status", "--json"); err != nil || json.Unmarshal([]byte(out), &st) != nil || len(st.Shards) != 3 || st.Shards[1].Leader != "t1" {
+	if out, err = admin("status", "--json"); err != nil || json.Unmarshal([]byte(out), &st) != nil || len(st.Shards) != 3 || st.Shards[1].Leader != "t1" ||
+		st.ProtocolVersion != cluster.ProtocolVersion || st.Protocol.Target != cluster.ProtocolVersion {
 		t.Fatalf("status --json = %v, %s", err, out)
 	}
 	if out, err = admin("snapshot", "0"); err != nil || !strings.HasPrefix(out, "t1: snapshot at index ") {
@@ -519,6 +527,48 @@ func checkAdminCLI(ctx context.Context, t *testing.T, httpAddr string) {
 	}
 	if out, err = admin("members", "--json"); err != nil || !strings.Contains(out, `"status": "active"`) {
 		t.Fatalf("after refusals: %v %s", err, out)
+	}
+}
+
+// checkLeaseCLI grants a lease, attaches a key to it with kv put --lease,
+// inspects, renews, lists and revokes it through swarmnode lease.
+func checkLeaseCLI(ctx context.Context, t *testing.T, grpcAddr string) {
+	t.Helper()
+	lease := func(args ...string) (string, error) {
+		stdout, _, err := runCmd(ctx, append([]string{"lease", args[0], "--endpoints", grpcAddr, "--timeout", "5s"}, args[1:]...)...)
+		return stdout, err
+	}
+	out, err := lease("grant", "--user", "carol", "--ttl", "30s")
+	var id string
+	if _, scanErr := fmt.Sscanf(out, "lease %s granted", &id); err != nil || scanErr != nil || !strings.Contains(out, `for "carol" with TTL 30s`) {
+		t.Fatalf("lease grant = %v, %q", err, out)
+	}
+	if out, _, err := runCmd(ctx, "kv", "put", "--endpoints", grpcAddr, "--user", "carol", "--lease", id, "presence", "online"); err != nil || out != "OK\n" {
+		t.Fatalf("kv put --lease = %v, %q", err, out)
+	}
+	if out, err := lease("ttl", id, "--keys"); err != nil || !strings.Contains(out, `of "carol": TTL 30s, remaining `) || !strings.Contains(out, "1 keys\n  kv\tcarol/presence\n") {
+		t.Fatalf("lease ttl --keys = %v, %q", err, out)
+	}
+	if out, err := lease("keepalive", id, "--once"); err != nil || out != "lease "+id+" kept alive, TTL 30s\n" {
+		t.Fatalf("lease keepalive --once = %v, %q", err, out)
+	}
+	if out, err := lease("list"); err != nil || !strings.Contains(out, "ID") || !strings.Contains(out, id+"  carol") {
+		t.Fatalf("lease list = %v, %q", err, out)
+	}
+	if out, err := lease("list", "--json"); err != nil || !strings.Contains(out, `"id":"`+id+`","routing_key":"carol","ttl_ms":30000`) {
+		t.Fatalf("lease list --json = %v, %q", err, out)
+	}
+	if out, err := lease("revoke", id); err != nil || out != "lease "+id+" revoked, 1 keys deleted\n" {
+		t.Fatalf("lease revoke = %v, %q", err, out)
+	}
+	if _, _, err := runCmd(ctx, "kv", "get", "--endpoints", grpcAddr, "--user", "carol", "presence"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("kv get after the revoke: %v", err)
+	}
+	if _, err := lease("ttl", id); !errors.Is(err, client.ErrLeaseNotFound) {
+		t.Fatalf("lease ttl after the revoke: %v", err)
+	}
+	if _, err := lease("grant", "--user", "carol", "--ttl", "1ms"); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("lease grant --ttl 1ms: %v", err)
 	}
 }
 

@@ -1,0 +1,318 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/cluster/replica"
+	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/rpc"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// leaseServer implements the Lease service (rpc/lease.proto) on the
+// shard leaders' lessors (cluster/replica/lease.go). A request about a
+// lease is routed by the slot in its id; a grant by its routing key.
+//
+// Version gate: every call that makes a lease command (Grant, Revoke,
+// KeepAlive and the stream, which may propose a checkpoint's clear) needs
+// fsm.VersionLeases.
+type leaseServer struct {
+	rpc.UnimplementedLeaseServer
+	*server
+}
+
+// gate refuses a lease call before the cluster runs fsm.VersionLeases
+// (cluster.Node.CheckCommand: FailedPrecondition, nothing changed): a
+// binary of an older version would not know the commands it makes.
+func (s *leaseServer) gate(id shard.ID) error {
+	if err := s.node.CheckCommand(&fsm.Command{Op: fsm.OpLeaseGrant}); err != nil {
+		return s.statusErr(id, err)
+	}
+	return nil
+}
+
+// defaultMaxLeaseKeys is TimeToLive's list of attached keys when the
+// request names no bound.
+const defaultMaxLeaseKeys = 1000
+
+// ValidateLeaseGrant checks a Grant request.
+func ValidateLeaseGrant(req *rpc.LeaseGrantRequest) error {
+	if err := validateRoutingKey(req.GetRoutingKey()); err != nil {
+		return err
+	}
+	return validateLeaseTTL(req.GetTtlMs())
+}
+
+func validateLeaseTTL(ms int64) error {
+	if ms < fsm.MinLeaseTTL.Milliseconds() || ms > fsm.MaxLeaseTTL.Milliseconds() {
+		return invalid("ttl %v: want %v..%v", time.Duration(ms)*time.Millisecond, fsm.MinLeaseTTL, fsm.MaxLeaseTTL)
+	}
+	return nil
+}
+
+// ValidateLeaseID checks a lease id a request names.
+func ValidateLeaseID(id uint64) error {
+	if !keys.ValidLeaseID(id) {
+		return invalid("lease id %016x: not one a grant returns (sequence 0)", id)
+	}
+	return nil
+}
+
+// validateAttachLease checks that lease (0: none) may hold keys of
+// routing key rk: a lease id of rk's slot.
+func validateAttachLease(lease uint64, rk []byte) error {
+	if lease == 0 {
+		return nil
+	}
+	if err := ValidateLeaseID(lease); err != nil {
+		return err
+	}
+	if slot := shard.SlotOf(rk); byte(slot) != keys.LeaseSlot(lease) {
+		return invalid("lease %016x is of slot %d, the routing key of slot %d: grant the lease for the same routing key", lease, keys.LeaseSlot(lease), slot)
+	}
+	return nil
+}
+
+// ValidateLeaseTimeToLive checks a TimeToLive request.
+func ValidateLeaseTimeToLive(req *rpc.LeaseTimeToLiveRequest) error {
+	if err := ValidateLeaseID(req.GetId()); err != nil {
+		return err
+	}
+	if n := req.GetMaxKeys(); n > 100000 {
+		return invalid("max_keys %d: want at most 100000", n)
+	}
+	return nil
+}
+
+// ValidateLeaseList checks a List request against the page size cap.
+func ValidateLeaseList(req *rpc.LeaseListRequest, maxPage int) error {
+	if req.GetShard() >= shard.MaxShards {
+		return invalid("shard %d: shard ids are below %d", req.GetShard(), shard.MaxShards)
+	}
+	if req.GetAfter() != 0 && !keys.ValidLeaseID(req.GetAfter()) {
+		return invalid("after %016x: not a lease id", req.GetAfter())
+	}
+	if int64(req.GetLimit()) > int64(maxPage) {
+		return invalid("limit %d: the page size is at most %d", req.GetLimit(), maxPage)
+	}
+	return nil
+}
+
+// lessorOf routes lease id to this node's replica of its slot's shard and
+// returns it with its lessor.
+func (s *leaseServer) lessorOf(id uint64) (shard.ID, *replica.Replica, error) {
+	smap := s.node.ShardMap()
+	if smap == nil {
+		return 0, nil, s.statusErr(0, cluster.ErrNotBootstrapped)
+	}
+	sid := smap.ShardOfSlot(shard.Slot(keys.LeaseSlot(id)))
+	r := s.node.LocalReplica(sid)
+	if r == nil || r.Leases() == nil {
+		return sid, nil, s.notLeader(sid)
+	}
+	return sid, r, nil
+}
+
+func (s *leaseServer) Grant(ctx context.Context, req *rpc.LeaseGrantRequest) (*rpc.LeaseGrantResponse, error) {
+	if err := ValidateLeaseGrant(req); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	id, r, err := s.route(req.GetRoutingKey())
+	if err != nil {
+		return nil, err
+	}
+	if r.Leases() == nil {
+		return nil, s.notLeader(id)
+	}
+	if err := s.gate(id); err != nil {
+		return nil, err
+	}
+	lease, err := r.Leases().Grant(ctx, req.GetRoutingKey(), time.Duration(req.GetTtlMs())*time.Millisecond)
+	if err != nil {
+		return nil, s.statusErr(id, err)
+	}
+	return &rpc.LeaseGrantResponse{Id: lease, TtlMs: req.GetTtlMs()}, nil
+}
+
+func (s *leaseServer) Revoke(ctx context.Context, req *rpc.LeaseRevokeRequest) (*rpc.LeaseRevokeResponse, error) {
+	if err := ValidateLeaseID(req.GetId()); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	id, r, err := s.lessorOf(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.gate(id); err != nil {
+		return nil, err
+	}
+	n, err := r.Leases().Revoke(ctx, req.GetId())
+	if err != nil {
+		return nil, s.statusErr(id, err)
+	}
+	return &rpc.LeaseRevokeResponse{Deleted: uint32(n)}, nil
+}
+
+// keepAlive renews lease on this node's replica of its shard.
+func (s *leaseServer) keepAlive(ctx context.Context, lease uint64) (time.Duration, error) {
+	id, r, err := s.lessorOf(lease)
+	if err != nil {
+		return 0, err
+	}
+	if err := s.gate(id); err != nil {
+		return 0, err
+	}
+	ttl, err := r.Leases().KeepAlive(ctx, lease)
+	if err != nil {
+		return 0, s.statusErr(id, err)
+	}
+	return ttl, nil
+}
+
+func (s *leaseServer) KeepAlive(ctx context.Context, req *rpc.LeaseKeepAliveRequest) (*rpc.LeaseKeepAliveResponse, error) {
+	if err := ValidateLeaseID(req.GetId()); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	ttl, err := s.keepAlive(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.LeaseKeepAliveResponse{Id: req.GetId(), TtlMs: ttl.Milliseconds()}, nil
+}
+
+// KeepAliveStream answers each keep-alive of the stream in order: the new
+// TTL, 0 for a lease that no longer exists; any other error ends the
+// stream with its status (the client reconnects to the shard's leader).
+// Each keep-alive is bounded by the request timeout.
+func (s *leaseServer) KeepAliveStream(st rpc.Lease_KeepAliveStreamServer) error {
+	for {
+		req, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := ValidateLeaseID(req.GetId()); err != nil {
+			return s.statusErr(0, err)
+		}
+		sid, r, err := s.lessorOf(req.GetId())
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(st.Context(), s.cfg.RequestTimeout)
+		ttl, err := r.Leases().KeepAlive(ctx, req.GetId())
+		cancel()
+		if err != nil && !errors.Is(err, fsm.ErrLeaseNotFound) {
+			return s.statusErr(sid, err)
+		}
+		if err := st.Send(&rpc.LeaseKeepAliveResponse{Id: req.GetId(), TtlMs: ttl.Milliseconds()}); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *leaseServer) TimeToLive(ctx context.Context, req *rpc.LeaseTimeToLiveRequest) (*rpc.LeaseTimeToLiveResponse, error) {
+	if err := ValidateLeaseTimeToLive(req); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	id, r, err := s.lessorOf(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	st, err := r.Leases().TimeToLive(ctx, req.GetId())
+	if err != nil {
+		return nil, s.statusErr(id, err)
+	}
+	limit := int(req.GetMaxKeys())
+	if limit == 0 {
+		limit = defaultMaxLeaseKeys
+	}
+	if !req.GetKeys() {
+		limit = -1
+	}
+	attached, n, err := r.FSM().LeaseKeys(req.GetId(), limit)
+	if err != nil {
+		return nil, s.statusErr(id, err)
+	}
+	resp := &rpc.LeaseTimeToLiveResponse{Lease: leaseInfo(st), KeyCount: uint32(n)}
+	if req.GetKeys() {
+		for _, k := range attached {
+			resp.Keys = append(resp.Keys, attachedKey(k))
+		}
+	}
+	return resp, nil
+}
+
+func (s *leaseServer) List(ctx context.Context, req *rpc.LeaseListRequest) (*rpc.LeaseListResponse, error) {
+	if err := ValidateLeaseList(req, s.cfg.MaxScanPage); err != nil {
+		return nil, s.statusErr(0, err)
+	}
+	id, r, err := s.shardReplica(req.GetShard())
+	if err != nil {
+		return nil, err
+	}
+	if r.Leases() == nil {
+		return nil, s.notLeader(id)
+	}
+	limit := int(req.GetLimit())
+	if limit == 0 {
+		limit = s.cfg.MaxScanPage
+	}
+	sts, err := r.Leases().List(ctx, req.GetAfter(), limit+1)
+	if err != nil {
+		return nil, s.statusErr(id, err)
+	}
+	if err := s.staleMap(id, r, req.GetMapVersion()); err != nil {
+		return nil, err
+	}
+	resp := &rpc.LeaseListResponse{}
+	if len(sts) > limit {
+		sts, resp.More = sts[:limit], true
+	}
+	for i := range sts {
+		resp.Leases = append(resp.Leases, leaseInfo(&sts[i]))
+	}
+	return resp, nil
+}
+
+func leaseInfo(st *replica.LeaseStatus) *rpc.LeaseInfo {
+	return &rpc.LeaseInfo{Id: st.Record.ID, RoutingKey: st.Record.RoutingKey, TtlMs: st.Record.TTLMs,
+		RemainingMs: st.Remaining.Milliseconds(), GrantedAt: st.Record.GrantedAt}
+}
+
+// attachedKey describes the stored key k attached to a lease.
+func attachedKey(k []byte) *rpc.AttachedKey {
+	switch k[0] {
+	case keys.TableKV:
+		if rk, key, err := keys.DecodeKV(k); err == nil {
+			return &rpc.AttachedKey{Kind: "kv", RoutingKey: rk, Key: key}
+		}
+	case keys.TableRunners:
+		return &rpc.AttachedKey{Kind: "runner", RoutingKey: []byte(keys.PoolsRoutingKey), Key: k[1:]}
+	case keys.TableAgents:
+		if u, a, err := keys.DecodeAgent(k); err == nil {
+			return &rpc.AttachedKey{Kind: "agent", RoutingKey: u[:], Key: a[:]}
+		}
+	}
+	return &rpc.AttachedKey{Kind: keys.TableName(k[0]), Key: k}
+}
+
+// renewFor keeps lease (0: none) alive on replica r, before a heartbeat
+// that attaches a record to it is proposed there.
+func renewFor(ctx context.Context, s *server, id shard.ID, r *replica.Replica, lease uint64) error {
+	if lease == 0 {
+		return nil
+	}
+	if r.Leases() == nil {
+		return s.notLeader(id)
+	}
+	if _, err := r.Leases().KeepAlive(ctx, lease); err != nil {
+		return s.statusErr(id, err)
+	}
+	return nil
+}

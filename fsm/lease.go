@@ -1,0 +1,714 @@
+package fsm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/records"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// Leases (docs/architecture.md, "Leases"). A lease lives in the slot of
+// the routing key it was granted for: its id is slot<<56 | the slot's
+// next sequence number (keys.LeaseIDOf), and its record, the keys attached
+// to it and the slot's sequence are keys of that slot, so a split or merge
+// moves them with the slot's data. The state machine never reads a clock:
+// when a lease ends is decided by the shard leader (its lessor, package
+// cluster/replica), which proposes OpLeaseExpire; the state machine only
+// records leases, their attachments and the remaining TTLs the leader
+// checkpoints.
+//
+// Attachments: a kv put (OpBatch Mutation.Lease), a runner heartbeat and
+// an agent heartbeat (Command.LeaseID) attach their key to a lease in the
+// key's slot. A key has at most one lease; a kv put without a lease, a
+// runner heartbeat without one, a kv delete and an agent delete detach it.
+// When a lease ends (OpLeaseRevoke, OpLeaseExpire), in the same command:
+// its kv keys and runners are deleted, its running or provisioning agents
+// become failed (updated_at = the command's Time, the status index moved),
+// and its record and attachments are deleted.
+const (
+	// OpLeaseGrant (Lease: RoutingKey, TTLMs; Time) creates a lease in the
+	// routing key's slot; Result.LeaseID is its id. TTLMs is within
+	// MinLeaseTTL..MaxLeaseTTL.
+	OpLeaseGrant Op = 60
+	// OpLeaseRevoke (Lease: ID; Time) ends a lease now. ErrLeaseNotFound
+	// when absent; *MovedError when its slot is not owned.
+	OpLeaseRevoke Op = 61
+	// OpLeaseExpire (Lease: IDs, Term; Time) ends the leases the leader
+	// found expired in term Term. It applies only in an entry of that term
+	// (else ErrStaleLeaseCommand, nothing changed): a lessor that decided
+	// in an earlier term, and leads again, must not expire a lease its new
+	// term renewed. Ids that are absent or of slots not owned are skipped.
+	// Result.Removed counts the leases ended, Result.Deleted the keys
+	// deleted.
+	OpLeaseExpire Op = 62
+	// OpLeaseCheckpoint (Lease: Checkpoints, Term) records each lease's
+	// remaining TTL as the leader computed it in term Term (RemainingMs 0
+	// clears it); a new leader gives a lease its checkpointed remaining
+	// TTL instead of a full TTL. Like OpLeaseExpire it applies only in an
+	// entry of its term and skips absent and not-owned ids.
+	OpLeaseCheckpoint Op = 63
+)
+
+// Lease bounds, the same on every replica.
+const (
+	// MinLeaseTTL and MaxLeaseTTL bound a lease's TTL.
+	MinLeaseTTL = 2 * time.Second
+	MaxLeaseTTL = 24 * time.Hour
+	// MaxLeaseBatch is the most ids an OpLeaseExpire, and the most
+	// checkpoints an OpLeaseCheckpoint, may carry.
+	MaxLeaseBatch = 1024
+)
+
+var (
+	// ErrLeaseNotFound is the Result.Err of a revoke of an absent lease and
+	// of an attachment to one.
+	ErrLeaseNotFound = errors.New("fsm: lease not found")
+	// ErrStaleLeaseCommand is the Result.Err of an OpLeaseExpire or
+	// OpLeaseCheckpoint applied in an entry of another term than the one
+	// it was decided in. Nothing was written.
+	ErrStaleLeaseCommand = errors.New("fsm: stale lease command")
+)
+
+// LeaseArgs is the argument of the lease ops; each op takes the fields its
+// doc names.
+type LeaseArgs struct {
+	ID          uint64            `cbor:"id,omitempty"`
+	RoutingKey  []byte            `cbor:"rk,omitempty"`
+	TTLMs       int64             `cbor:"ttl_ms,omitempty"`
+	IDs         []uint64          `cbor:"ids,omitempty"`
+	Checkpoints []LeaseCheckpoint `cbor:"cps,omitempty"`
+	Term        uint64            `cbor:"term,omitempty"`
+}
+
+// LeaseCheckpoint is one lease's remaining TTL in an OpLeaseCheckpoint.
+type LeaseCheckpoint struct {
+	ID          uint64 `cbor:"id"`
+	RemainingMs int64  `cbor:"rem,omitempty"`
+}
+
+// LeaseRecord is a lease as stored under keys.Lease(ID) (CBOR).
+type LeaseRecord struct {
+	ID         uint64 `cbor:"id"`
+	RoutingKey []byte `cbor:"rk"`
+	TTLMs      int64  `cbor:"ttl_ms"`
+	// GrantedAt is the proposer's clock at the grant, Unix ms.
+	GrantedAt int64 `cbor:"granted_at"`
+	// RemainingMs is the last checkpointed remaining TTL, 0 when none.
+	RemainingMs int64 `cbor:"rem,omitempty"`
+}
+
+// TTL is the lease's granted TTL.
+func (r *LeaseRecord) TTL() time.Duration { return time.Duration(r.TTLMs) * time.Millisecond }
+
+// Remaining is the checkpointed remaining TTL, 0 when none.
+func (r *LeaseRecord) Remaining() time.Duration {
+	return time.Duration(r.RemainingMs) * time.Millisecond
+}
+
+func isLeaseOp(op Op) bool { return op >= OpLeaseGrant && op <= OpLeaseCheckpoint }
+
+// validateTTL checks a lease TTL in ms.
+func validateTTL(ms int64) error {
+	if ms < MinLeaseTTL.Milliseconds() || ms > MaxLeaseTTL.Milliseconds() {
+		return fmt.Errorf("ttl %v: want %v..%v", time.Duration(ms)*time.Millisecond, MinLeaseTTL, MaxLeaseTTL)
+	}
+	return nil
+}
+
+// validate checks a for op (called by Command.Validate).
+func (a *LeaseArgs) validate(op Op) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: op %s: %s", ErrInvalidCommand, op, fmt.Sprintf(format, args...))
+	}
+	has := struct{ id, rk, ttl, ids, cps, term bool }{a.ID != 0, len(a.RoutingKey) > 0, a.TTLMs != 0, len(a.IDs) > 0, len(a.Checkpoints) > 0, a.Term != 0}
+	want := has
+	switch op {
+	case OpLeaseGrant:
+		want = struct{ id, rk, ttl, ids, cps, term bool }{rk: true, ttl: true}
+	case OpLeaseRevoke:
+		want = struct{ id, rk, ttl, ids, cps, term bool }{id: true}
+	case OpLeaseExpire:
+		want = struct{ id, rk, ttl, ids, cps, term bool }{ids: true, term: true}
+	case OpLeaseCheckpoint:
+		want = struct{ id, rk, ttl, ids, cps, term bool }{cps: true, term: true}
+	}
+	if has != want {
+		return bad("lease arguments: want %s", map[Op]string{
+			OpLeaseGrant: "routing key and ttl", OpLeaseRevoke: "id", OpLeaseExpire: "ids and term", OpLeaseCheckpoint: "checkpoints and term",
+		}[op])
+	}
+	switch op {
+	case OpLeaseGrant:
+		if err := keys.ValidateRoutingKey(a.RoutingKey); err != nil {
+			return bad("%v", err)
+		}
+		if err := validateTTL(a.TTLMs); err != nil {
+			return bad("%v", err)
+		}
+	case OpLeaseRevoke:
+		if !keys.ValidLeaseID(a.ID) {
+			return bad("lease id %016x has sequence 0", a.ID)
+		}
+	case OpLeaseExpire:
+		if len(a.IDs) > MaxLeaseBatch {
+			return bad("%d ids, limit %d", len(a.IDs), MaxLeaseBatch)
+		}
+		for i, id := range a.IDs {
+			if !keys.ValidLeaseID(id) {
+				return bad("id %d: lease id %016x has sequence 0", i, id)
+			}
+			if i > 0 && a.IDs[i-1] >= id {
+				return bad("ids not in strictly ascending order")
+			}
+		}
+	case OpLeaseCheckpoint:
+		if len(a.Checkpoints) > MaxLeaseBatch {
+			return bad("%d checkpoints, limit %d", len(a.Checkpoints), MaxLeaseBatch)
+		}
+		for i, cp := range a.Checkpoints {
+			switch {
+			case !keys.ValidLeaseID(cp.ID):
+				return bad("checkpoint %d: lease id %016x has sequence 0", i, cp.ID)
+			case cp.RemainingMs < 0 || cp.RemainingMs > MaxLeaseTTL.Milliseconds():
+				return bad("checkpoint %d: remaining %d ms, want 0..%d", i, cp.RemainingMs, MaxLeaseTTL.Milliseconds())
+			case i > 0 && a.Checkpoints[i-1].ID >= cp.ID:
+				return bad("checkpoints not in strictly ascending id order")
+			}
+		}
+	}
+	return nil
+}
+
+// validateAttach checks that lease may hold the stored key key: a valid
+// id, a table that may be attached, and the key's slot.
+func validateAttach(lease uint64, key []byte) error {
+	if !keys.ValidLeaseID(lease) {
+		return fmt.Errorf("lease id %016x has sequence 0", lease)
+	}
+	if len(key) == 0 || !keys.Attachable(key[0]) {
+		return errors.New("only kv keys, runners and agents can be attached to a lease")
+	}
+	rk, route, err := keys.RoutingKeyOf(key)
+	if err != nil || route != keys.RouteKey {
+		return fmt.Errorf("key %x cannot be attached: %v", key, err)
+	}
+	if slot := shard.SlotOf(rk); byte(slot) != keys.LeaseSlot(lease) {
+		return fmt.Errorf("lease %016x is in slot %d, the key in slot %d: a lease holds keys of its own routing key's slot", lease, keys.LeaseSlot(lease), slot)
+	}
+	return nil
+}
+
+// isLeaseTable reports whether t is a table only the lease ops write.
+func isLeaseTable(t byte) bool { return t >= keys.TableLeases && t <= keys.TableLeaseSeq }
+
+func encodeLease(r *LeaseRecord) []byte {
+	b, err := encMode.Marshal(r)
+	if err != nil { // a plain struct: never
+		panic(fmt.Sprintf("fsm: encode lease record: %v", err))
+	}
+	return b
+}
+
+// decodeLease decodes a stored lease record.
+func decodeLease(key, v []byte) (*LeaseRecord, error) {
+	r := new(LeaseRecord)
+	if err := decMode.Unmarshal(v, r); err != nil {
+		return nil, corruptErr(key, err)
+	}
+	if id, err := keys.DecodeLease(key); err != nil || id != r.ID {
+		return nil, corruptErr(key, fmt.Errorf("record of lease %016x", r.ID))
+	}
+	return r, nil
+}
+
+// leaseValue is the value of a key_lease key: the lease id.
+func leaseValue(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }
+
+// applyLeaseOp applies a validated lease op at the run's entry (term is
+// its term). A rejection goes to res.Err; the error is a storage error.
+func (a *applier) applyLeaseOp(c *Command, term uint64, res *Result) error {
+	var st *slotState
+	if !a.st.owned.IsFull() {
+		st = a.st
+	}
+	ch := &change{b: a.b, st: st, leases: a}
+	var err error
+	switch c.Op {
+	case OpLeaseGrant:
+		res.LeaseID, err = ch.grant(c.Lease, c.Time)
+	case OpLeaseRevoke:
+		err = ch.revoke(c.Lease.ID, c.Time, res)
+	case OpLeaseExpire, OpLeaseCheckpoint:
+		if c.Lease.Term != term {
+			err = reject(fmt.Errorf("%w: %s decided in term %d, applied in an entry of term %d", ErrStaleLeaseCommand, c.Op, c.Lease.Term, term))
+			break
+		}
+		if c.Op == OpLeaseExpire {
+			err = ch.expire(c.Lease.IDs, c.Time, res)
+		} else {
+			err = ch.checkpoint(c.Lease.Checkpoints)
+		}
+	}
+	if err == nil {
+		err = ch.flush()
+	}
+	var rej *rejection
+	if errors.As(err, &rej) {
+		res.Err, res.LeaseID, res.Removed, res.Deleted = rej.err, 0, 0, 0
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ch.commitAttach()
+	res.Succeeded = true
+	return nil
+}
+
+// ownsLease returns nil when the shard owns the lease's slot, else the
+// *MovedError.
+func (ch *change) ownsLease(id uint64) error {
+	if ch.st == nil {
+		return nil
+	}
+	return ch.st.check(shard.Slot(keys.LeaseSlot(id)))
+}
+
+// pending reads key as the change's writes so far leave it.
+func (ch *change) pending(key []byte) ([]byte, bool, error) {
+	ch.reads++
+	return ch.getPending(key, len(ch.writes))
+}
+
+// getLease reads a lease record; nil when absent.
+func (ch *change) getLease(id uint64) (*LeaseRecord, error) {
+	key := keys.Lease(id)
+	v, found, err := ch.pending(key)
+	if err != nil || !found {
+		return nil, err
+	}
+	r, err := decodeLease(key, v)
+	if err != nil {
+		return nil, reject(err)
+	}
+	return r, nil
+}
+
+func (ch *change) grant(a *LeaseArgs, now int64) (uint64, error) {
+	slot := shard.SlotOf(a.RoutingKey)
+	if ch.st != nil {
+		if err := ch.st.check(slot); err != nil {
+			return 0, reject(err)
+		}
+	}
+	seqKey := keys.LeaseSeq(byte(slot))
+	var seq uint64
+	v, found, err := ch.pending(seqKey)
+	switch {
+	case err != nil:
+		return 0, err
+	case found && len(v) != 8:
+		return 0, reject(corruptErr(seqKey, fmt.Errorf("%d bytes", len(v))))
+	case found:
+		seq = binary.BigEndian.Uint64(v)
+	}
+	if seq >= keys.MaxLeaseSeq {
+		return 0, reject(fmt.Errorf("%w: op %s: slot %d has used every lease id", ErrInvalidCommand, OpLeaseGrant, slot))
+	}
+	seq++
+	id := keys.LeaseIDOf(byte(slot), seq)
+	ch.set(seqKey, binary.BigEndian.AppendUint64(nil, seq))
+	ch.set(keys.Lease(id), encodeLease(&LeaseRecord{ID: id, RoutingKey: bytes.Clone(a.RoutingKey), TTLMs: a.TTLMs, GrantedAt: now}))
+	ch.leases.noteLease(id)
+	return id, nil
+}
+
+func (ch *change) revoke(id uint64, now int64, res *Result) error {
+	if err := ch.ownsLease(id); err != nil {
+		return reject(err)
+	}
+	r, err := ch.getLease(id)
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		return reject(fmt.Errorf("%w: %016x", ErrLeaseNotFound, id))
+	}
+	return ch.endLease(id, now, res)
+}
+
+func (ch *change) expire(ids []uint64, now int64, res *Result) error {
+	for _, id := range ids {
+		if ch.ownsLease(id) != nil {
+			continue // another shard's now (or frozen): not this one's to end
+		}
+		r, err := ch.getLease(id)
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			continue // revoked or expired already
+		}
+		if err := ch.endLease(id, now, res); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (ch *change) checkpoint(cps []LeaseCheckpoint) error {
+	for _, cp := range cps {
+		if ch.ownsLease(cp.ID) != nil {
+			continue
+		}
+		r, err := ch.getLease(cp.ID)
+		if err != nil {
+			return err
+		}
+		if r == nil || r.RemainingMs == cp.RemainingMs {
+			continue
+		}
+		r.RemainingMs = cp.RemainingMs
+		ch.set(keys.Lease(cp.ID), encodeLease(r))
+		ch.leases.noteLease(cp.ID)
+	}
+	return nil
+}
+
+// endLease queues the end of lease id: every attached key's fate, the
+// attachments and the record. res.Removed counts the lease, res.Deleted
+// the keys deleted.
+func (ch *change) endLease(id uint64, now int64, res *Result) error {
+	prefix := keys.LeaseKeysPrefix(id)
+	it, err := ch.b.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	var attached [][]byte
+	for ok := it.First(); ok; ok = it.Next() {
+		attached = append(attached, bytes.Clone(it.Key()[len(prefix):]))
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	for _, k := range attached {
+		ch.del(keys.LeaseKey(id, k))
+		// Only a key still attached to this lease meets its end (the
+		// reverse entry is the truth; a stale forward entry is dropped).
+		v, found, err := ch.pending(keys.KeyLease(k))
+		if err != nil {
+			return err
+		}
+		if !found || !bytes.Equal(v, leaseValue(id)) {
+			continue
+		}
+		ch.del(keys.KeyLease(k))
+		ch.countAttach(k, -1)
+		switch k[0] {
+		case keys.TableKV, keys.TableRunners:
+			if _, found, err := ch.pending(k); err != nil {
+				return err
+			} else if found {
+				ch.del(k)
+				res.Deleted++
+			}
+		case keys.TableAgents:
+			if err := ch.failAgent(k, now); err != nil {
+				return err
+			}
+		}
+	}
+	ch.del(keys.Lease(id))
+	ch.leases.noteLease(id)
+	res.Removed++
+	return nil
+}
+
+// failAgent marks the agent stored under key failed when it is running or
+// provisioning: its liveness lease ended. A record that does not decode is
+// left as it is (the lease still ends).
+func (ch *change) failAgent(key []byte, now int64) error {
+	v, found, err := ch.pending(key)
+	if err != nil || !found {
+		return err
+	}
+	var rec records.AgentRecord
+	if decodeStored(key, v, &rec) != nil {
+		return nil
+	}
+	if rec.Status != records.AgentRunning && rec.Status != records.AgentProvisioning {
+		return nil
+	}
+	ch.del(keys.AgentByStatus(byte(rec.Status), rec.UserID, rec.AgentID))
+	rec.Status, rec.UpdatedAt = records.AgentFailed, now
+	if err := putRecord(ch, key, &rec); err != nil {
+		return err
+	}
+	ch.set(keys.AgentByStatus(byte(rec.Status), rec.UserID, rec.AgentID), nil)
+	return nil
+}
+
+// setLease queues attaching the stored key key to lease (0: detaching it
+// from any). Attaching needs the lease (ErrLeaseNotFound otherwise).
+func (ch *change) setLease(key []byte, lease uint64) error {
+	if lease != 0 {
+		r, err := ch.getLease(lease)
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			return reject(fmt.Errorf("%w: %016x", ErrLeaseNotFound, lease))
+		}
+	}
+	old, err := ch.leaseOf(key)
+	if err != nil || old == lease {
+		return err
+	}
+	if old != 0 {
+		ch.del(keys.LeaseKey(old, key))
+	}
+	if lease == 0 {
+		ch.del(keys.KeyLease(key))
+		ch.countAttach(key, -1)
+		return nil
+	}
+	ch.set(keys.LeaseKey(lease, key), nil)
+	ch.set(keys.KeyLease(key), leaseValue(lease))
+	if old == 0 {
+		ch.countAttach(key, +1)
+	}
+	return nil
+}
+
+// countAttach records that the change adds (+1) or deletes (-1) the
+// key_lease entry of key; commitAttach counts them once the change's
+// writes are in the batch.
+func (ch *change) countAttach(key []byte, delta int32) {
+	ch.attach = append(ch.attach, attachDelta{key: key, delta: delta})
+}
+
+type attachDelta struct {
+	key   []byte
+	delta int32
+}
+
+func (ch *change) commitAttach() {
+	for _, d := range ch.attach {
+		ch.leases.countAttached(d.key, d.delta)
+	}
+	ch.attach = nil
+}
+
+// leaseOf returns the lease the stored key key is attached to (0: none).
+func (ch *change) leaseOf(key []byte) (uint64, error) {
+	if !ch.leases.mayBeAttached(key) {
+		return 0, nil
+	}
+	v, found, err := ch.pending(keys.KeyLease(key))
+	if err != nil || !found {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, reject(corruptErr(keys.KeyLease(key), fmt.Errorf("%d bytes", len(v))))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// batchLeases is an OpBatch's part in the lease tables: check refuses a
+// batch that attaches a lease that does not exist (before it writes
+// anything), and after each mutation of an attachable key moves the key's
+// attachment: a put attaches it to its lease (or detaches it), a delete
+// detaches it.
+type batchLeases struct {
+	a *applier
+}
+
+// check returns the rejection of a batch whose mutations attach a lease
+// that does not exist.
+func (bl batchLeases) check(bt *Batch) (rej, storage error) {
+	var checked []uint64
+	for i := range bt.Mutations {
+		id := bt.Mutations[i].Lease
+		if id == 0 || slices.Contains(checked, id) {
+			continue
+		}
+		_, found, err := getView(bl.a.b, keys.Lease(id), false)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return fmt.Errorf("%w: %016x (mutation %d)", ErrLeaseNotFound, id, i), nil
+		}
+		checked = append(checked, id)
+	}
+	return nil, nil
+}
+
+// after moves the attachment of m's key once m is written into the batch.
+func (bl batchLeases) after(m *Mutation) error {
+	if !keys.Attachable(m.Key[0]) || (m.Lease == 0 && !bl.a.mayBeAttached(m.Key)) {
+		return nil
+	}
+	ch := &change{b: bl.a.b, leases: bl.a}
+	lease := m.Lease
+	if m.Kind == MutDelete {
+		lease = 0
+	}
+	if err := ch.setLease(m.Key, lease); err != nil {
+		var rej *rejection
+		if errors.As(err, &rej) { // checked before: cannot happen
+			return fmt.Errorf("fsm: batch lease: %w", rej.err)
+		}
+		return err
+	}
+	if err := ch.flush(); err != nil {
+		return err
+	}
+	ch.commitAttach()
+	return nil
+}
+
+// noteLease records that lease id changed in this run (Config.OnLeases).
+func (a *applier) noteLease(id uint64) {
+	if a != nil {
+		a.leaseIDs = append(a.leaseIDs, id)
+	}
+}
+
+// countAttached adds delta to the count of key_lease entries of the slot
+// of the attached key key.
+func (a *applier) countAttached(key []byte, delta int32) {
+	if a == nil {
+		return
+	}
+	if slot, ok := attachSlot(key); ok {
+		a.f.attached.slots[slot] += delta
+		a.f.attached.total += int64(delta)
+	}
+}
+
+// mayBeAttached reports whether the stored key key may be attached to a
+// lease: false means its slot has no key_lease entry, so no write of it
+// needs to look its attachment up.
+func (a *applier) mayBeAttached(key []byte) bool {
+	if a == nil || a.f.attached.total == 0 {
+		return false
+	}
+	slot, ok := attachSlot(key)
+	return !ok || a.f.attached.slots[slot] > 0
+}
+
+// attachSlot is the slot of an attachable key (all route by their key).
+func attachSlot(key []byte) (shard.Slot, bool) {
+	rk, route, err := keys.RoutingKeyOf(key)
+	if err != nil || route != keys.RouteKey {
+		return 0, false
+	}
+	return shard.SlotOf(rk), true
+}
+
+// LeaseChanges tells Config.OnLeases what an applied run changed: the
+// leases granted, ended or checkpointed, and whether the set of leases
+// may have changed otherwise (a slot move op, a restore: Resync).
+type LeaseChanges struct {
+	IDs    []uint64
+	Resync bool
+}
+
+// Lease returns the record of lease id (ErrLeaseNotFound when absent, or
+// when its slot is not owned: another shard answers for it).
+func (f *FSM) Lease(id uint64) (*LeaseRecord, error) {
+	if err := f.CheckSlot(shard.Slot(keys.LeaseSlot(id))); err != nil {
+		var me *MovedError
+		if errors.As(err, &me) {
+			return nil, fmt.Errorf("%w: %016x: %w", ErrLeaseNotFound, id, err)
+		}
+		return nil, err
+	}
+	key := keys.Lease(id)
+	v, err := f.Get(key)
+	if errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("%w: %016x", ErrLeaseNotFound, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return decodeLease(key, v)
+}
+
+// Leases returns up to limit (<= 0: all) lease records of owned slots
+// with ids above after, in id order.
+func (f *FSM) Leases(after uint64, limit int) ([]*LeaseRecord, error) {
+	start := keys.TablePrefix(keys.TableLeases)
+	if after != 0 {
+		start = append(keys.Lease(after), 0)
+	}
+	var out []*LeaseRecord
+	owned := f.Owned()
+	for {
+		kvs, err := f.Scan(start, keys.PrefixEnd(keys.TablePrefix(keys.TableLeases)), 256)
+		if err != nil || len(kvs) == 0 {
+			return out, err
+		}
+		for _, kv := range kvs {
+			r, err := decodeLease(kv.Key, kv.Value)
+			if err != nil {
+				return out, err
+			}
+			if !owned.Has(shard.Slot(keys.LeaseSlot(r.ID))) {
+				continue
+			}
+			out = append(out, r)
+			if limit > 0 && len(out) >= limit {
+				return out, nil
+			}
+		}
+		start = append(kvs[len(kvs)-1].Key, 0)
+	}
+}
+
+// LeaseKeys returns up to limit (0: all; < 0: none) of the stored keys
+// attached to lease id, in key order, and how many there are in all.
+func (f *FSM) LeaseKeys(id uint64, limit int) ([][]byte, int, error) {
+	prefix := keys.LeaseKeysPrefix(id)
+	kvs, err := f.Scan(prefix, keys.PrefixEnd(prefix), 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	var out [][]byte
+	for _, kv := range kvs {
+		if limit == 0 || len(out) < limit {
+			out = append(out, kv.Key[len(prefix):])
+		}
+	}
+	return out, len(kvs), nil
+}
+
+// initAttached counts each slot's key_lease entries in the DB (at open
+// and restore).
+func (f *FSM) initAttached(r pebble.Reader) error {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: keys.TablePrefix(keys.TableKeyLease), UpperBound: keys.PrefixEnd(keys.TablePrefix(keys.TableKeyLease))})
+	if err != nil {
+		return err
+	}
+	f.attached.slots, f.attached.total = [shard.NumSlots]int32{}, 0
+	for ok := it.First(); ok; ok = it.Next() {
+		k, err := keys.DecodeKeyLease(it.Key())
+		if err != nil {
+			continue // a malformed entry routes nowhere; it is never looked up
+		}
+		if slot, ok := attachSlot(k); ok {
+			f.attached.slots[slot]++
+			f.attached.total++
+		}
+	}
+	return it.Close()
+}

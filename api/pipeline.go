@@ -38,6 +38,9 @@ type pipelineServer struct {
 	counted func(direction string, items int)
 	// workers runs the items, and the streams' receivers; close joins them.
 	workers *workerPool
+	// beforeLoop, if set (tests only), runs on each stream after its
+	// receiver started and before the first call is taken.
+	beforeLoop func()
 }
 
 // workerPool runs functions on goroutines that outlive one call: a worker
@@ -156,6 +159,15 @@ func newPipelineServer(intercept grpc.UnaryServerInterceptor, maxInFlight int, s
 // without a result were not executed.
 func (p *pipelineServer) stop() { p.stopOnce.Do(func() { close(p.stopping) }) }
 
+func (p *pipelineServer) isStopping() bool {
+	select {
+	case <-p.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
 // close waits for every goroutine the pipeline started: the items' workers
 // and the streams' receivers. Call it after stop and after the gRPC server
 // stopped (a receiver returns once its stream is gone). Idempotent.
@@ -168,6 +180,9 @@ func (p *pipelineServer) count(direction string, items int) {
 }
 
 func (p *pipelineServer) Calls(stream rpc.Pipeline_CallsServer) error {
+	if p.isStopping() {
+		return nil // the node is stopping: no call was taken
+	}
 	ctx := stream.Context()
 	batches := make(chan *rpc.PipelineCalls)
 	recvErr := make(chan error, 1)
@@ -196,12 +211,21 @@ func (p *pipelineServer) Calls(stream rpc.Pipeline_CallsServer) error {
 	sent := make(chan error, 1)
 	go func() { sent <- p.sendResults(stream, out) }()
 
+	if p.beforeLoop != nil {
+		p.beforeLoop()
+	}
 	var wg sync.WaitGroup
 	var err error
 loop:
 	for {
 		select {
 		case in := <-batches:
+			// A batch and the stop can both be ready (select picks either
+			// at random): stop wins, and the batch is not executed, as the
+			// client assumes of calls the ended stream did not answer.
+			if p.isStopping() {
+				break loop
+			}
 			p.count("calls", len(in.GetCalls()))
 			for _, call := range in.GetCalls() {
 				select {
@@ -328,9 +352,19 @@ func (p *pipelineServer) call(ctx context.Context, call *rpc.PipelineCall) (any,
 func authStream(n *cluster.Node, srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	a := n.Authn()
 	if a.On() {
-		if id, msg := a.IdentifyGRPC(ss.Context(), info.FullMethod); id == nil {
+		id, msg := a.IdentifyGRPC(ss.Context(), info.FullMethod)
+		if id == nil {
 			a.Audit("grpc", nil, info.FullMethod, false, msg)
 			return status.Error(codes.PermissionDenied, msg)
+		}
+		// A stream that is a service call of its own (the Lease service's
+		// keep-alive stream) needs its method's permission; the Pipeline
+		// checks each call it carries, ExportSlots its caller is a node.
+		if info.FullMethod == rpc.Lease_KeepAliveStream_FullMethodName {
+			if allowed, why := a.Allows(id, grpcPerms[info.FullMethod]); !allowed {
+				a.Audit("grpc", id, info.FullMethod, false, why)
+				return status.Errorf(codes.PermissionDenied, "swarmkv: %s may not call %s (needs %s)", id.Name(), info.FullMethod, grpcPerms[info.FullMethod])
+			}
 		}
 	}
 	return handler(srv, ss)

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -282,4 +283,98 @@ func FuzzPipelineCall(f *testing.F) {
 			t.Fatalf("code %v: %s", code, res.GetMessage())
 		}
 	})
+}
+
+// fakeCallsStream is a Pipeline.Calls stream with no network: Recv hands
+// out the batches queued in in (telling took), then io.EOF once in is
+// closed.
+type fakeCallsStream struct {
+	grpc.ServerStream
+	ctx  context.Context
+	in   chan *rpc.PipelineCalls
+	took chan struct{}
+	mu   sync.Mutex
+	out  []*rpc.PipelineResults
+}
+
+func newFakeCallsStream(ctx context.Context, calls ...*rpc.PipelineCall) *fakeCallsStream {
+	s := &fakeCallsStream{ctx: ctx, in: make(chan *rpc.PipelineCalls, 1), took: make(chan struct{}, 1)}
+	s.in <- &rpc.PipelineCalls{Calls: calls}
+	close(s.in)
+	return s
+}
+
+func (f *fakeCallsStream) Context() context.Context { return f.ctx }
+func (f *fakeCallsStream) Recv() (*rpc.PipelineCalls, error) {
+	select {
+	case c, ok := <-f.in:
+		if !ok {
+			return nil, io.EOF
+		}
+		f.took <- struct{}{}
+		return c, nil
+	case <-f.ctx.Done():
+		return nil, f.ctx.Err()
+	}
+}
+func (f *fakeCallsStream) Send(r *rpc.PipelineResults) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.out = append(f.out, r)
+	return nil
+}
+
+func (f *fakeCallsStream) answered() (n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.out {
+		n += len(r.GetResults())
+	}
+	return n
+}
+
+// A pipeline told to stop executes no call it receives afterwards: the
+// client takes a call the ended stream did not answer as not executed and
+// sends it again, so an executed one would run twice. Two cases: a stream
+// opened after the stop, and a batch that arrives together with the stop
+// on a running stream (Go's select picks among ready cases at random: such
+// a batch was executed about every other time, which made
+// TestPipelineStopAnswersTakenCalls fail once in 30 runs).
+func TestPipelineStoppedTakesNoCall(t *testing.T) {
+	put, _ := proto.Marshal(&rpc.PutRequest{Key: []byte("k")})
+	call := &rpc.PipelineCall{Id: 1, Method: rpc.KV_Put_FullMethodName, Request: put}
+	for _, tc := range []struct {
+		name string
+		// stopFirst: stop before the stream opens; otherwise stop once its
+		// receiver holds the batch, then let the receiver offer it.
+		stopFirst bool
+	}{{"opened after stop", true}, {"batch with stop", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range 30 {
+				kv := &stubKV{release: make(chan struct{})}
+				p := newPipelineServer(nil, 4, pipelineService{&rpc.KV_ServiceDesc, kv})
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				s := newFakeCallsStream(ctx, call)
+				if tc.stopFirst {
+					p.stop()
+					p.beforeLoop = func() { t.Error("a stream opened after stop reached its loop") }
+				} else {
+					p.beforeLoop = func() {
+						<-s.took
+						p.stop()
+						time.Sleep(5 * time.Millisecond) // the receiver now offers the batch
+					}
+				}
+				err := p.Calls(s)
+				cancel()
+				p.close()
+				if err != nil {
+					t.Fatalf("run %d: Calls = %v, want nil (ended cleanly)", i, err)
+				}
+				if n, a := len(kv.vias()), s.answered(); n != 0 || a != 0 {
+					t.Fatalf("run %d: %d calls executed, %d answered after stop, want none", i, n, a)
+				}
+			}
+		})
+	}
 }

@@ -18,22 +18,13 @@ import (
 // shard leaders' lessors (cluster/replica/lease.go). A request about a
 // lease is routed by the slot in its id; a grant by its routing key.
 //
-// Version gate: every call that makes a lease command (Grant, Revoke,
-// KeepAlive and the stream, which may propose a checkpoint's clear) needs
-// fsm.VersionLeases.
+// Version gate: the lease commands need fsm.VersionLeases; before the
+// cluster runs it, the replica refuses them (replica.Config.Admit): a
+// Grant fails with FailedPrecondition, nothing changed, so no lease
+// exists to keep alive, revoke or list.
 type leaseServer struct {
 	rpc.UnimplementedLeaseServer
 	*server
-}
-
-// gate refuses a lease call before the cluster runs fsm.VersionLeases
-// (cluster.Node.CheckCommand: FailedPrecondition, nothing changed): a
-// binary of an older version would not know the commands it makes.
-func (s *leaseServer) gate(id shard.ID) error {
-	if err := s.node.CheckCommand(&fsm.Command{Op: fsm.OpLeaseGrant}); err != nil {
-		return s.statusErr(id, err)
-	}
-	return nil
 }
 
 // defaultMaxLeaseKeys is TimeToLive's list of attached keys when the
@@ -129,9 +120,6 @@ func (s *leaseServer) Grant(ctx context.Context, req *rpc.LeaseGrantRequest) (*r
 	if r.Leases() == nil {
 		return nil, s.notLeader(id)
 	}
-	if err := s.gate(id); err != nil {
-		return nil, err
-	}
 	lease, err := r.Leases().Grant(ctx, req.GetRoutingKey(), time.Duration(req.GetTtlMs())*time.Millisecond)
 	if err != nil {
 		return nil, s.statusErr(id, err)
@@ -147,9 +135,6 @@ func (s *leaseServer) Revoke(ctx context.Context, req *rpc.LeaseRevokeRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if err := s.gate(id); err != nil {
-		return nil, err
-	}
 	n, err := r.Leases().Revoke(ctx, req.GetId())
 	if err != nil {
 		return nil, s.statusErr(id, err)
@@ -161,9 +146,6 @@ func (s *leaseServer) Revoke(ctx context.Context, req *rpc.LeaseRevokeRequest) (
 func (s *leaseServer) keepAlive(ctx context.Context, lease uint64) (time.Duration, error) {
 	id, r, err := s.lessorOf(lease)
 	if err != nil {
-		return 0, err
-	}
-	if err := s.gate(id); err != nil {
 		return 0, err
 	}
 	ttl, err := r.Leases().KeepAlive(ctx, lease)

@@ -134,8 +134,8 @@ func misrouted(smap *shard.Map, req *RedisRequest) error {
 
 // RedisOn runs a request checked by CheckRedis on node n's replica r,
 // which must lead its shard: a block or a write is proposed (one log
-// entry; once the cluster runs the protocol version it needs,
-// cluster.Node.CheckCommand), a single read is answered from the state
+// entry; refused until the cluster runs the protocol version it needs,
+// replica.Config.Admit), a single read is answered from the state
 // machine after the read barrier.
 // index is the entry's log index (0 for reads). A key of a slot the shard
 // does not own fails it with *fsm.MovedError, nothing executed (a block
@@ -147,9 +147,6 @@ func RedisOn(ctx context.Context, n *cluster.Node, r *replica.Replica, req *Redi
 			op = fsm.OpRedisMulti
 		}
 		cmd := &fsm.Command{Op: op, Redis: &fsm.RedisTx{Cmds: req.Cmds, Watch: req.Watches}}
-		if err := n.CheckCommand(cmd); err != nil {
-			return resp.Value{}, 0, err
-		}
 		res, err := r.Propose(ctx, cmd)
 		if err != nil {
 			return resp.Value{}, 0, err

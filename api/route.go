@@ -237,14 +237,11 @@ func (s *server) readAt(ctx context.Context, id shard.ID, r *replica.Replica, c 
 	return nil
 }
 
-// proposeTo validates cmd at the edge (so bad input costs no Raft round)
-// and proposes it to replica r of shard id, once the cluster runs the
-// protocol version cmd needs (cluster.Node.CheckCommand:
-// FailedPrecondition before, nothing proposed).
+// proposeTo proposes cmd to replica r of shard id. The replica validates
+// it (so bad input costs no Raft round) and refuses it before the cluster
+// runs the protocol version it needs (replica.Config.Admit, set to
+// cluster.Node.CheckCommand: FailedPrecondition, nothing proposed).
 func (s *server) proposeTo(ctx context.Context, id shard.ID, r *replica.Replica, cmd *fsm.Command) (*fsm.Result, error) {
-	if err := s.node.CheckCommand(cmd); err != nil {
-		return nil, s.statusErr(id, err)
-	}
 	start := time.Now()
 	res, err := r.Propose(ctx, cmd)
 	if err != nil {

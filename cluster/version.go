@@ -321,9 +321,9 @@ func (e *VersionError) Unwrap() error { return ErrProtocolVersion }
 // CheckCommand returns a *VersionError (FailedPrecondition) when the
 // cluster does not run the protocol version cmd needs yet
 // (fsm.Command.Since): a binary of an older version may hold a replica
-// and would not apply it as a newer one does. The API calls it before
-// proposing a command; internal proposals of the core use only what the
-// active version allows.
+// and would not apply it as a newer one does. Every shard replica calls
+// it before proposing a command (replica.Config.Admit), whoever proposes:
+// the API, the lessor, the history compactor.
 func (n *Node) CheckCommand(cmd *fsm.Command) error {
 	since := cmd.Since()
 	if f := n.cfg.Testing.CommandSince; f != nil {

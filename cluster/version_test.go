@@ -123,8 +123,20 @@ func TestNewOpWaitsForVersion(t *testing.T) {
 		!strings.Contains(err.Error(), "cluster runs protocol version 1, this operation needs 2") {
 		t.Fatalf("a lease grant in a cluster at 1: %v, want FailedPrecondition naming both versions", err)
 	}
+	// The gate is the replica's (replica.Config.Admit), not the API's: a
+	// proposer inside the node (here the shard leader's lessor, asked
+	// directly) is refused the same way.
+	id, _, err := tc.nodes[0].Route(rk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, r := tc.leaderReplica(id); r == nil {
+		t.Fatalf("no leader of shard %d", id)
+	} else if _, err := r.Leases().Grant(ctx, rk, 10*time.Second); !errors.Is(err, ErrProtocolVersion) {
+		t.Fatalf("the lessor's own grant in a cluster at 1: %v, want ErrProtocolVersion", err)
+	}
 	if ls, err := c.Leases().List(ctx); err != nil || len(ls) != 0 {
-		t.Fatalf("leases after the refused grant: %v, %v", ls, err)
+		t.Fatalf("leases after the refused grants: %v, %v", ls, err)
 	}
 
 	tc.stop(2)

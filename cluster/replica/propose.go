@@ -22,6 +22,11 @@ func (r *Replica) Propose(ctx context.Context, cmd *fsm.Command) (*fsm.Result, e
 	if err := cmd.Validate(r.limits); err != nil {
 		return nil, err
 	}
+	if r.admit != nil {
+		if err := r.admit(cmd); err != nil {
+			return nil, err
+		}
+	}
 	data, err := fsm.EncodeCommand(cmd)
 	if err != nil {
 		return nil, err

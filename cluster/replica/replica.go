@@ -70,7 +70,8 @@ type Replica struct {
 	trans       *raft.NetworkTransport
 	bolt        *raftboltdb.BoltStore // without a shared log store only; closed by Close
 	notify      chan bool
-	limits      fsm.Limits // Config.Limits: what propose validates against
+	limits      fsm.Limits               // Config.Limits: what propose validates against
+	admit       func(*fsm.Command) error // Config.Admit
 
 	// readyTerm is the term in which this replica, as leader, has applied
 	// a barrier: from then on its commit index covers every entry
@@ -143,6 +144,12 @@ type Config struct {
 	// leader, every HistoryEvery (history.go); zero: no compaction.
 	History      fsm.HistoryRetention
 	HistoryEvery time.Duration
+	// Admit, if set, is asked about every command Propose is given, after
+	// its validation and before it is proposed: an error refuses it,
+	// nothing proposed. The node sets it to its protocol version gate
+	// (cluster.Node.CheckCommand), so no command a binary of the active
+	// version would not know reaches the log, whoever proposes it.
+	Admit func(*fsm.Command) error
 	// Limits are the state machine's apply-time limits, the same on every
 	// node; Propose validates commands against them before proposing.
 	Limits fsm.Limits
@@ -238,6 +245,7 @@ func Open(c Config) (_ *Replica, err error) {
 		id:         c.ID,
 		log:        log,
 		limits:     c.Limits,
+		admit:      c.Admit,
 		notify:     make(chan bool, 16),
 		readSignal: make(chan struct{}, 1),
 		propSignal: make(chan struct{}, 1),

@@ -99,6 +99,9 @@ type Hub struct {
 	// decoded counts the revisions the tails decoded (for tests: once per
 	// revision, whatever the number of watchers).
 	decoded atomic.Uint64
+	// afterDispatch, if set (tests only, before the first Watch), runs on
+	// a tail's goroutine after each revision it dispatched.
+	afterDispatch func(rev uint64)
 }
 
 // NewHub returns an empty hub.
@@ -325,6 +328,9 @@ func (t *tail) run(ctx context.Context) {
 		err = t.f.ReadHistory(pos, upTo, func(rev uint64, evs []fsm.Event) error {
 			t.h.decoded.Add(1)
 			t.dispatch(rev, evs)
+			if t.h.afterDispatch != nil {
+				t.h.afterDispatch(rev)
+			}
 			return nil
 		})
 		if err != nil {
@@ -400,7 +406,8 @@ func (t *tail) dispatch(rev uint64, evs []fsm.Event) {
 	// The tail's position moves with each dispatched revision, under the
 	// lock register takes: a watcher registering after rev went out must
 	// see pos >= rev and catch up from history, else it would miss rev
-	// (it used to move only after a whole read, TestHubCompactedAndMoved).
+	// (it used to move only after a whole read: TestHubCompactedAndMoved
+	// saw it at random, TestHubRegisterBetweenDispatches forces it).
 	defer func() { t.pos = max(t.pos, rev) }()
 	var frozen []*fsm.Event
 	for i := range evs {

@@ -267,3 +267,48 @@ func TestHubCompactedAndMoved(t *testing.T) {
 		t.Fatalf("catch-up over the freeze: %+v %v", moved, err)
 	}
 }
+
+// TestHubRegisterBetweenDispatches: a watcher that registers right after
+// the tail dispatched a revision, from a position before it, gets that
+// revision (from history, catching up) and every later one (from the
+// tail), each once. The tail once moved its position only after a whole
+// history read: such a watcher registered at the stale position and the
+// revision already dispatched was lost to it.
+func TestHubRegisterBetweenDispatches(t *testing.T) {
+	tf := newFSM(t)
+	h := NewHub(Limits{})
+	ctx := context.Background()
+	base := tf.put("alice", "k", "base")
+	var (
+		once    sync.Once
+		late    *Watcher
+		lateGot []Item
+		joined  = make(chan error, 1)
+	)
+	h.afterDispatch = func(rev uint64) {
+		once.Do(func() {
+			w, _, err := h.Watch(ctx, tf.f, filterOf("alice"), base, func(it Item) error {
+				lateGot = append(lateGot, it)
+				return nil
+			})
+			late = w
+			joined <- err
+		})
+	}
+	first, _, err := h.Watch(ctx, tf.f, filterOf("alice"), base, func(Item) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	revs := map[string]uint64{}
+	revs["0"] = tf.put("alice", "k", "0")
+	if err := <-joined; err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close()
+	for i := 1; i < 5; i++ {
+		revs[fmt.Sprint(i)] = tf.put("alice", "k", fmt.Sprint(i))
+	}
+	checkSeq(t, collect(t, first, nil, 5), revs, 5)
+	checkSeq(t, collect(t, late, lateGot, 5), revs, 5)
+}

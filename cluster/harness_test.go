@@ -248,10 +248,11 @@ func (tc *testCluster) client() *client.Client {
 }
 
 // leaderOf returns the index of the node leading shard id, waiting up to
-// 10s for one (leadership may be moving: the reconciler balances leaders),
-// or -1.
+// 30 s for one (leadership may be moving: the reconciler balances leaders;
+// under the race detector on a loaded machine CI once saw a shard without
+// a leader for 10 s), or -1.
 func (tc *testCluster) leaderOf(id shard.ID) int {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if i := tc.currentLeaderOf(id); i >= 0 || time.Now().After(deadline) {
 			return i
@@ -261,7 +262,7 @@ func (tc *testCluster) leaderOf(id shard.ID) int {
 }
 
 // leaderReplica returns the index of the node leading shard id and its
-// replica, failing the test when no leader shows within 10 s.
+// replica, failing the test when no leader shows within 30 s.
 func (tc *testCluster) leaderReplica(id shard.ID) (int, *replica.Replica) {
 	tc.t.Helper()
 	i := tc.leaderOf(id)

@@ -319,6 +319,9 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 	go func() { defer n.wg.Done(); n.recon.Run(n.ctx) }()
 	go func() { defer n.wg.Done(); n.mover.RunMover(n.ctx) }()
 	go func() { defer n.wg.Done(); n.mover.RunPolicy(n.ctx) }()
+	n.mu.RLock()
+	st = n.mu.state
+	n.mu.RUnlock()
 	n.log.Info("node started", "raft", n.addrs.RaftAddr, "grpc", n.addrs.GRPCAddr,
 		"http", n.addrs.HTTPAddr, "gossip", n.addrs.GossipAddr, "data_dir", cfg.DataDir,
 		"bootstrapped", st != nil && st.Bootstrapped, "tls", n.tls != nil, "gossip_encrypted", len(cfg.GossipKeys) > 0, "auth", n.authn.On())
@@ -547,10 +550,20 @@ func (n *Node) adoptState(st *State) error {
 		}
 	}
 	if !st.Bootstrapped {
-		st.Bootstrapped = true
-		if err := saveState(n.cfg.DataDir, st); err != nil {
+		// st is published (n.mu.state) and the meta replica's leader
+		// hook may be reading it (metaReady clones it): mark a copy and
+		// publish that, never write a published state (the race detector
+		// caught the write in CI).
+		done := st.Clone()
+		done.Bootstrapped = true
+		if err := saveState(n.cfg.DataDir, done); err != nil {
 			return err
 		}
+		n.mu.Lock()
+		if n.mu.state == st {
+			n.mu.state = done
+		}
+		n.mu.Unlock()
 	}
 	return nil
 }

@@ -232,12 +232,15 @@ func TestAuthWithoutTLSCluster(t *testing.T) {
 	for _, n := range tc.nodes {
 		eps = append(eps, n.Addrs().GRPCAddr)
 	}
-	var c *client.Client
-	waitFor(t, 20*time.Second, "token known on every node", func() error { // the sync loop spreads it
-		var err error
-		c, err = client.New(ctx, client.Config{Endpoints: eps, AttemptTimeout: time.Second, Token: tok.Token})
-		return err
-	})
+	// The sync loop spreads the token: every node must know it before any
+	// call, as a call may reach any of them (a client that connected
+	// through one node proved only that one knows it: CI once saw the get
+	// below refused by another).
+	waitFor(t, 20*time.Second, "token known on every node", func() error { return tc.knowToken(tok.ID) })
+	c, err := client.New(ctx, client.Config{Endpoints: eps, AttemptTimeout: time.Second, Token: tok.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer c.Close()
 	waitFor(t, 20*time.Second, "write with the token", func() error {
 		return putUntilKnown(ctx, c, []byte("alice"), []byte("k"), []byte("v"))

@@ -132,8 +132,15 @@ func TestNewOpWaitsForVersion(t *testing.T) {
 	}
 	if _, r := tc.leaderReplica(id); r == nil {
 		t.Fatalf("no leader of shard %d", id)
-	} else if _, err := r.Leases().Grant(ctx, rk, 10*time.Second); !errors.Is(err, ErrProtocolVersion) {
-		t.Fatalf("the lessor's own grant in a cluster at 1: %v, want ErrProtocolVersion", err)
+	} else {
+		if _, err := r.Leases().Grant(ctx, rk, 10*time.Second); !errors.Is(err, ErrProtocolVersion) {
+			t.Fatalf("the lessor's own grant in a cluster at 1: %v, want ErrProtocolVersion", err)
+		}
+		// The history compactor's op came with version 2 too.
+		ret := fsm.HistoryRetention{MaxRevisions: 10}
+		if _, err := r.Propose(ctx, &fsm.Command{Op: fsm.OpCompactHistory, Time: time.Now().UnixMilli(), History: &ret}); !errors.Is(err, ErrProtocolVersion) {
+			t.Fatalf("a history compaction in a cluster at 1: %v, want ErrProtocolVersion", err)
+		}
 	}
 	if ls, err := c.Leases().List(ctx); err != nil || len(ls) != 0 {
 		t.Fatalf("leases after the refused grants: %v, %v", ls, err)

@@ -265,15 +265,19 @@ const VersionLeases = 2
 // (package cluster, version.go); an op not listed came with version 1.
 // A new op gets its version here, and a new field of an existing op that
 // binaries before it would ignore gets a rule in Since: until the cluster
-// runs that version the API refuses the command (cluster.Node.CheckCommand,
-// FailedPrecondition, nothing proposed), so no replica of an older binary
-// ever applies what it does not know.
+// runs that version every shard replica refuses to propose the command
+// (cluster.Node.CheckCommand as replica.Config.Admit: FailedPrecondition,
+// nothing proposed), so no replica of an older binary ever applies what
+// it does not know.
 var opSince = map[Op]int{
 	OpAgentHeartbeat:  VersionLeases,
 	OpLeaseGrant:      VersionLeases,
 	OpLeaseRevoke:     VersionLeases,
 	OpLeaseExpire:     VersionLeases,
 	OpLeaseCheckpoint: VersionLeases,
+	// The watch history came with the leases: a binary of version 1
+	// keeps none and would not know the op.
+	OpCompactHistory: VersionLeases,
 }
 
 // Since returns the protocol version the cluster must run before c may

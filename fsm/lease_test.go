@@ -578,6 +578,7 @@ func TestCommandSince(t *testing.T) {
 		{multiCmd(batchCmd(nil, kvPut("rk", "k", "v", 0))), 1},
 		{putAgentCmd(agentRec(1, 1, records.AgentRunning)), 1},
 		{&Command{Op: OpNoop}, 1},
+		{&Command{Op: OpCompactHistory, Time: 1, History: &HistoryRetention{MaxRevisions: 1}}, VersionLeases},
 	} {
 		if got := tc.c.Since(); got != tc.want {
 			t.Errorf("%s: Since %d, want %d", tc.c.Op, got, tc.want)

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/cluster/replica"
@@ -26,6 +27,33 @@ type RedisRequest struct {
 	Cmds    []fsm.RedisArgv
 	Multi   bool
 	Watches []fsm.RedisWatch
+	// Slots, if set, for a shard-wide read (a leg of a fan-out: KEYS,
+	// SCAN, DBSIZE), are the slots the sender's map gives Shard: RedisOn
+	// answers StaleSlotsReply when the shard no longer owns one of them
+	// (a move the sender's map does not show yet: the read would answer
+	// for part of them, and the new owner is not asked).
+	Slots *shard.SlotSet
+}
+
+// staleSlotsPrefix starts StaleSlotsReply's text.
+const staleSlotsPrefix = "TRYAGAIN swarmkv: stale shard map"
+
+// StaleSlotsReply is the answer to a shard-wide read whose Slots the
+// shard no longer all owns: TRYAGAIN (Redis clients retry it), after the
+// sender's map has caught up with the move.
+func StaleSlotsReply(id shard.ID) resp.Value {
+	return resp.Error(fmt.Sprintf("%s: shard %d no longer owns every slot the sender's map gives it (a slot move); retry", staleSlotsPrefix, id))
+}
+
+// IsStaleSlots reports whether v is a StaleSlotsReply.
+func IsStaleSlots(v resp.Value) bool {
+	return v.IsError() && strings.HasPrefix(string(v.Str), staleSlotsPrefix)
+}
+
+// ownsAll reports whether r's shard owns every slot of req.Slots (true
+// without Slots).
+func ownsAll(r *replica.Replica, req *RedisRequest) bool {
+	return req.Slots == nil || r.FSM().Owned().Contains(*req.Slots)
 }
 
 // CheckRedis validates a request as the state machine will (so a bad one
@@ -156,6 +184,9 @@ func RedisOn(ctx context.Context, n *cluster.Node, r *replica.Replica, req *Redi
 	if err := r.ReadBarrier(ctx); err != nil {
 		return resp.Value{}, 0, err
 	}
+	if !ownsAll(r, req) {
+		return StaleSlotsReply(req.Shard), 0, nil
+	}
 	v, err = r.FSM().RedisRead(req.Cmds[0])
 	if err != nil {
 		return resp.Value{}, 0, err
@@ -166,6 +197,9 @@ func RedisOn(ctx context.Context, n *cluster.Node, r *replica.Replica, req *Redi
 		if err := r.FSM().CheckRoutingKey(keys.RedisRoutingKey(k)); err != nil {
 			return resp.Value{}, 0, err
 		}
+	}
+	if !ownsAll(r, req) { // the same, for a shard-wide read
+		return StaleSlotsReply(req.Shard), 0, nil
 	}
 	return v, 0, nil
 }

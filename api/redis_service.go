@@ -34,6 +34,13 @@ func (s *redisServer) Exec(ctx context.Context, p *rpc.RedisExecRequest) (*rpc.R
 	for _, w := range p.GetWatches() {
 		req.Watches = append(req.Watches, fsm.RedisWatch{Key: w.GetKey(), Version: w.GetVersion()})
 	}
+	if b := p.GetSlots(); len(b) > 0 {
+		var slots shard.SlotSet
+		if err := slots.UnmarshalBinary(b); err != nil {
+			return &rpc.RedisExecResponse{Reply: rpc.ReplyToProto(resp.Error("ERR swarmkv: bad slot set: " + err.Error()))}, nil
+		}
+		req.Slots = &slots
+	}
 	smap := s.node.ShardMap()
 	if v := CheckRedis(&s.cfg, smap, &req); v != nil {
 		if string(v.Str) == resp.ErrCrossSlot {

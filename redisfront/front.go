@@ -409,6 +409,9 @@ func (f *Front) run(ctx context.Context, req *api.RedisRequest) resp.Value {
 	for _, w := range req.Watches {
 		p.Watches = append(p.Watches, &rpc.RedisWatch{Key: w.Key, Version: w.Version})
 	}
+	if req.Slots != nil {
+		p.Slots, _ = req.Slots.MarshalBinary()
+	}
 	idempotent := !req.Multi && !fsm.LookupRedis(req.Cmds[0][0]).Write
 	v, err = c.RedisExecRequest(ctx, p, idempotent)
 	if err != nil {
@@ -670,40 +673,73 @@ func cmdConfig(_ *Front, _ context.Context, _ *redisConn, a [][]byte) resp.Value
 	return resp.Map(out...)
 }
 
-// shardIDs returns the shards that own slots (ids may have holes after
-// merges), in increasing order, or the error reply.
-func (f *Front) shardIDs() ([]shard.ID, *resp.Value) {
+// shardMap returns the node's shard map (its Shards own slots, in
+// increasing order; ids may have holes after merges), or the error reply.
+func (f *Front) shardMap() (*shard.Map, *resp.Value) {
 	smap := f.n.ShardMap()
 	if smap == nil {
 		v := errReply("CLUSTERDOWN swarmkv: cluster not bootstrapped yet")
 		return nil, &v
 	}
-	return smap.Shards(), nil
+	return smap, nil
 }
 
-// fanOut runs argv on every shard in parallel and returns the replies in
-// shard order, or the first error reply.
+// fanOut runs argv on every shard of the node's map in parallel and
+// returns the replies in shard order, or the first error reply. Each leg
+// names the slots the map gives its shard (api.RedisRequest.Slots): a
+// shard that no longer owns them all (the map is behind a slot move: the
+// node follows the meta group within about half a second) answers
+// api.StaleSlotsReply, and the fan-out runs again once the node's map
+// changed, so it never answers for part of the keyspace. It answers that
+// TRYAGAIN reply if ctx ends first.
 func (f *Front) fanOut(ctx context.Context, argv fsm.RedisArgv) ([]resp.Value, *resp.Value) {
-	ids, errv := f.shardIDs()
-	if errv != nil {
-		return nil, errv
-	}
-	out := make([]resp.Value, len(ids))
-	var wg sync.WaitGroup
-	for i, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out[i] = f.run(ctx, &api.RedisRequest{Shard: id, Cmds: []fsm.RedisArgv{argv}})
-		}()
-	}
-	wg.Wait()
-	for i := range out {
-		if out[i].IsError() {
-			return nil, &out[i]
+	b := followBackoff.Backoff()
+	for {
+		smap, errv := f.shardMap()
+		if errv != nil {
+			return nil, errv
+		}
+		ids := smap.Shards()
+		out := make([]resp.Value, len(ids))
+		var wg sync.WaitGroup
+		for i, id := range ids {
+			slots := shard.SlotSetOf(smap.SlotsOf(id)...)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out[i] = f.run(ctx, &api.RedisRequest{Shard: id, Cmds: []fsm.RedisArgv{argv}, Slots: &slots})
+			}()
+		}
+		wg.Wait()
+		var stale *resp.Value
+		for i := range out {
+			switch {
+			case api.IsStaleSlots(out[i]):
+				stale = &out[i]
+			case out[i].IsError():
+				return nil, &out[i]
+			}
+		}
+		if stale == nil {
+			return out, nil
+		}
+		if !f.awaitNewerMap(ctx, b, smap.Version) {
+			return nil, stale
 		}
 	}
-	return out, nil
+}
+
+// awaitNewerMap waits, pausing by b, until the node's map is newer than
+// version; false when ctx ends first.
+func (f *Front) awaitNewerMap(ctx context.Context, b *retry.Backoff, version uint64) bool {
+	for {
+		if m := f.n.ShardMap(); m != nil && m.Version > version {
+			return true
+		}
+		if !b.Wait(ctx) {
+			return false
+		}
+	}
 }
 
 // cmdKeys merges the shards' KEYS replies. Each shard refuses a reply over
@@ -760,21 +796,40 @@ func cmdScan(f *Front, ctx context.Context, _ *redisConn, a [][]byte) resp.Value
 	if _, errv := fsm.ParseScanOptions(a[2:]); errv != nil {
 		return *errv
 	}
-	ids, errv := f.shardIDs()
-	if errv != nil {
-		return *errv
+	argv := append(fsm.RedisArgv{[]byte("swarmkv.scan"), []byte(strconv.FormatUint(cursor&(1<<scanShardShift-1), 10))}, a[2:]...)
+	var (
+		v   resp.Value
+		ids []shard.ID
+		id  int
+		pos int
+		b   = followBackoff.Backoff()
+	)
+	// Like a fan-out's leg, the step names the slots the node's map gives
+	// its shard, and runs again once the map changed if the shard no
+	// longer owns them all.
+	for {
+		smap, errv := f.shardMap()
+		if errv != nil {
+			return *errv
+		}
+		ids = smap.Shards()
+		id = int(cursor >> scanShardShift)
+		if cursor == 0 && len(ids) > 0 {
+			id = int(ids[0])
+		}
+		var found bool
+		if pos, found = slices.BinarySearch(ids, shard.ID(id)); !found {
+			return errReply(resp.ErrInvalidCursor)
+		}
+		slots := shard.SlotSetOf(smap.SlotsOf(shard.ID(id))...)
+		v = f.run(ctx, &api.RedisRequest{Shard: shard.ID(id), Cmds: []fsm.RedisArgv{argv}, Slots: &slots})
+		if !api.IsStaleSlots(v) {
+			break
+		}
+		if !f.awaitNewerMap(ctx, b, smap.Version) {
+			return v
+		}
 	}
-	id := int(cursor >> scanShardShift)
-	local := cursor & (1<<scanShardShift - 1)
-	if cursor == 0 && len(ids) > 0 {
-		id = int(ids[0])
-	}
-	pos, found := slices.BinarySearch(ids, shard.ID(id))
-	if !found {
-		return errReply(resp.ErrInvalidCursor)
-	}
-	argv := append(fsm.RedisArgv{[]byte("swarmkv.scan"), []byte(strconv.FormatUint(local, 10))}, a[2:]...)
-	v := f.run(ctx, &api.RedisRequest{Shard: shard.ID(id), Cmds: []fsm.RedisArgv{argv}})
 	if v.IsError() {
 		return v
 	}

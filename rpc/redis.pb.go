@@ -134,12 +134,20 @@ func (x *RedisWatch) GetVersion() uint64 {
 // from the leader's state after its read barrier, a write is proposed.
 // With multi, cmds (possibly empty) is one MULTI/EXEC block applied as one
 // Raft command after the watches are checked.
+//
+// slots (32 bytes, a slot set; optional): for a shard-wide read (a leg of
+// KEYS, SCAN or DBSIZE across shards), the slots the sender's shard map
+// gives the shard. The leader answers a TRYAGAIN error reply ("TRYAGAIN
+// swarmkv: stale shard map ...") when its shard no longer owns one of
+// them (a slot move the sender's map does not show yet), where it would
+// otherwise answer for part of them only.
 type RedisExecRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Shard         uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
 	Cmds          []*RedisArgv           `protobuf:"bytes,2,rep,name=cmds,proto3" json:"cmds,omitempty"`
 	Multi         bool                   `protobuf:"varint,3,opt,name=multi,proto3" json:"multi,omitempty"`
 	Watches       []*RedisWatch          `protobuf:"bytes,4,rep,name=watches,proto3" json:"watches,omitempty"`
+	Slots         []byte                 `protobuf:"bytes,5,opt,name=slots,proto3" json:"slots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -198,6 +206,13 @@ func (x *RedisExecRequest) GetMulti() bool {
 func (x *RedisExecRequest) GetWatches() []*RedisWatch {
 	if x != nil {
 		return x.Watches
+	}
+	return nil
+}
+
+func (x *RedisExecRequest) GetSlots() []byte {
+	if x != nil {
+		return x.Slots
 	}
 	return nil
 }
@@ -337,12 +352,13 @@ const file_redis_proto_rawDesc = "" +
 	"\n" +
 	"RedisWatch\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"\x9b\x01\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xb1\x01\n" +
 	"\x10RedisExecRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12)\n" +
 	"\x04cmds\x18\x02 \x03(\v2\x15.swarmkv.v1.RedisArgvR\x04cmds\x12\x14\n" +
 	"\x05multi\x18\x03 \x01(\bR\x05multi\x120\n" +
-	"\awatches\x18\x04 \x03(\v2\x16.swarmkv.v1.RedisWatchR\awatches\"r\n" +
+	"\awatches\x18\x04 \x03(\v2\x16.swarmkv.v1.RedisWatchR\awatches\x12\x14\n" +
+	"\x05slots\x18\x05 \x01(\fR\x05slots\"r\n" +
 	"\n" +
 	"RedisReply\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x10\n" +

@@ -109,3 +109,29 @@ func TestSlotSetEncodings(t *testing.T) {
 		t.Fatalf("overlapping ranges: %v %v", p, err)
 	}
 }
+
+// FuzzSlotSetBinary: the 32-byte form (a Redis fan-out leg's slots, a
+// move record's): any input either decodes and encodes back to itself,
+// or is refused and leaves the set unchanged.
+func FuzzSlotSetBinary(f *testing.F) {
+	full, _ := AllSlots().MarshalBinary()
+	f.Add(full)
+	f.Add(make([]byte, slotSetBytes))
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s := SlotSetOf(7)
+		if err := s.UnmarshalBinary(b); err != nil {
+			if s != SlotSetOf(7) {
+				t.Fatalf("a refused input changed the set to %v", s)
+			}
+			return
+		}
+		out, _ := s.MarshalBinary()
+		if string(out) != string(b) {
+			t.Fatalf("%x decoded to %v, which encodes to %x", b, s, out)
+		}
+		if s.Len() > NumSlots {
+			t.Fatalf("%d slots", s.Len())
+		}
+	})
+}

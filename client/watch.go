@@ -49,8 +49,10 @@ type WatchResponse struct {
 	// Progress: no event; nothing selected changed up to Revision.
 	Progress bool
 	// Listing: Events are current values (puts) at Revision; ListDone
-	// marks the last page. With Resync (ListWatch after the history
-	// was compacted), the consumer must first drop its view.
+	// marks the last page. Resync is set on the first page of a listing
+	// that starts over (ListWatch after the history was compacted, or
+	// after a listing was cut off by a reconnect): the consumer must
+	// first drop the view it built so far, then apply this listing.
 	Listing, ListDone, Resync bool
 	// Shard and Follower say who serves the watch (from its start, or
 	// from the last reconnect).
@@ -116,13 +118,38 @@ func WithAnyReplica() WatchOption { return func(o *watchOpts) { o.anyReplica = t
 // ctx ends (no error message) or after a message with Err: a
 // *CompactedError, ErrInvalidArgument, a permission error.
 func (c *Client) Watch(ctx context.Context, routingKey []byte, opts ...WatchOption) <-chan WatchResponse {
-	o := &watchOpts{}
+	return c.rawWatch(ctx, newWatchOpts(routingKey, false, opts))
+}
+
+// newWatchOpts applies opts to the request of a watch of routingKey; list
+// makes it a ListWatch.
+func newWatchOpts(routingKey []byte, list bool, opts []WatchOption) *watchOpts {
+	o := &watchOpts{relist: list}
 	for _, f := range opts {
 		f(o)
 	}
 	o.req.RoutingKey = routingKey
+	if list {
+		o.req.List, o.req.AfterRevision = true, 0
+	}
+	return o
+}
+
+// rawWatch runs the watch o on a goroutine that sends its messages to the
+// returned channel and closes it when the watch ends.
+func (c *Client) rawWatch(ctx context.Context, o *watchOpts) <-chan WatchResponse {
 	ch := make(chan WatchResponse, 16)
-	go c.watchLoop(ctx, o, ch)
+	go func() {
+		defer close(ch)
+		c.watchLoop(ctx, o, func(r WatchResponse) bool {
+			select {
+			case ch <- r:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		})
+	}()
 	return ch
 }
 
@@ -132,30 +159,19 @@ func (c *Client) Watch(ctx context.Context, routingKey []byte, opts ...WatchOpti
 // retained history (a long disconnect), it resyncs with a new listing
 // marked Resync instead of failing: no change is lost.
 func (c *Client) ListWatch(ctx context.Context, routingKey []byte, opts ...WatchOption) <-chan WatchResponse {
-	o := &watchOpts{relist: true}
-	for _, f := range opts {
-		f(o)
-	}
-	o.req.RoutingKey = routingKey
-	o.req.List, o.req.AfterRevision = true, 0
-	ch := make(chan WatchResponse, 16)
-	go c.watchLoop(ctx, o, ch)
-	return ch
+	return c.rawWatch(ctx, newWatchOpts(routingKey, true, opts))
 }
 
 // watchBackoff spaces reconnects.
 var watchBackoff = retry.Options{Initial: 20 * time.Millisecond, Max: time.Second}
 
-func (c *Client) watchLoop(ctx context.Context, o *watchOpts, ch chan<- WatchResponse) {
-	defer close(ch)
-	emit := func(r WatchResponse) bool {
-		select {
-		case ch <- r:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
+// watchLoop runs the watch o until ctx ends, emit returns false (the
+// consumer stops it), or an error ends it (emitted last). Watch and
+// ListWatch emit to a channel; the typed watches (watch_typed.go) decode
+// first.
+func (c *Client) watchLoop(ctx context.Context, o *watchOpts, emit func(WatchResponse) bool) {
+	ctx, cancel := context.WithCancel(ctx) // ends the stream when emit stops the watch
+	defer cancel()
 	req := &o.req
 	backoff := watchBackoff.Backoff()
 	offset := rand.IntN(1 << 16)
@@ -218,6 +234,9 @@ func (c *Client) watchLoop(ctx context.Context, o *watchOpts, ch chan<- WatchRes
 			}
 			for _, e := range m.Events {
 				r.Events = append(r.Events, WatchEvent{Type: EventType(e.Type), Key: e.Key, Value: e.Value})
+			}
+			if m.Listing {
+				resync = false // only the first page starts over
 			}
 			if m.Listing && !m.ListDone {
 				listed = true

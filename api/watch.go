@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,6 +50,12 @@ type watchSelect struct {
 	rk, prefix []byte
 	perm       auth.Perm
 	name       func(stored []byte) []byte
+	// everyActor: the table holds every actor's records, private pools
+	// and their bots included, unfiltered (the Pools service shows each
+	// actor only what it may see): besides perm, the watcher must be
+	// trusted to act for any actor (a node, admin, pools:impersonate) and
+	// bound to none.
+	everyActor bool
 }
 
 // ValidateWatch checks a WatchRequest and returns what it selects.
@@ -88,7 +95,8 @@ func ValidateWatch(req *rpc.WatchRequest) (*watchSelect, error) {
 		}
 		tab := map[rpc.WatchTable]byte{rpc.WatchTable_WATCH_TABLE_POOLS: keys.TablePools,
 			rpc.WatchTable_WATCH_TABLE_BOTS: keys.TableBots, rpc.WatchTable_WATCH_TABLE_RUNNERS: keys.TableRunners}[t]
-		return &watchSelect{rk: []byte(keys.PoolsRoutingKey), prefix: []byte{tab}, perm: auth.Perm{Keyspace: auth.Pools}, name: strip(1)}, nil
+		return &watchSelect{rk: []byte(keys.PoolsRoutingKey), prefix: []byte{tab}, perm: auth.Perm{Keyspace: auth.Pools}, name: strip(1),
+			everyActor: t != rpc.WatchTable_WATCH_TABLE_RUNNERS}, nil
 	case rpc.WatchTable_WATCH_TABLE_AGENTS:
 		if len(rk) != len(keys.UserID{}) {
 			return nil, invalid("agents are watched by user id: routing key is %d bytes, want %d", len(rk), len(keys.UserID{}))
@@ -113,6 +121,17 @@ func (ws *watchServer) Watch(req *rpc.WatchRequest, stream rpc.Watch_WatchServer
 		if ok, why := a.Allows(id, sel.perm); !ok {
 			a.Audit("grpc", id, rpc.Watch_Watch_FullMethodName, false, why)
 			return status.Errorf(codes.PermissionDenied, "swarmkv: %s may not watch (needs %s)", id.Name(), sel.perm)
+		}
+		if sel.everyActor {
+			trusted := id.IsNode()
+			if !trusted {
+				trusted, _ = a.Allows(id, auth.Perm{Keyspace: auth.PoolsImpersonate})
+			}
+			if id.Actor() != "" || !trusted {
+				a.Audit("grpc", id, rpc.Watch_Watch_FullMethodName, false, "pool tables need pools:impersonate")
+				return status.Errorf(codes.PermissionDenied, "swarmkv: %s may not watch the %s table: it streams every pool's records, private ones included (needs %s and no bound actor)",
+					id.Name(), strings.ToLower(strings.TrimPrefix(req.GetTable().String(), "WATCH_TABLE_")), auth.PoolsImpersonate)
+			}
 		}
 	}
 	var sid shard.ID

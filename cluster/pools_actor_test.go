@@ -269,4 +269,37 @@ func TestPoolsActorBinding(t *testing.T) {
 	if !slices.Contains(poolIDs(ps), "ab-pub") || slices.Contains(poolIDs(ps), "ab-priv") {
 		t.Errorf("third lists %v", poolIDs(ps))
 	}
+
+	// Watches of the pool tables stream every pool's records, private
+	// ones included: only a credential trusted to act for anyone (here
+	// pools:impersonate, unbound) may watch pools and bots; the runners
+	// table has no actor, a pools reader may watch it.
+	firstErr := func(ch <-chan client.PoolWatchResponse) error {
+		for m := range ch {
+			if m.Err != nil || m.ListDone {
+				return m.Err
+			}
+		}
+		return errors.New("closed")
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	for name, p := range map[string]*client.Pools{"owner (bound)": pOwner, "third (bound, read)": pThird, "unbound pools:write": pUnbound} {
+		denied("pools watch as "+name, firstErr(p.ListWatchPools(wctx)))
+		for m := range p.ListWatchBots(wctx, "") {
+			denied("bots watch as "+name, m.Err)
+			break
+		}
+	}
+	if err := firstErr(pFront.ListWatchPools(wctx)); err != nil {
+		t.Errorf("pools watch as the impersonating front end: %v", err)
+	}
+	for m := range pUnbound.ListWatchRunners(wctx) {
+		if m.Err != nil || m.ListDone {
+			if m.Err != nil {
+				t.Errorf("runners watch as unbound pools:write: %v", m.Err)
+			}
+			break
+		}
+	}
 }

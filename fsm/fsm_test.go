@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/hashicorp/raft"
+
+	"github.com/swarmkv/swarmkv/keys"
 )
 
 // TestDeterminism feeds one random log to an FSM in random runs, to another
@@ -391,7 +394,9 @@ func BenchmarkApplyBatch(b *testing.B) {
 	const run = 64
 	data := make([][]byte, 4096)
 	for i := range data {
-		key := []byte{0x20, byte(i >> 8), byte(i)}
+		// Well-formed kv keys, as a client's puts carry (a malformed one
+		// costs the history's routing-key decode an error to build).
+		key := keys.KV([]byte(fmt.Sprintf("user-%d", i%100)), []byte(fmt.Sprintf("key-%d", i)))
 		data[i] = mustEncode(b, batchCmd(nil, Mutation{Kind: MutPut, Key: key, Value: value}))
 	}
 	logs := make([]*raft.Log, run)

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/swarmkv/swarmkv/client"
+	"github.com/swarmkv/swarmkv/records"
 )
 
 // watchFlags are watch's flags.
@@ -29,7 +30,8 @@ func newWatchCmd() *cobra.Command {
 		Short: "print the changes of a user's keys (or a pools table) as they are committed",
 		Long: `watch follows the committed changes of the user's kv keys (those that start
 with PREFIX), or of a pools table (--table pools|bots|runners), and prints
-one line per change: the revision, put or delete, the key and the value.
+one line per change: the revision, put or delete, the key and the value
+(for a pools table, the record as JSON; a bot's sealed token left out).
 It reconnects and resumes after the last revision by itself; it stops on
 Ctrl-C. Without --from it starts at the shard's current revision.`,
 		Args: cobra.MaximumNArgs(1),
@@ -50,12 +52,40 @@ Ctrl-C. Without --from it starts at the shard's current revision.`,
 	return cmd
 }
 
-// watchLine is a --json line.
+// watchLine is a --json line: Value for the kv table, Record (the
+// decoded record) for a pools table.
 type watchLine struct {
-	Revision uint64 `json:"revision"`
-	Type     string `json:"type"`
-	Key      string `json:"key,omitempty"`
-	Value    string `json:"value,omitempty"`
+	Revision uint64          `json:"revision"`
+	Type     string          `json:"type"`
+	Key      string          `json:"key,omitempty"`
+	Value    string          `json:"value,omitempty"`
+	Record   json.RawMessage `json:"record,omitempty"`
+}
+
+// recordJSON decodes a pools table's stored value into its record and
+// returns it as JSON (a bot without its sealed token).
+func recordJSON(table client.WatchTable, value []byte) (json.RawMessage, error) {
+	var rec any
+	var err error
+	switch table {
+	case client.TablePools:
+		p := new(records.Pool)
+		err, rec = records.Decode(value, p), p
+	case client.TableBots:
+		b := new(records.Bot)
+		err = records.Decode(value, b)
+		b.Token = records.EncryptedToken{}
+		rec = b
+	case client.TableRunners:
+		r := new(records.Runner)
+		err, rec = records.Decode(value, r), r
+	default:
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("watch: undecodable %s record: %w", table, err)
+	}
+	return json.Marshal(rec)
 }
 
 func (f *watchFlags) run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -112,6 +142,17 @@ func (f *watchFlags) run(ctx context.Context, args []string, stdout io.Writer) e
 	quietList := !f.list && f.from == 0
 	enc := json.NewEncoder(stdout)
 	print := func(rev uint64, typ string, key, value []byte) {
+		if rec, err := recordJSON(table, value); len(value) > 0 && (err != nil || rec != nil) {
+			if err != nil {
+				rec, _ = json.Marshal(err.Error())
+			}
+			if f.json {
+				_ = enc.Encode(watchLine{Revision: rev, Type: typ, Key: string(key), Record: rec})
+			} else {
+				fmt.Fprintf(stdout, "%d %s %q %s\n", rev, typ, key, rec)
+			}
+			return
+		}
 		if f.json {
 			_ = enc.Encode(watchLine{Revision: rev, Type: typ, Key: string(key), Value: string(value)})
 			return

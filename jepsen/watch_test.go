@@ -2,6 +2,7 @@ package jepsen
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -239,7 +240,7 @@ func TestInProcWatchLease(t *testing.T) {
 	res, err := Run(ctx, Config{Driver: drv, Connect: DriverConnect(drv, time.Second),
 		Workloads: []Workload{NewWatch("inproc", opts), NewLease("inproc", opts)}, Nemeses: nems,
 		Duration: 10 * time.Second, Interval: 500 * time.Millisecond, FaultDuration: 1500 * time.Millisecond,
-		WorkersPerWorkload: 3, OpTimeout: 3 * time.Second, Seed: 11, OutDir: t.TempDir()})
+		WorkersPerWorkload: 3, OpTimeout: 3 * time.Second, Seed: 14, OutDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,5 +259,20 @@ func TestInProcWatchLease(t *testing.T) {
 	}
 	if len(res.Faults) == 0 {
 		t.Errorf("no faults injected")
+	}
+	// Every node serves its admin API (the leader-transfer nemesis needs
+	// it; without it each call waited 5 s for an answer and none moved a
+	// leader).
+	hc := &http.Client{Timeout: 10 * time.Second}
+	for _, a := range drv.AdminAddrs() {
+		resp, err := hc.Get("http://" + a + "/v1/status")
+		if err != nil {
+			t.Errorf("admin API of %s: %v", a, err)
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("admin API of %s: %s", a, resp.Status)
+		}
 	}
 }

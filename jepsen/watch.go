@@ -33,9 +33,9 @@ import (
 // acknowledged write must have been seen. The checker proves, for each
 // watcher and routing key:
 //
-//   - revisions strictly increase per shard (no message repeated or out
-//     of order), and no event comes at or below a progress notification's
-//     revision;
+//   - revisions strictly increase while a shard serves the watch (no
+//     message repeated or out of order), and no event comes at or below
+//     a progress notification's revision;
 //   - no event outside the prefix, no value never written, no value of a
 //     write that failed, and no value seen twice (no duplicate);
 //   - each key's events are exactly its writer's writes in the writer's
@@ -455,6 +455,9 @@ func checkStream(v *Verdict, s WatchStream, byKey map[watchKeyID][]*watchWrite, 
 	if s.Err != "" {
 		v.anomaly("%s: the watch ended with an error: %s", who, s.Err)
 	}
+	// Revisions are compared within each stretch of messages from one
+	// shard: a shard id can come back after a merge removed it, with a
+	// log of its own.
 	lastEv := map[uint32]uint64{}   // shard -> last event revision
 	lastProg := map[uint32]uint64{} // shard -> last progress revision
 	seenAt := map[string]uint64{}   // value -> revision it was seen at
@@ -470,6 +473,8 @@ func checkStream(v *Verdict, s WatchStream, byKey map[watchKeyID][]*watchWrite, 
 		}
 		if shard != 0 && m.Shard != shard {
 			v.count("shard-changes", 1)
+			delete(lastEv, m.Shard)
+			delete(lastProg, m.Shard)
 		}
 		shard = m.Shard
 		if m.Progress && len(m.Events) == 0 {

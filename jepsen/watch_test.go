@@ -124,6 +124,7 @@ func TestWatchChecker(t *testing.T) {
 		{"info write seen", stream(msgs(10, append(all, put("k1.0", "4"))...)), ""},
 		{"two events in one revision", stream(append(msgs(10, all[:2]...), WatchMsg{Shard: 1, Revision: 20, Events: all[2:]})), ""},
 		{"moved to another shard", stream(append(msgs(10, all[:2]...), WatchMsg{Shard: 2, Revision: 3, Events: all[2:3]}, WatchMsg{Shard: 2, Revision: 4, Events: all[3:]})), ""},
+		{"back to a shard id a merge removed", stream(append(msgs(10, all[:2]...), WatchMsg{Shard: 2, Revision: 50, Events: all[2:3]}, WatchMsg{Shard: 1, Revision: 3, Events: all[3:]})), ""},
 		{"progress then events", stream(append([]WatchMsg{{Shard: 1, Revision: 9, Progress: true}}, msgs(10, all...)...)), ""},
 		{"dropped put", stream(msgs(10, all[0], all[2], all[3])), "gap: acknowledged put k1.0=2"},
 		{"dropped delete", stream(msgs(10, all[0], all[1], all[3])), "gap: acknowledged delete k0.0"},

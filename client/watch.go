@@ -58,7 +58,10 @@ type WatchResponse struct {
 	// from the last reconnect).
 	Shard    shard.ID
 	Follower bool
-	Err      error
+	// Reconnects is how many times the watch has opened its stream again
+	// (after an error, or to follow a moved slot) before this message.
+	Reconnects int
+	Err        error
 }
 
 // CompactedError: the watch started (or resumed) below the shard's
@@ -178,6 +181,7 @@ func (c *Client) watchLoop(ctx context.Context, o *watchOpts, emit func(WatchRes
 	resync := false
 	movedFrom := shard.ID(0)
 	movedTries := 0
+	opened := 0 // streams opened
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		id := c.ShardOf(req.RoutingKey)
 		if req.HasShard {
@@ -210,6 +214,7 @@ func (c *Client) watchLoop(ctx context.Context, o *watchOpts, emit func(WatchRes
 			return
 		}
 		stream, err := rpc.NewWatchClient(nc.cc).Watch(ctx, req)
+		opened++
 		var created *rpc.WatchCreated
 		listed := false
 		for err == nil {
@@ -228,7 +233,8 @@ func (c *Client) watchLoop(ctx context.Context, o *watchOpts, emit func(WatchRes
 				backoff = watchBackoff.Backoff()
 				continue
 			}
-			r := WatchResponse{Revision: m.Revision, Progress: m.Progress, Listing: m.Listing, ListDone: m.ListDone, Resync: resync && m.Listing}
+			r := WatchResponse{Revision: m.Revision, Progress: m.Progress, Listing: m.Listing, ListDone: m.ListDone, Resync: resync && m.Listing,
+				Reconnects: opened - 1}
 			if created != nil {
 				r.Shard, r.Follower = shard.ID(created.Shard), created.Follower
 			}

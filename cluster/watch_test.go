@@ -45,6 +45,8 @@ type watchCollector struct {
 	follower bool
 	shard    shard.ID
 	shards   int // shard changes seen
+	// reconnects is the client's count of streams reopened.
+	reconnects int
 }
 
 func (wc *watchCollector) run(ch <-chan client.WatchResponse) {
@@ -61,6 +63,7 @@ func (wc *watchCollector) run(ch <-chan client.WatchResponse) {
 		}
 		wc.lastRev = max(wc.lastRev, r.Revision)
 		wc.follower = wc.follower || r.Follower
+		wc.reconnects = max(wc.reconnects, r.Reconnects)
 		for _, e := range r.Events {
 			want := fmt.Sprintf("w%05d", len(wc.keys))
 			if (string(e.Key) != want || e.Type != client.EventPut) && wc.err == nil {
@@ -173,6 +176,14 @@ func TestWatchExactlyOnce(t *testing.T) {
 	for i, wc := range wcs {
 		if got, err := wc.count(); got != n || err != nil {
 			t.Fatalf("watcher %d: %d events, %v", i, got, err)
+		}
+		// The node they started on was restarted: each watch reopened
+		// its stream, and says so.
+		wc.mu.Lock()
+		reconnects := wc.reconnects
+		wc.mu.Unlock()
+		if reconnects == 0 {
+			t.Errorf("watcher %d: Reconnects 0 after a restart of the node serving it", i)
 		}
 	}
 }

@@ -20,6 +20,22 @@ type DB interface {
 	// CAS sets key to new if its value is old (a guarded Batch); it reports
 	// whether it applied.
 	CAS(ctx context.Context, rk, key, old, new []byte) (bool, error)
+	// Delete removes key (watch workload).
+	Delete(ctx context.Context, rk, key []byte) error
+
+	// Watch follows the changes of rk's kv keys under prefix after
+	// revision after, as client.Watch (reconnecting, resuming, following
+	// moves); anyReplica lets followers serve it. The channel is closed
+	// when ctx ends or after a message with Err (watch workload).
+	Watch(ctx context.Context, rk, prefix []byte, after uint64, anyReplica bool) <-chan client.WatchResponse
+
+	// Leases (lease workload): Grant makes a lease of ttl for rk;
+	// KeepAliveOnce renews it and returns its TTL (an error with
+	// client.ErrLeaseNotFound once it is gone); PutLeased is Put attaching
+	// key to lease id.
+	Grant(ctx context.Context, rk []byte, ttl time.Duration) (client.LeaseID, error)
+	KeepAliveOnce(ctx context.Context, id client.LeaseID) (time.Duration, error)
+	PutLeased(ctx context.Context, rk, key, value []byte, id client.LeaseID) error
 
 	// Billing (ledger workload).
 	PutAccount(ctx context.Context, a *records.Account) error
@@ -44,14 +60,27 @@ type DB interface {
 // Connect opens a DB session for one worker.
 type Connect func(ctx context.Context) (DB, error)
 
-// ClientConnect returns a Connect that opens a swarmkv client on endpoints.
+// connectPatience bounds ClientConnect's retries: a client asks each
+// endpoint once for the cluster map, each attempt bounded by the attempt
+// timeout, which a loaded machine (the race detector, other tests) can
+// miss.
+const connectPatience = 30 * time.Second
+
+// ClientConnect returns a Connect that opens a swarmkv client on endpoints,
+// trying again for up to connectPatience (within ctx).
 func ClientConnect(endpoints []string, attemptTimeout time.Duration) Connect {
 	return func(ctx context.Context) (DB, error) {
-		c, err := client.New(ctx, client.Config{Endpoints: endpoints, AttemptTimeout: attemptTimeout, Logger: discardLogger()})
-		if err != nil {
-			return nil, err
+		deadline := time.Now().Add(connectPatience)
+		for {
+			c, err := client.New(ctx, client.Config{Endpoints: endpoints, AttemptTimeout: attemptTimeout, Logger: discardLogger()})
+			if err == nil {
+				return &ClientDB{C: c}, nil
+			}
+			if ctx.Err() != nil || time.Now().After(deadline) {
+				return nil, err
+			}
+			sleepCtx(ctx, 200*time.Millisecond)
 		}
-		return &ClientDB{C: c}, nil
 	}
 }
 
@@ -84,6 +113,35 @@ func (d *ClientDB) CAS(ctx context.Context, rk, key, old, new []byte) (bool, err
 	}
 	res, err := d.C.Batch(ctx, rk, []client.Guard{g}, []client.Op{{Key: key, Value: new}})
 	return res.Succeeded, err
+}
+
+func (d *ClientDB) Delete(ctx context.Context, rk, key []byte) error {
+	_, err := d.C.Delete(ctx, rk, key)
+	return err
+}
+
+// watchProgress is the interval of the progress notifications a watch
+// asks for (its first message comes at the latest after it).
+const watchProgress = 500 * time.Millisecond
+
+func (d *ClientDB) Watch(ctx context.Context, rk, prefix []byte, after uint64, anyReplica bool) <-chan client.WatchResponse {
+	opts := []client.WatchOption{client.WithPrefix(prefix), client.WithAfter(after), client.WithProgress(watchProgress)}
+	if anyReplica {
+		opts = append(opts, client.WithAnyReplica())
+	}
+	return d.C.Watch(ctx, rk, opts...)
+}
+
+func (d *ClientDB) Grant(ctx context.Context, rk []byte, ttl time.Duration) (client.LeaseID, error) {
+	return d.C.Leases().Grant(ctx, rk, ttl)
+}
+
+func (d *ClientDB) KeepAliveOnce(ctx context.Context, id client.LeaseID) (time.Duration, error) {
+	return d.C.Leases().KeepAliveOnce(ctx, id)
+}
+
+func (d *ClientDB) PutLeased(ctx context.Context, rk, key, value []byte, id client.LeaseID) error {
+	return d.C.Put(ctx, rk, key, value, client.WithLease(id))
 }
 
 func (d *ClientDB) PutAccount(ctx context.Context, a *records.Account) error {

@@ -1,7 +1,10 @@
 // Package jepsen is swarmkv's Jepsen-style test harness: workers run
 // workloads (register: porcupine-checked linearizable reads and writes;
-// ledger: money conserved and no usage event charged twice; registry)
-// against a cluster while nemeses inject faults (kill, pause, partition,
+// ledger: money conserved and no usage event charged twice; registry;
+// watch: watchers that reconnect through the faults see every
+// acknowledged write exactly once, in commit order; lease: no attached key
+// deleted while an acknowledged keep-alive covers it, every abandoned
+// lease's keys gone within TTL plus the bound) against a cluster while nemeses inject faults (kill, pause, partition,
 // membership changes, leader transfers, shard splits and merges; "a+b"
 // injects two together), every operation is recorded in a
 // history, and checkers judge the history at the end (Run). A Driver runs

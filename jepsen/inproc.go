@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/swarmkv/swarmkv/admin"
 	"github.com/swarmkv/swarmkv/api"
 	"github.com/swarmkv/swarmkv/internal/freeport"
 
@@ -51,7 +52,10 @@ type InProc struct {
 		members []string
 		next    int
 		nodes   map[string]*cluster.Node
-		paused  map[string]bool
+		// admins serve the nodes' admin HTTP API (the leader-transfer
+		// nemesis uses it), as cmd/swarmnode does.
+		admins map[string]*admin.Server
+		paused map[string]bool
 		// groups is the active partition, reapplied when a pause ends.
 		groups [][]string
 		blocks [][2]string
@@ -74,6 +78,7 @@ func NewInProc(ctx context.Context, cfg InProcConfig) (*InProc, error) {
 	d := &InProc{fn: faultnet.New(cfg.Seed), dir: cfg.Dir, shards: cfg.Shards, logger: cfg.Logger}
 	d.mu.cfgs = map[string]cluster.Config{}
 	d.mu.nodes = map[string]*cluster.Node{}
+	d.mu.admins = map[string]*admin.Server{}
 	d.mu.paused = map[string]bool{}
 	var ids []string
 	for range cfg.Nodes {
@@ -203,9 +208,11 @@ func (d *InProc) Ready(_ context.Context, node string) error {
 
 func (d *InProc) Kill(_ context.Context, node string) error {
 	d.mu.Lock()
-	n := d.mu.nodes[node]
+	n, srv := d.mu.nodes[node], d.mu.admins[node]
 	delete(d.mu.nodes, node)
+	delete(d.mu.admins, node)
 	d.mu.Unlock()
+	srv.Close()
 	if n == nil {
 		return nil
 	}
@@ -227,6 +234,7 @@ func (d *InProc) Start(_ context.Context, node string) error {
 		return fmt.Errorf("start %s: %w", node, err)
 	}
 	d.mu.nodes[node] = n
+	d.mu.admins[node] = admin.Start(n)
 	return nil
 }
 
@@ -306,9 +314,12 @@ func (d *InProc) SetDropRate(_ context.Context, p float64) error {
 // Close closes every node.
 func (d *InProc) Close() error {
 	d.mu.Lock()
-	nodes := d.mu.nodes
-	d.mu.nodes = map[string]*cluster.Node{}
+	nodes, admins := d.mu.nodes, d.mu.admins
+	d.mu.nodes, d.mu.admins = map[string]*cluster.Node{}, map[string]*admin.Server{}
 	d.mu.Unlock()
+	for _, srv := range admins {
+		srv.Close()
+	}
 	var err error
 	for _, n := range nodes {
 		if e := n.Close(); e != nil && err == nil {

@@ -40,6 +40,17 @@ type MemBugs struct {
 	// transaction recorded during the move is listed twice.
 	MoveLosesWrites      bool
 	MoveDuplicatesWrites bool
+	// WatchDropsEvents: a watch skips every memBugEvery-th message it
+	// would deliver (an event lost, e.g. by a resume after the wrong
+	// revision). WatchDuplicatesEvents: it delivers every memBugEvery-th
+	// message twice (a resume from a stale revision).
+	WatchDropsEvents      bool
+	WatchDuplicatesEvents bool
+	// LeaseEarlyExpiry: a grant or keep-alive keeps the lease for a
+	// quarter of its TTL only (it answers the full TTL).
+	// LeaseNeverExpires: leases never expire.
+	LeaseEarlyExpiry  bool
+	LeaseNeverExpires bool
 }
 
 // Simulated moves (MemBugs.MoveLosesWrites, MoveDuplicatesWrites): the
@@ -186,6 +197,10 @@ type MemDB struct {
 	writes int
 	moves  int
 	move   *memMove
+
+	// chg is the change log watches follow, and the leases
+	// (memdb_watch.go).
+	chg memChanges
 }
 
 var _ DB = (*MemDB)(nil)
@@ -194,7 +209,8 @@ var _ DB = (*MemDB)(nil)
 func NewMemDB(bugs MemBugs) *MemDB {
 	return &MemDB{bugs: bugs, kv: map[string][]byte{}, acct: map[keys.AccountID]*records.Account{},
 		txs: map[keys.AccountID][]*records.CreditTransaction{}, evs: map[keys.AccountID]map[string]keys.TransactionID{},
-		ags: map[keys.AgentID]*records.AgentRecord{}, idx: map[records.AgentState]map[keys.AgentID]bool{}}
+		ags: map[keys.AgentID]*records.AgentRecord{}, idx: map[records.AgentState]map[keys.AgentID]bool{},
+		chg: newMemChanges()}
 }
 
 // Connect returns a Connect handing out m itself.
@@ -207,6 +223,7 @@ func kvKey(rk, key []byte) string { return string(rk) + "\x00" + string(key) }
 func (m *MemDB) Get(_ context.Context, rk, key []byte) ([]byte, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.expireLocked()
 	v, ok := m.kv[kvKey(rk, key)]
 	if !ok {
 		return nil, client.ErrNotFound
@@ -217,7 +234,9 @@ func (m *MemDB) Get(_ context.Context, rk, key []byte) ([]byte, error) {
 func (m *MemDB) Put(_ context.Context, rk, key, value []byte) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.expireLocked()
 	m.kv[kvKey(rk, key)] = bytes.Clone(value)
+	m.changedLocked(rk, key, value, 0)
 	m.writeLocked(memSlot(rk), &memPut{kvKey(rk, key), value})
 	return nil
 }
@@ -225,11 +244,13 @@ func (m *MemDB) Put(_ context.Context, rk, key, value []byte) error {
 func (m *MemDB) CAS(_ context.Context, rk, key, old, new []byte) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.expireLocked()
 	v, ok := m.kv[kvKey(rk, key)]
 	if (old == nil && ok) || (old != nil && (!ok || !bytes.Equal(v, old))) {
 		return false, nil
 	}
 	m.kv[kvKey(rk, key)] = bytes.Clone(new)
+	m.changedLocked(rk, key, new, 0)
 	m.writeLocked(memSlot(rk), &memPut{kvKey(rk, key), new})
 	return true, nil
 }

@@ -143,6 +143,19 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	setupDB.Close()
+	for _, w := range cfg.Workloads {
+		b, ok := w.(Background)
+		if !ok {
+			continue
+		}
+		defer b.Stop()
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := b.Start(sctx, cfg.Connect, rec)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("jepsen: %s: %w", w.Name(), err)
+		}
+	}
 
 	// Workload phase.
 	log.Info("jepsen: running", "duration", cfg.Duration, "workloads", len(cfg.Workloads), "nemeses", len(cfg.Nemeses))

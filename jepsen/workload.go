@@ -26,6 +26,18 @@ type Workload interface {
 	Check(h History, dir string) Verdict
 }
 
+// Background is implemented by a workload with clients of its own that
+// live through the whole run, faults and healing included (the watch
+// workload's watchers): Run calls Start after every Setup and before the
+// workers start, with the run's Connect and Recorder (ctx bounds Start
+// itself, not what it starts), and Stop when the run ends (after the
+// checks, or on any error), which must end and join everything Start
+// started; Stop is idempotent. Final may rely on them still running.
+type Background interface {
+	Start(ctx context.Context, connect Connect, rec *Recorder) error
+	Stop()
+}
+
 // Worker is one client of a workload: its DB session, its process id and
 // its random source.
 type Worker struct {
@@ -122,7 +134,7 @@ func (v Verdict) String() string {
 }
 
 // WorkloadNames lists the workloads New accepts.
-var WorkloadNames = []string{"register", "ledger", "registry"}
+var WorkloadNames = []string{"register", "ledger", "registry", "watch", "lease"}
 
 // NewWorkload returns the workload called name; runID makes its keys and
 // ids unique to the run, so runs can share a cluster.
@@ -134,6 +146,10 @@ func NewWorkload(name, runID string, opts WorkloadOptions) (Workload, error) {
 		return NewLedger(runID, opts.Accounts), nil
 	case "registry":
 		return NewRegistry(runID, opts.Users), nil
+	case "watch":
+		return NewWatch(runID, opts), nil
+	case "lease":
+		return NewLease(runID, opts), nil
 	}
 	return nil, fmt.Errorf("jepsen: unknown workload %q (want %s)", name, strings.Join(WorkloadNames, ", "))
 }
@@ -149,6 +165,16 @@ type WorkloadOptions struct {
 	Accounts int
 	// Users is the number of registry users (default 4).
 	Users int
+	// WatchKeys is the number of routing keys the watch workload writes
+	// and follows (default 6); Watchers the number of its watchers, each
+	// following every one of them, every other one through any replica
+	// (default 4).
+	WatchKeys, Watchers int
+	// LeaseTTL is the TTL of the lease workload's leases (default 2s,
+	// the least a swarmkv lease may have); LeaseBound the time past TTL
+	// within which a lease no longer kept alive must be gone once the
+	// cluster is healed (default DefaultLeaseBound).
+	LeaseTTL, LeaseBound time.Duration
 }
 
 func (o WorkloadOptions) withDefaults() WorkloadOptions {
@@ -163,6 +189,18 @@ func (o WorkloadOptions) withDefaults() WorkloadOptions {
 	}
 	if o.Users == 0 {
 		o.Users = 4
+	}
+	if o.WatchKeys == 0 {
+		o.WatchKeys = 6
+	}
+	if o.Watchers == 0 {
+		o.Watchers = 4
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = 2 * time.Second
+	}
+	if o.LeaseBound == 0 {
+		o.LeaseBound = DefaultLeaseBound
 	}
 	return o
 }

@@ -1,6 +1,7 @@
 // Command jepsen runs swarmkv's Jepsen-style test: concurrent clients
-// record a history of register, ledger and registry operations while a
-// nemesis injects faults, then checkers judge the history. It writes a
+// record a history of register, ledger, registry, watch and lease
+// operations while a nemesis injects faults, then checkers judge the
+// history (jepsen/doc.go lists what each checks). It writes a
 // report folder and exits 1 on any anomaly (2 on bad usage, 3 when the run
 // could not complete).
 //
@@ -42,6 +43,10 @@ func run(ctx context.Context, args []string) int {
 	workers := fs.Int("workers", 4, "clients per workload")
 	keys := fs.Int("keys", 24, "register workload: registers live at once")
 	opsPerKey := fs.Int("ops-per-key", 150, "register workload: operations per register before it is retired")
+	watchKeys := fs.Int("watch-keys", 6, "watch workload: routing keys written and watched")
+	watchers := fs.Int("watchers", 4, "watch workload: watchers, each following every routing key (every other one served by any replica)")
+	leaseTTL := fs.Duration("lease-ttl", 2*time.Second, "lease workload: TTL of the leases (at least 2s)")
+	leaseBound := fs.Duration("lease-bound", jepsen.DefaultLeaseBound, "lease workload: time past the TTL within which a lease no longer kept alive must be gone once the cluster is healed")
 	opTimeout := fs.Duration("op-timeout", 5*time.Second, "timeout of one operation")
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed of every random choice")
 	out := fs.String("out", "", "report folder (default jepsen-report/<time>)")
@@ -65,7 +70,8 @@ func run(ctx context.Context, args []string) int {
 	runID := fmt.Sprintf("%x", *seed&0xffffffff)
 	var wls []jepsen.Workload
 	for _, name := range strings.Split(*workloads, ",") {
-		w, err := jepsen.NewWorkload(strings.TrimSpace(name), runID, jepsen.WorkloadOptions{Keys: *keys, OpsPerKey: *opsPerKey})
+		w, err := jepsen.NewWorkload(strings.TrimSpace(name), runID, jepsen.WorkloadOptions{Keys: *keys, OpsPerKey: *opsPerKey,
+			WatchKeys: *watchKeys, Watchers: *watchers, LeaseTTL: *leaseTTL, LeaseBound: *leaseBound})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2

@@ -182,6 +182,11 @@ func (c *Client) watchLoop(ctx context.Context, o *watchOpts, emit func(WatchRes
 	movedFrom := shard.ID(0)
 	movedTries := 0
 	opened := 0 // streams opened
+	// hinted: the last attempt followed a leader hint without a stream
+	// being created; the next hint waits like any retry (two nodes that
+	// name each other during an election would otherwise be asked in a
+	// tight loop).
+	hinted := false
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		id := c.ShardOf(req.RoutingKey)
 		if req.HasShard {
@@ -230,7 +235,7 @@ func (c *Client) watchLoop(ctx context.Context, o *watchOpts, emit func(WatchRes
 				if !req.List {
 					req.HasShard, req.Shard = true, m.Created.Shard
 				}
-				backoff = watchBackoff.Backoff()
+				backoff, hinted = watchBackoff.Backoff(), false
 				continue
 			}
 			r := WatchResponse{Revision: m.Revision, Progress: m.Progress, Listing: m.Listing, ListDone: m.ListDone, Resync: resync && m.Listing,
@@ -313,7 +318,10 @@ func (c *Client) watchLoop(ctx context.Context, o *watchOpts, emit func(WatchRes
 			return
 		case hint.GetLeaderAddr() != "" && hint.GetLeaderAddr() != addr:
 			c.setLeader(id, hint.GetLeaderAddr())
-			continue
+			if !hinted {
+				hinted = true
+				continue
+			}
 		case class == classNotLeader || st.Code() == codes.Unavailable:
 			c.setLeader(id, "")
 		case class == classMoved:

@@ -435,3 +435,48 @@ func TestTypedWatchRefusesKVOptions(t *testing.T) {
 		t.Fatalf("%d Watch calls", got)
 	}
 }
+
+// TestWatchHintPingPongBacksOff: two nodes that each answer "not the
+// leader, try the other" (as during an election) are not asked in a tight
+// loop: a hint is followed at once only when the previous attempt was not
+// itself a hint's (before, the watch reconnected with no pause at all:
+// thousands of calls a second).
+func TestWatchHintPingPongBacksOff(t *testing.T) {
+	var a, b *fakeWatchNode
+	hintTo := func(other **fakeWatchNode) func(int, *rpc.WatchRequest, rpc.Watch_WatchServer) error {
+		return func(int, *rpc.WatchRequest, rpc.Watch_WatchServer) error {
+			return rpc.KindNotLeader.Status("not the leader", &rpc.NotLeader{Shard: 0, LeaderId: "x", LeaderAddr: (*other).addr})
+		}
+	}
+	a = newFakeWatchNode(t, hintTo(&b))
+	b = newFakeWatchNode(t, hintTo(&a))
+	c := fakeClient(t, a)
+	drained := make(chan struct{})
+	stopDrain := make(chan struct{})
+	go func() { // the fakes report each call's end; keep them from blocking
+		defer close(drained)
+		for {
+			select {
+			case <-a.ended:
+			case <-b.ended:
+			case <-stopDrain:
+				return
+			}
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := c.Watch(ctx, []byte("rk"))
+	time.Sleep(time.Second)
+	cancel()
+	for range ch {
+	}
+	close(stopDrain)
+	<-drained
+	// With the pause: the first hint at once, then one pause per two
+	// calls (20 ms doubling): about a dozen in a second.
+	if n := a.attempts.Load() + b.attempts.Load(); n > 100 {
+		t.Fatalf("%d watch calls in a second between two nodes naming each other", n)
+	} else if n < 2 {
+		t.Fatalf("%d watch calls: the hint was not followed", n)
+	}
+}

@@ -430,6 +430,10 @@ func (c *Client) call(ctx context.Context, d *dest, opts CallOptions, call Call)
 	backoff := callBackoff.Backoff()
 	offset := rand.IntN(1 << 16)
 	var last error
+	// hinted: the last attempt followed a leader hint at once; the next
+	// hint in a row waits like any retry (two nodes that name each other
+	// during an election would otherwise be called in a tight loop).
+	hinted := false
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			if last == nil {
@@ -469,7 +473,10 @@ func (c *Client) call(ctx context.Context, d *dest, opts CallOptions, call Call)
 		case classNotLeader:
 			if hint.GetLeaderAddr() != "" && hint.GetLeaderAddr() != addr {
 				c.setLeader(id, hint.GetLeaderAddr())
-				continue
+				if hinted = !hinted; hinted {
+					continue
+				}
+				break
 			}
 			c.setLeader(id, "")
 			if attempt > 0 && attempt%3 == 0 {

@@ -480,3 +480,48 @@ func TestWatchHintPingPongBacksOff(t *testing.T) {
 		t.Fatalf("%d watch calls: the hint was not followed", n)
 	}
 }
+
+// hintingKV answers every Get "not the leader, try other".
+type hintingKV struct {
+	rpc.UnimplementedKVServer
+	other *string
+	calls atomic.Int32
+}
+
+func (h *hintingKV) Get(context.Context, *rpc.GetRequest) (*rpc.GetResponse, error) {
+	h.calls.Add(1)
+	return nil, rpc.KindNotLeader.Status("not the leader", &rpc.NotLeader{Shard: 0, LeaderId: "x", LeaderAddr: *h.other})
+}
+
+// TestCallHintPingPongBacksOff: the same for unary calls (a Get).
+func TestCallHintPingPongBacksOff(t *testing.T) {
+	var addrA, addrB string
+	kvA, kvB := &hintingKV{other: &addrB}, &hintingKV{other: &addrA}
+	serve := func(kv *hintingKV) string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := grpc.NewServer()
+		n := &fakeWatchNode{addr: l.Addr().String()}
+		rpc.RegisterClusterServer(srv, n)
+		rpc.RegisterKVServer(srv, kv)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = srv.Serve(l) }()
+		t.Cleanup(func() { srv.Stop(); wg.Wait() })
+		return n.addr
+	}
+	addrA, addrB = serve(kvA), serve(kvB)
+	c := fakeClient(t, &fakeWatchNode{addr: addrA})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := c.Get(ctx, []byte("rk"), []byte("k")); err == nil {
+		t.Fatal("a get answered by nobody succeeded")
+	}
+	if n := kvA.calls.Load() + kvB.calls.Load(); n > 100 {
+		t.Fatalf("%d calls in a second between two nodes naming each other", n)
+	} else if n < 2 {
+		t.Fatalf("%d calls: the hint was not followed", n)
+	}
+}

@@ -96,10 +96,11 @@ type kaStream struct {
 // kaCall is one keep-alive request in flight: done is closed once ttlMs
 // or err is set.
 type kaCall struct {
-	sent  time.Time
-	done  chan struct{}
-	ttlMs int64
-	err   error
+	sent    time.Time
+	done    chan struct{}
+	waiters int // the keep-alives that took it (under the stream's mu; tests)
+	ttlMs   int64
+	err     error
 }
 
 // holder is one user of the mux (a KeepAlive, or one KeepAliveOnceStream
@@ -290,9 +291,10 @@ func (s *kaStream) call(id LeaseID) (*kaCall, error) {
 		return nil, s.mu.err
 	}
 	if c := s.mu.pending[uint64(id)]; c != nil {
+		c.waiters++
 		return c, nil
 	}
-	c := &kaCall{sent: time.Now(), done: make(chan struct{})}
+	c := &kaCall{sent: time.Now(), done: make(chan struct{}), waiters: 1}
 	s.mu.pending[uint64(id)] = c
 	s.mu.queue = append(s.mu.queue, uint64(id))
 	select {

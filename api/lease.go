@@ -188,7 +188,7 @@ func (s *leaseServer) KeepAlive(ctx context.Context, req *rpc.LeaseKeepAliveRequ
 // maxStreamKeepAlives bounds the keep-alives of one KeepAliveStream that
 // are being answered at once (a client multiplexes all its leases of a
 // shard on one stream; concurrent keep-alives share read barriers).
-const maxStreamKeepAlives = 256
+const maxStreamKeepAlives = 1024
 
 // KeepAliveStream answers each keep-alive of the stream with the new TTL,
 // 0 for a lease that no longer exists; the answers name their lease and

@@ -30,7 +30,8 @@ import (
 // than that: the safety rule of KeepAlive.TTL), so at most one request
 // per lease is ever in flight on a stream and the answers need no order.
 // Any error of the stream (the node no longer leads, the slot moved, the
-// transport broke, no answer within the AttemptTimeout) ends it: every
+// transport broke, no answer at all for the AttemptTimeout while a call
+// waits) ends it: every
 // call pending on it fails with that error and is retried by its caller
 // on a new stream, after the client updated what it knows of the leader
 // or the map, as a call does. A stream no KeepAlive uses is closed after
@@ -86,6 +87,7 @@ type kaStream struct {
 		err     error              // why it ended; nil while it runs
 		pending map[uint64]*kaCall // by lease id: the request in flight
 		queue   []uint64           // ids to send
+		answer  time.Time          // the last answer received (zero: none yet)
 	}
 	// mapOnce: one caller awaits the map a Moved answer names, for all
 	// the calls the stream's end failed.
@@ -223,6 +225,7 @@ func (s *kaStream) run(lc rpc.LeaseClient) {
 		s.mu.Lock()
 		call := s.mu.pending[resp.GetId()]
 		delete(s.mu.pending, resp.GetId())
+		s.mu.answer = time.Now()
 		s.mu.Unlock()
 		if call != nil {
 			call.ttlMs = resp.GetTtlMs()
@@ -304,6 +307,37 @@ func (s *kaStream) call(id LeaseID) (*kaCall, error) {
 	return c, nil
 }
 
+var errKaSilent = errors.New("keep-alive stream silent")
+
+// await waits for call's answer (its error, nil when answered), ctx's end
+// (ctx.Err()), or for s to have answered nothing for timeout since the
+// wait began (errKaSilent).
+func (s *kaStream) await(ctx context.Context, call *kaCall, timeout time.Duration) error {
+	began := time.Now()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case <-call.done:
+			return call.err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		s.mu.Lock()
+		last := s.mu.answer
+		s.mu.Unlock()
+		if last.Before(began) {
+			last = began
+		}
+		silent := time.Since(last)
+		if silent >= timeout {
+			return errKaSilent
+		}
+		t.Reset(timeout - silent)
+	}
+}
+
 // awaitMap awaits the map version a Moved end of s names, once for all
 // the calls it failed.
 func (s *kaStream) awaitMap(ctx context.Context, me *MovedError) error {
@@ -342,11 +376,14 @@ func (h *kaHolder) renew(ctx context.Context) (time.Duration, time.Time, error) 
 	}
 }
 
-// once is one attempt of renew on the shard's stream (opened if none is),
-// within the client's AttemptTimeout: no answer by then ends the stream
-// (the node may hang) for every call on it. A stream's error updates what
-// the client knows of the shard's leader or map. It returns the address
-// of the stream's node too.
+// once is one attempt of renew on the shard's stream (opened if none is).
+// It waits for its answer as long as the stream answers something at
+// least every AttemptTimeout: a stream that answers nothing for that long
+// while this call waits is ended (the node may hang) for every call on it,
+// but a busy one that keeps answering is not (ending it would fail all
+// its calls; each renewal is bounded by its lease's TTL anyway). A
+// stream's error updates what the client knows of the shard's leader or
+// map. It returns the address of the stream's node too.
 func (h *kaHolder) once(ctx context.Context) (time.Duration, time.Time, errClass, string, error) {
 	c := h.m.c
 	sid := c.slotOwner(h.id.slot())
@@ -360,20 +397,16 @@ func (h *kaHolder) once(ctx context.Context) (time.Duration, time.Time, errClass
 	}
 	call, err := s.call(h.id)
 	if err == nil {
-		t := time.NewTimer(c.cfg.AttemptTimeout)
-		select {
-		case <-call.done:
-			err = call.err
-		case <-ctx.Done():
-			t.Stop()
-			return 0, call.sent, classFatal, s.addr, ctx.Err()
-		case <-t.C:
+		err = s.await(ctx, call, c.cfg.AttemptTimeout)
+		if errors.Is(err, errKaSilent) {
 			err = fmt.Errorf("%w: shard %d: no keep-alive answer from %s within %v", ErrUnavailable, sid, s.addr, c.cfg.AttemptTimeout)
 			s.fail(err)
 			c.setLeader(sid, "")
 			return 0, call.sent, classRetry, s.addr, err
 		}
-		t.Stop()
+		if ctx.Err() != nil && err == ctx.Err() {
+			return 0, call.sent, classFatal, s.addr, err
+		}
 	}
 	if err != nil {
 		class, cerr := h.classify(ctx, s, err)

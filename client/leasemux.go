@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -249,7 +250,11 @@ func (s *kaStream) send(st rpc.Lease_KeepAliveStreamClient) {
 		s.mu.Unlock()
 		for _, id := range ids {
 			if err := st.Send(&rpc.LeaseKeepAliveRequest{Id: id}); err != nil {
-				s.fail(err)
+				if !errors.Is(err, io.EOF) {
+					s.fail(err)
+				}
+				// io.EOF: the node ended the stream; the receiver gets
+				// its status (a NotLeader hint, say) and ends it with that.
 				return
 			}
 		}

@@ -87,6 +87,10 @@ func TestLeaseKeepAliveMultiplexed(t *testing.T) {
 	tc := newTestCluster(t, 3, 2, func(c *Config) {
 		leaseTweak(c)
 		c.HTTPAddr = freePort(t)
+		// Leaderships that hold on a loaded machine under the race
+		// detector: each leader change opens streams anew (the count
+		// below is about leases, not elections).
+		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()

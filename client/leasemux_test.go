@@ -34,6 +34,9 @@ type kaNode struct {
 	hold     chan struct{}
 	gone     map[uint64]bool
 	failNext atomic.Bool
+	// delay, if set, answers each request on a goroutine of its own after
+	// delay[id] (instead of in batches).
+	delay map[uint64]time.Duration
 
 	streams atomic.Int64 // streams opened
 	mu      sync.Mutex
@@ -66,6 +69,9 @@ func (n *kaNode) ClusterMap(context.Context, *rpc.ClusterMapRequest) (*rpc.Clust
 func (n *kaNode) KeepAliveStream(st rpc.Lease_KeepAliveStreamServer) error {
 	n.streams.Add(1)
 	var batch []uint64
+	var wg sync.WaitGroup
+	var sendMu sync.Mutex
+	defer wg.Wait()
 	for {
 		req, err := st.Recv()
 		if errors.Is(err, io.EOF) {
@@ -79,6 +85,21 @@ func (n *kaNode) KeepAliveStream(st rpc.Lease_KeepAliveStreamServer) error {
 		n.mu.Unlock()
 		if n.failNext.CompareAndSwap(true, false) {
 			return status.Error(codes.Unavailable, "test: the stream broke")
+		}
+		if n.delay != nil {
+			wg.Add(1)
+			go func(id uint64) {
+				defer wg.Done()
+				select {
+				case <-time.After(n.delay[id]):
+				case <-st.Context().Done():
+					return
+				}
+				sendMu.Lock()
+				defer sendMu.Unlock()
+				_ = st.Send(&rpc.LeaseKeepAliveResponse{Id: id, TtlMs: ttlOf(id)})
+			}(req.GetId())
+			continue
 		}
 		batch = append(batch, req.GetId())
 		if len(batch) < n.batch {
@@ -241,5 +262,57 @@ func TestKeepAliveStreamReopened(t *testing.T) {
 	}
 	if got := n.askedFor(leaseN(3)); got < 3 {
 		t.Fatalf("asked %d times, want the first renewal, the one that broke the stream, and its retry", got)
+	}
+}
+
+// TestKeepAliveStreamSlowAnswer: a keep-alive answered after more than the
+// AttemptTimeout on a stream that meanwhile answers others is waited for
+// (ending the busy stream would fail every call on it); on a stream that
+// answers nothing for that long, the stream is ended and the keep-alive
+// sent again on a new one.
+func TestKeepAliveStreamSlowAnswer(t *testing.T) {
+	slow, quick := leaseN(4), leaseN(5)
+	n := newKaNode(t, 1)
+	n.delay = map[uint64]time.Duration{uint64(slow): 900 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dial, dcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer dcancel()
+	c, err := client.New(dial, client.Config{Endpoints: []string{n.addr}, AttemptTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Leases().KeepAliveOnceStream(ctx, slow)
+		done <- err
+	}()
+	var slowErr error
+busy:
+	for {
+		select {
+		case slowErr = <-done:
+			break busy
+		case <-time.After(50 * time.Millisecond):
+		}
+		if _, err := c.Leases().KeepAliveOnceStream(ctx, quick); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if slowErr != nil || n.streams.Load() != 1 || n.askedFor(slow) != 1 {
+		t.Fatalf("slow keep-alive on a busy stream: %v; %d streams, asked %d times; want an answer on 1 stream, asked once", slowErr, n.streams.Load(), n.askedFor(slow))
+	}
+
+	// Alone on its stream, it is sent again on a new stream after each
+	// 300 ms of silence (never answered in time here: the node takes 900).
+	before := n.streams.Load()
+	sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+	defer scancel()
+	if _, err := c.Leases().KeepAliveOnceStream(sctx, slow); err == nil {
+		t.Fatal("answered after 900 ms, with 300 ms of silence ending each stream")
+	}
+	if s, a := n.streams.Load()-before, n.askedFor(slow); s < 3 || a < 4 {
+		t.Fatalf("silent streams: %d more opened, the slow lease asked %d times in all; want at least 3 and 4", s, a)
 	}
 }

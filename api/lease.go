@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/swarmkv/swarmkv/cluster"
@@ -166,35 +167,115 @@ func (s *leaseServer) KeepAlive(ctx context.Context, req *rpc.LeaseKeepAliveRequ
 	return &rpc.LeaseKeepAliveResponse{Id: req.GetId(), TtlMs: ttl.Milliseconds()}, nil
 }
 
-// KeepAliveStream answers each keep-alive of the stream in order: the new
-// TTL, 0 for a lease that no longer exists; any other error ends the
-// stream with its status (the client reconnects to the shard's leader).
-// Each keep-alive is bounded by the request timeout.
+// maxStreamKeepAlives bounds the keep-alives of one KeepAliveStream that
+// are being answered at once (a client multiplexes all its leases of a
+// shard on one stream; concurrent keep-alives share read barriers).
+const maxStreamKeepAlives = 1024
+
+// KeepAliveStream answers each keep-alive of the stream with the new TTL,
+// 0 for a lease that no longer exists; the answers name their lease and
+// come as they are ready (up to maxStreamKeepAlives are answered
+// concurrently, so not necessarily in the order asked). Any other error
+// ends the stream with its status (the client reconnects to the shard's
+// leader) once the keep-alives in flight have ended. Each keep-alive is
+// bounded by the request timeout.
+//
+// Threads: the stream is received on a goroutine of its own (so that an
+// error ends the stream at once, not at the next message); it ends with
+// the stream, which gRPC ends when this handler returns. The keep-alives
+// run on goroutines joined before it returns.
 func (s *leaseServer) KeepAliveStream(st rpc.Lease_KeepAliveStreamServer) error {
+	ctx, cancel := context.WithCancel(st.Context())
+	defer cancel()
+	reqs := make(chan uint64)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := st.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req.GetId():
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var (
+		wg     sync.WaitGroup
+		sendMu sync.Mutex
+		errMu  sync.Mutex
+		first  error // the error that ends the stream
+	)
+	failed := make(chan struct{})
+	fail := func(err error) {
+		errMu.Lock()
+		defer errMu.Unlock()
+		if first == nil && err != nil {
+			first = err
+			close(failed)
+			cancel()
+		}
+	}
+	end := func(err error) error {
+		fail(err)
+		wg.Wait()
+		errMu.Lock()
+		defer errMu.Unlock()
+		return first
+	}
+	sem := make(chan struct{}, maxStreamKeepAlives)
 	for {
-		req, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
+		var id uint64
+		select {
+		case id = <-reqs:
+		case err := <-recvErr:
+			if !errors.Is(err, io.EOF) {
+				return end(err)
+			}
+			// The client is done sending: answer what it sent.
+			wg.Wait()
+			errMu.Lock()
+			defer errMu.Unlock()
+			return first
+		case <-failed:
+			return end(nil)
 		}
-		if err != nil {
-			return err
+		if err := ValidateLeaseID(id); err != nil {
+			return end(s.statusErr(0, err))
 		}
-		if err := ValidateLeaseID(req.GetId()); err != nil {
-			return s.statusErr(0, err)
+		select {
+		case sem <- struct{}{}:
+		case <-failed:
+			return end(nil)
 		}
-		sid, r, err := s.lessorOf(req.GetId())
-		if err != nil {
-			return err
-		}
-		ctx, cancel := context.WithTimeout(st.Context(), s.cfg.RequestTimeout)
-		ttl, err := r.Leases().KeepAlive(ctx, req.GetId())
-		cancel()
-		if err != nil && !errors.Is(err, fsm.ErrLeaseNotFound) {
-			return s.statusErr(sid, err)
-		}
-		if err := st.Send(&rpc.LeaseKeepAliveResponse{Id: req.GetId(), TtlMs: ttl.Milliseconds()}); err != nil {
-			return err
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			sid, r, err := s.lessorOf(id)
+			if err != nil {
+				fail(err)
+				return
+			}
+			kctx, kcancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+			ttl, err := r.Leases().KeepAlive(kctx, id)
+			kcancel()
+			if err != nil && !errors.Is(err, fsm.ErrLeaseNotFound) {
+				fail(s.statusErr(sid, err))
+				return
+			}
+			sendMu.Lock()
+			defer sendMu.Unlock()
+			if ctx.Err() != nil {
+				return // the stream is ending: its error says why
+			}
+			if err := st.Send(&rpc.LeaseKeepAliveResponse{Id: id, TtlMs: ttl.Milliseconds()}); err != nil {
+				fail(err)
+			}
+		}()
 	}
 }
 

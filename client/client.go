@@ -123,6 +123,7 @@ type Client struct {
 		version uint64
 	}
 	refreshMu sync.Mutex // one map refresh at a time
+	kas       *kaMux     // the keep-alive streams (leasemux.go)
 }
 
 // nodeConn is the connection to one node: stores' calls go through pipe
@@ -169,6 +170,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		cfg.Logger = slog.Default()
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger}
+	c.kas = newKaMux(c)
 	for _, ep := range cfg.Endpoints {
 		if err := c.checkTokenTransport(ep); err != nil {
 			return nil, err
@@ -183,9 +185,13 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// Close closes every connection. Calls in flight fail with ErrClosed or a
-// canceled status.
+// Close closes every connection and the keep-alive streams (waiting for
+// their goroutines). Calls in flight fail with ErrClosed or a canceled
+// status; KeepAlives still running can no longer renew.
 func (c *Client) Close() error {
+	if c.kas != nil {
+		c.kas.close()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.mu.closed {

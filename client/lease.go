@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/rpc"
@@ -237,171 +236,42 @@ func sortLeases(ls []LeaseInfo) {
 	slices.SortFunc(ls, func(a, b LeaseInfo) int { return cmp.Compare(a.ID, b.ID) })
 }
 
-// KeepAlive keeps lease id alive in the background, on a keep-alive stream
-// to its shard's leader (followed across elections and slot moves),
-// renewing it every third of its TTL until Stop or Close, or until ctx
-// ends. It renews once before it returns (an error then: nothing runs).
-// If the lease ends (revoked, or expired) or cannot be renewed within its
-// TTL, the KeepAlive stops: Done is closed and Err says why. Each
-// KeepAlive holds a stream of its own: a node serves at most
-// --max-concurrent-streams (1024) per connection, so keep more leases than
-// that alive with KeepAliveOnce (unary calls share one Pipeline stream).
+// KeepAlive keeps lease id alive in the background, renewing it every
+// third of its TTL until Stop or Close, or until ctx ends. It renews once
+// before it returns (an error then: nothing runs). If the lease ends
+// (revoked, or expired) or cannot be renewed within its TTL, the KeepAlive
+// stops: Done is closed and Err says why. The renewals travel on the
+// client's keep-alive stream to the lease's shard leader (followed across
+// elections and slot moves), which every lease the client keeps alive on
+// that shard shares (leasemux.go): one client keeps any number of leases
+// alive over a stream per shard.
 func (l *Leases) KeepAlive(ctx context.Context, id LeaseID) (*KeepAlive, error) {
-	s := &leaseStream{c: l.c, id: id}
-	return startKeepAlive(ctx, id, s.renew, s.close, func(ctx context.Context) error {
+	if !keys.ValidLeaseID(uint64(id)) {
+		return nil, invalidf("lease id %s: not one a grant returns", id)
+	}
+	h := &kaHolder{m: l.c.kas, id: id}
+	return startKeepAlive(ctx, id, h.renew, h.release, func(ctx context.Context) error {
 		_, err := l.Revoke(ctx, id)
 		return err
 	})
 }
 
-// leaseStream is one lease's keep-alive stream to its shard's leader,
-// opened on first use and again after an error. Only its KeepAlive's
-// goroutine uses it.
-type leaseStream struct {
-	c       *Client
-	id      LeaseID
-	attempt int
-	shard   shard.ID
-	addr    string                          // the node the stream goes to
-	st      rpc.Lease_KeepAliveStreamClient // nil: none open
-	cancel  context.CancelFunc              // ends st
-}
-
-func (s *leaseStream) close() {
-	if s.cancel != nil {
-		s.cancel()
+// KeepAliveOnceStream is KeepAliveOnce sent on the client's keep-alive
+// stream to the lease's shard leader (the one KeepAlive uses) instead of
+// as a call: concurrent renewals of many leases share the stream and the
+// leader answers them together. It retries, following the leader, until
+// answered or ctx ends (a keep-alive is idempotent).
+func (l *Leases) KeepAliveOnceStream(ctx context.Context, id LeaseID) (time.Duration, error) {
+	if !keys.ValidLeaseID(uint64(id)) {
+		return 0, invalidf("lease id %s: not one a grant returns", id)
 	}
-	s.st, s.cancel = nil, nil
-}
-
-// renew keeps the lease alive once on the stream, following the shard's
-// leader (NotLeader hints, moved slots, elections) as CallShard does,
-// until it is answered or ctx ends. It returns the lease's TTL and when
-// the keep-alive that renewed it was sent. ErrLeaseNotFound (with
-// ErrNotFound) when the lease is gone.
-func (s *leaseStream) renew(ctx context.Context) (time.Duration, time.Time, error) {
-	backoff := callBackoff.Backoff()
-	for {
-		sent := time.Now()
-		ttl, class, err := s.once(ctx)
-		if err == nil || class == classFatal {
-			return ttl, sent, err
-		}
-		if ctx.Err() != nil {
-			return 0, sent, err
-		}
-		var nl *NotLeaderError
-		if errors.As(err, &nl) && nl.LeaderAddr != "" && nl.LeaderAddr != s.addr {
-			continue // go to the leader it names now
-		}
-		backoff.Wait(ctx)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.c.cfg.DefaultTimeout)
+		defer cancel()
 	}
-}
-
-// once is one attempt of renew: it opens a stream when none is open (to
-// the shard's leader as the client knows it, else one replica after the
-// other), sends the keep-alive and waits for its answer, all within the
-// client's AttemptTimeout. An error closes the stream and updates what
-// the client knows of the shard's leader.
-func (s *leaseStream) once(ctx context.Context) (time.Duration, errClass, error) {
-	if s.st == nil {
-		s.shard = s.c.slotOwner(s.id.slot())
-		addr, ok := s.c.target(s.shard, s.attempt, false, 0)
-		s.attempt++
-		if !ok {
-			s.c.RefreshMap(ctx)
-			return 0, classRetry, fmt.Errorf("%w: no known replica of shard %d", ErrUnavailable, s.shard)
-		}
-		nc, err := s.c.conn(addr)
-		if err != nil {
-			return 0, classFatal, err
-		}
-		sctx, cancel := context.WithCancel(context.Background())
-		s.addr, s.cancel = addr, cancel
-		s.st = &lazyStream{open: func() (rpc.Lease_KeepAliveStreamClient, error) {
-			return rpc.NewLeaseClient(nc.cc).KeepAliveStream(sctx)
-		}}
-	}
-	type answer struct {
-		resp *rpc.LeaseKeepAliveResponse
-		err  error
-	}
-	ch := make(chan answer, 1)
-	st := s.st
-	go func() {
-		err := st.Send(&rpc.LeaseKeepAliveRequest{Id: uint64(s.id)})
-		if err != nil {
-			ch <- answer{err: err}
-			return
-		}
-		resp, err := st.Recv()
-		ch <- answer{resp, err}
-	}()
-	t := time.NewTimer(s.c.cfg.AttemptTimeout)
-	defer t.Stop()
-	var a answer
-	select {
-	case a = <-ch:
-	case <-ctx.Done():
-		s.close() // ends the stream: Send and Recv return
-		<-ch
-		return 0, classFatal, ctx.Err()
-	case <-t.C:
-		s.close()
-		<-ch
-		s.c.setLeader(s.shard, "")
-		return 0, classRetry, fmt.Errorf("%w: shard %d: no keep-alive answer from %s within %v", ErrUnavailable, s.shard, s.addr, s.c.cfg.AttemptTimeout)
-	}
-	if a.err != nil {
-		s.close()
-		cerr, class, hint := classify(a.err)
-		if _, ok := status.FromError(a.err); !ok {
-			class = classAmbiguous // the stream ended without a status (EOF)
-		}
-		switch class {
-		case classNotLeader:
-			s.c.setLeader(s.shard, hint.GetLeaderAddr())
-			if hint.GetLeaderAddr() == s.addr { // a stale hint: try the others
-				s.c.setLeader(s.shard, "")
-			}
-		case classMoved:
-			var me *MovedError
-			if errors.As(cerr, &me) {
-				if err := s.c.awaitMap(ctx, me); err != nil {
-					return 0, classFatal, err
-				}
-			}
-		case classRetry:
-			// Not executed (no leader yet, leader not ready): the same
-			// node again after a pause.
-		case classAmbiguous: // the transport failed, or the stream ended: any replica
-			s.c.setLeader(s.shard, "")
-			class = classRetry
-		}
-		return 0, class, cerr // classFatal: a definite answer (refused, invalid)
-	}
-	s.attempt = 0
-	if a.resp.GetTtlMs() == 0 {
-		return 0, classFatal, leaseErr(s.id, ErrNotFound)
-	}
-	return time.Duration(a.resp.GetTtlMs()) * time.Millisecond, 0, nil
-}
-
-// lazyStream opens its keep-alive stream on its first Send, on the
-// goroutine that sends (opening waits for the node's connection, which
-// the attempt's bound must cover too).
-type lazyStream struct {
-	open func() (rpc.Lease_KeepAliveStreamClient, error)
-	rpc.Lease_KeepAliveStreamClient
-}
-
-func (l *lazyStream) Send(req *rpc.LeaseKeepAliveRequest) error {
-	if l.Lease_KeepAliveStreamClient == nil {
-		st, err := l.open()
-		if err != nil {
-			return err
-		}
-		l.Lease_KeepAliveStreamClient = st
-	}
-	return l.Lease_KeepAliveStreamClient.Send(req)
+	h := &kaHolder{m: l.c.kas, id: id}
+	defer h.release()
+	ttl, _, err := h.renew(ctx)
+	return ttl, err
 }

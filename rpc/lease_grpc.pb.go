@@ -46,9 +46,11 @@ type LeaseClient interface {
 	Revoke(ctx context.Context, in *LeaseRevokeRequest, opts ...grpc.CallOption) (*LeaseRevokeResponse, error)
 	KeepAlive(ctx context.Context, in *LeaseKeepAliveRequest, opts ...grpc.CallOption) (*LeaseKeepAliveResponse, error)
 	// KeepAliveStream answers each request with the lease's new TTL (0: the
-	// lease is gone). Every lease sent on one stream must be led by the
-	// node it is open to; any other error (not leader, moved, unavailable)
-	// ends the stream with its status.
+	// lease is gone), naming the lease: a client may send the keep-alives of
+	// many leases without waiting, and the answers come as they are ready,
+	// not necessarily in the order asked. Every lease sent on one stream
+	// must be led by the node it is open to; any other error (not leader,
+	// moved, unavailable) ends the stream with its status.
 	KeepAliveStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LeaseKeepAliveRequest, LeaseKeepAliveResponse], error)
 	TimeToLive(ctx context.Context, in *LeaseTimeToLiveRequest, opts ...grpc.CallOption) (*LeaseTimeToLiveResponse, error)
 	List(ctx context.Context, in *LeaseListRequest, opts ...grpc.CallOption) (*LeaseListResponse, error)
@@ -133,9 +135,11 @@ type LeaseServer interface {
 	Revoke(context.Context, *LeaseRevokeRequest) (*LeaseRevokeResponse, error)
 	KeepAlive(context.Context, *LeaseKeepAliveRequest) (*LeaseKeepAliveResponse, error)
 	// KeepAliveStream answers each request with the lease's new TTL (0: the
-	// lease is gone). Every lease sent on one stream must be led by the
-	// node it is open to; any other error (not leader, moved, unavailable)
-	// ends the stream with its status.
+	// lease is gone), naming the lease: a client may send the keep-alives of
+	// many leases without waiting, and the answers come as they are ready,
+	// not necessarily in the order asked. Every lease sent on one stream
+	// must be led by the node it is open to; any other error (not leader,
+	// moved, unavailable) ends the stream with its status.
 	KeepAliveStream(grpc.BidiStreamingServer[LeaseKeepAliveRequest, LeaseKeepAliveResponse]) error
 	TimeToLive(context.Context, *LeaseTimeToLiveRequest) (*LeaseTimeToLiveResponse, error)
 	List(context.Context, *LeaseListRequest) (*LeaseListResponse, error)

@@ -27,7 +27,17 @@ import (
 const benchLong = `A load generator. Runs --total operations, or for --duration when given, over --clients
 concurrent callers sharing --conns client connections. Prints a progress line
 every second and at the end throughput and latency percentiles (--json for
-machine-readable output).`
+machine-readable output).
+
+lease-keepalive grants --leases leases of --lease-ttl first (spread over
+--routing-keys), then each caller renews them in turn as fast as it can (an
+operation is one keep-alive, on the client's shared keep-alive stream, or a
+KeepAliveOnce call with --keepalive-call once); the leases are revoked at the
+end. watch starts --watchers watchers first (watcher i on routing key
+i mod --routing-keys, from now), then runs the put workload on the keys they
+watch: it reports the puts and the events delivered to all watchers (events/s
+up to the last one, and the delay from a put's sending to each delivery).
+--watchers 0 runs the same puts without watchers, for comparison.`
 
 type benchConfig struct {
 	workload    string
@@ -45,6 +55,11 @@ type benchConfig struct {
 	stale       bool
 	accounts    int
 	asJSON      bool
+	leases      int
+	leaseTTL    time.Duration
+	kaCall      string
+	watchers    int
+	keyTag      []byte // watch: the run's first 4 bytes of every key (the watchers' prefix)
 	progress    bool
 	opTimeout   time.Duration
 }
@@ -65,6 +80,19 @@ type BenchResult struct {
 	P999Ms     float64 `json:"p999_ms"`
 	MaxMs      float64 `json:"max_ms"`
 	FirstError string  `json:"first_error,omitempty"`
+	// lease-keepalive: the leases renewed (ops are keep-alives).
+	Leases int `json:"leases,omitempty"`
+	// watch: the watchers, the events they received (all of them, up to
+	// the last one after the puts ended), the events the acknowledged
+	// puts made (a put of routing key r makes one per watcher of r),
+	// events per second from the start to the last event, and the delay
+	// from a put's sending to its delivery to a watcher.
+	Watchers       int     `json:"watchers,omitempty"`
+	Events         int64   `json:"events,omitempty"`
+	EventsExpected int64   `json:"events_expected,omitempty"`
+	EventsPerSec   float64 `json:"events_per_sec,omitempty"`
+	EventMeanMs    float64 `json:"event_mean_ms,omitempty"`
+	EventP99Ms     float64 `json:"event_p99_ms,omitempty"`
 }
 
 // benchFlags are bench's flags.
@@ -82,6 +110,8 @@ func newBenchCmd() *cobra.Command {
 		{"get", "Get of keys written by a prefill (linearizable, or --stale)", 0, 0},
 		{"mixed", "Get with probability --read-ratio, else Put", 0, 0},
 		{"ledger", "ProcessUsage over --accounts accounts funded by a prefill", 0, 0},
+		{"lease-keepalive", "keep-alives of --leases leases granted first", 0, 0},
+		{"watch", "Put of keys --watchers watchers follow; events delivered", 0, 0},
 	}, f.run)
 	fs, c := g.PersistentFlags(), &f.c
 	fs.StringVar(&f.endpoints, "endpoints", "127.0.0.1:7100", "comma-separated gRPC addresses of nodes")
@@ -97,6 +127,10 @@ func newBenchCmd() *cobra.Command {
 	fs.Float64Var(&c.readRatio, "read-ratio", 0.9, "mixed: fraction of reads")
 	fs.BoolVar(&c.stale, "stale", false, "reads from any replica")
 	fs.IntVar(&c.accounts, "accounts", 10000, "ledger: accounts")
+	fs.IntVar(&c.leases, "leases", 10000, "lease-keepalive: leases granted and kept alive")
+	fs.DurationVar(&c.leaseTTL, "lease-ttl", 100*time.Second, "lease-keepalive: the leases' TTL (etcd's benchmark grants 100 s)")
+	fs.StringVar(&c.kaCall, "keepalive-call", "stream", "lease-keepalive: stream (the client's shared keep-alive stream, as KeepAlive renews) or once (a KeepAliveOnce call)")
+	fs.IntVar(&c.watchers, "watchers", 100, "watch: watchers (0: the puts alone)")
 	fs.BoolVar(&c.asJSON, "json", false, "print the result as JSON")
 	fs.BoolVar(&c.progress, "progress", true, "print a progress line every second (to stderr)")
 	fs.DurationVar(&c.opTimeout, "op-timeout", 10*time.Second, "deadline of one operation")
@@ -142,6 +176,13 @@ func (f *benchFlags) run(ctx context.Context, workload string, _ []string, stdou
 	fmt.Fprintf(stdout, "  throughput %.0f ops/s\n", res.Throughput)
 	fmt.Fprintf(stdout, "  latency    mean %.3fms  p50 %.3fms  p90 %.3fms  p99 %.3fms  p99.9 %.3fms  max %.3fms\n",
 		res.MeanMs, res.P50Ms, res.P90Ms, res.P99Ms, res.P999Ms, res.MaxMs)
+	if res.Leases > 0 {
+		fmt.Fprintf(stdout, "  leases     %d (ops are keep-alives)\n", res.Leases)
+	}
+	if res.Workload == "watch" {
+		fmt.Fprintf(stdout, "  watchers   %d: %d events of %d expected, %.0f events/s; delivery mean %.3fms  p99 %.3fms\n",
+			res.Watchers, res.Events, res.EventsExpected, res.EventsPerSec, res.EventMeanMs, res.EventP99Ms)
+	}
 	if res.FirstError != "" {
 		fmt.Fprintf(stdout, "  first error: %s\n", res.FirstError)
 	}
@@ -150,7 +191,7 @@ func (f *benchFlags) run(ctx context.Context, workload string, _ []string, stdou
 
 func (c benchConfig) validate() error {
 	switch c.workload {
-	case "put", "get", "mixed", "ledger":
+	case "put", "get", "mixed", "ledger", "lease-keepalive", "watch":
 	default:
 		return fmt.Errorf("bench: unknown workload %q", c.workload)
 	}
@@ -175,6 +216,16 @@ func (c benchConfig) validate() error {
 		return fmt.Errorf("bench: --read-ratio %v: want 0..1", c.readRatio)
 	case c.accounts < 1:
 		return fmt.Errorf("bench: --accounts %d: want >= 1", c.accounts)
+	case c.leases < 1 || c.leases > 1000000:
+		return fmt.Errorf("bench: --leases %d: want 1..1000000", c.leases)
+	case c.leaseTTL < client.MinLeaseTTL || c.leaseTTL > client.MaxLeaseTTL:
+		return fmt.Errorf("bench: --lease-ttl %v: want %v..%v", c.leaseTTL, client.MinLeaseTTL, client.MaxLeaseTTL)
+	case c.kaCall != "stream" && c.kaCall != "once":
+		return fmt.Errorf("bench: --keepalive-call %q: want stream or once", c.kaCall)
+	case c.watchers < 0 || c.watchers > 100000:
+		return fmt.Errorf("bench: --watchers %d: want 0..100000", c.watchers)
+	case c.workload == "watch" && c.keySize < 8:
+		return fmt.Errorf("bench: --key-size %d: watch wants at least 8 (a 4-byte run tag, then the key number)", c.keySize)
 	}
 	return nil
 }
@@ -183,6 +234,7 @@ func (c benchConfig) validate() error {
 func (c benchConfig) keyOf(i int) (rk, key []byte) {
 	rk = fmt.Appendf(nil, "bench-user-%d", i%c.routingKeys)
 	key = make([]byte, c.keySize)
+	copy(key, c.keyTag)
 	binary.BigEndian.PutUint32(key[c.keySize-4:], uint32(i))
 	return rk, key
 }
@@ -314,6 +366,25 @@ func runBench(ctx context.Context, c benchConfig, stderr io.Writer) (*BenchResul
 	var runIDb [4]byte
 	rand.Read(runIDb[:])
 	do := c.op(value, fmt.Sprintf("%x", runIDb))
+	var leases []client.LeaseID
+	var ws *benchWatchers
+	switch c.workload {
+	case "lease-keepalive":
+		var err error
+		if leases, err = c.grantLeases(ctx, cls, stderr); err != nil {
+			return nil, err
+		}
+		defer c.revokeLeases(ctx, cls, leases, stderr)
+		do = c.keepAliveOp(leases)
+	case "watch":
+		c.keyTag = runIDb[:]
+		var err error
+		if ws, err = c.startWatchers(ctx, cls, stderr); err != nil {
+			return nil, err
+		}
+		defer ws.stop()
+		do = ws.putOp(c, len(value))
+	}
 
 	runCtx := ctx
 	if c.duration > 0 {
@@ -384,6 +455,10 @@ func runBench(ctx context.Context, c benchConfig, stderr io.Writer) (*BenchResul
 	elapsed := time.Since(start)
 	close(stopProgress)
 	pwg.Wait()
+	var watched *BenchResult
+	if ws != nil {
+		watched = ws.finish(ctx, start)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -398,6 +473,16 @@ func runBench(ctx context.Context, c benchConfig, stderr io.Writer) (*BenchResul
 		P99Ms: ms(h.ValueAtQuantile(99)), P999Ms: ms(h.ValueAtQuantile(99.9)), MaxMs: ms(h.Max())}
 	if v := firstErr.Load(); v != nil {
 		res.FirstError = v.(string)
+	}
+	if leases != nil {
+		res.Leases = len(leases)
+	}
+	if watched != nil {
+		res.Watchers, res.Events, res.EventsExpected, res.EventsPerSec = watched.Watchers, watched.Events, watched.EventsExpected, watched.EventsPerSec
+		res.EventMeanMs, res.EventP99Ms = watched.EventMeanMs, watched.EventP99Ms
+		if res.FirstError == "" {
+			res.FirstError = watched.FirstError
+		}
 	}
 	return res, nil
 }

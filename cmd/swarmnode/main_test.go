@@ -145,6 +145,8 @@ func TestRunUsageErrors(t *testing.T) {
 		{name: "bench without workload", args: []string{"bench", "--clients", "3"}, errSub: "bench: missing workload", stderr: "-clients"},
 		{name: "bench unknown workload", args: []string{"bench", "--clients", "3", "nope"}, errSub: `bench: unknown workload "nope"`},
 		{name: "bench two workloads", args: []string{"bench", "put", "get"}, errSub: "bench put: got 1 arguments, want 0"},
+		{name: "bench bad keepalive call", args: []string{"bench", "lease-keepalive", "--keepalive-call", "x"}, errSub: `bench: --keepalive-call "x": want stream or once`},
+		{name: "bench watch short keys", args: []string{"bench", "watch", "--key-size", "4"}, errSub: "bench: --key-size 4: watch wants at least 8"},
 		{name: "serve bad int", args: []string{"serve", "--shards", "x"}, errSub: `invalid argument "x" for "--shards" flag`},
 		{name: "serve bad duration", args: []string{"serve", "--election-timeout", "5"}, errSub: `invalid argument "5" for "--election-timeout" flag`},
 		{name: "serve unknown flag", args: []string{"serve", "--shard", "3"}, errSub: "serve: unknown flag: --shard"},
@@ -654,8 +656,33 @@ func checkBench(ctx context.Context, t *testing.T, grpcAddr string) {
 			t.Errorf("bench %s: %+v", w, res)
 		}
 	}
+	// lease-keepalive: 200 keep-alives of 20 leases, on the shared stream
+	// and as calls.
+	for _, call := range []string{"stream", "once"} {
+		out, _, err := runCmd(ctx, "bench", "lease-keepalive", "--endpoints", grpcAddr, "--total", "200", "--clients", "8", "--conns", "2",
+			"--leases", "20", "--lease-ttl", "10s", "--keepalive-call", call, "--progress=false", "--json")
+		var res BenchResult
+		if err != nil || json.Unmarshal([]byte(out), &res) != nil {
+			t.Fatalf("bench lease-keepalive --keepalive-call %s: %v, %q", call, err, out)
+		}
+		if res.Ops != 200 || res.Errors != 0 || res.Leases != 20 || res.P99Ms <= 0 {
+			t.Errorf("bench lease-keepalive --keepalive-call %s: %+v", call, res)
+		}
+	}
+	// watch: 4 watchers over 2 routing keys each see every put of theirs,
+	// exactly once: 2 events a put.
+	out, _, err := runCmd(ctx, "bench", "watch", "--endpoints", grpcAddr, "--total", "200", "--clients", "8", "--conns", "2",
+		"--watchers", "4", "--routing-keys", "2", "--key-space", "50", "--progress=false", "--json")
+	var wres BenchResult
+	if err != nil || json.Unmarshal([]byte(out), &wres) != nil {
+		t.Fatalf("bench watch: %v, %q", err, out)
+	}
+	if wres.Ops != 200 || wres.Errors != 0 || wres.Watchers != 4 || wres.EventsExpected != 400 || wres.Events != 400 ||
+		wres.EventsPerSec <= 0 || wres.EventP99Ms <= 0 || wres.FirstError != "" {
+		t.Errorf("bench watch: %+v", wres)
+	}
 	// Flags may come before the workload.
-	out, _, err := runCmd(ctx, "bench", "--endpoints", grpcAddr, "--total", "50", "--clients", "2", "--conns", "1",
+	out, _, err = runCmd(ctx, "bench", "--endpoints", grpcAddr, "--total", "50", "--clients", "2", "--conns", "1",
 		"--key-space", "50", "--progress=false", "--json", "put")
 	var res BenchResult
 	if err != nil || json.Unmarshal([]byte(out), &res) != nil || res.Workload != "put" || res.Ops != 50 {

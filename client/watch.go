@@ -187,6 +187,11 @@ func (c *Client) watchLoop(ctx context.Context, o *watchOpts, emit func(WatchRes
 	// name each other during an election would otherwise be asked in a
 	// tight loop).
 	hinted := false
+	// atLeader: the next attempts go to the leader even with anyReplica,
+	// after a replica answered compacted (a follower restored from a
+	// snapshot keeps history only from its index: the leader may hold
+	// more).
+	atLeader := false
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		id := c.ShardOf(req.RoutingKey)
 		if req.HasShard {
@@ -207,7 +212,7 @@ func (c *Client) watchLoop(ctx context.Context, o *watchOpts, emit func(WatchRes
 			req.AfterMove, req.HasShard, req.Shard = 0, true, uint32(id)
 		}
 		movedFrom, movedTries = 0, 0
-		addr, ok := c.target(id, attempt, o.anyReplica, offset)
+		addr, ok := c.target(id, attempt, o.anyReplica && !atLeader, offset)
 		if !ok {
 			_ = c.RefreshMap(ctx)
 			backoff.Wait(ctx)
@@ -285,6 +290,10 @@ func (c *Client) watchLoop(ctx context.Context, o *watchOpts, emit func(WatchRes
 			resync = true // the listing starts over
 		}
 		st, _ := status.FromError(err)
+		if st.Code() == codes.OutOfRange && o.anyReplica && !atLeader {
+			atLeader = true // ask the leader before giving up
+			continue
+		}
 		if st.Code() == codes.OutOfRange {
 			ce := &CompactedError{}
 			for _, d := range st.Details() {

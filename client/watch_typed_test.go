@@ -525,3 +525,40 @@ func TestCallHintPingPongBacksOff(t *testing.T) {
 		t.Fatalf("%d calls: the hint was not followed", n)
 	}
 }
+
+// TestWatchAnyReplicaCompactedAsksLeader: a watch that followers may
+// serve, answered "compacted" (a follower restored from a snapshot keeps
+// history only from its index on), asks the leader before it gives up;
+// a leader-only watch gives up at once with *CompactedError.
+func TestWatchAnyReplicaCompactedAsksLeader(t *testing.T) {
+	for _, anyReplica := range []bool{true, false} {
+		n := newFakeWatchNode(t, func(attempt int, req *rpc.WatchRequest, s rpc.Watch_WatchServer) error {
+			if attempt == 0 {
+				st, _ := status.New(codes.OutOfRange, "swarmkv: compacted").WithDetails(&rpc.Compacted{Oldest: 50, Current: 60})
+				return st.Err()
+			}
+			_ = s.Send(&rpc.WatchResponse{Revision: 4, Created: &rpc.WatchCreated{AfterRevision: 4}})
+			_ = s.Send(&rpc.WatchResponse{Revision: 5, Events: []*rpc.WatchEvent{put("k", []byte("v"))}})
+			<-s.Context().Done()
+			return s.Context().Err()
+		})
+		c := fakeClient(t, n)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		opts := []WatchOption{WithAfter(4)}
+		if anyReplica {
+			opts = append(opts, WithAnyReplica())
+		}
+		r := <-c.Watch(ctx, []byte("rk"), opts...)
+		cancel()
+		var ce *CompactedError
+		switch {
+		case anyReplica && (r.Err != nil || r.Revision != 5):
+			t.Fatalf("any replica: first message %+v, want the revision 5 event from the leader", r)
+		case !anyReplica && (!errors.As(r.Err, &ce) || ce.Oldest != 50):
+			t.Fatalf("leader only: first message %+v, want *CompactedError oldest 50", r)
+		}
+		for len(n.ended) > 0 {
+			<-n.ended
+		}
+	}
+}

@@ -35,6 +35,22 @@ func TestConsoleStatsAndEvents(t *testing.T) {
 	n1 := tc.nodes[0]
 	ids := []string{"n1", "n2", "n3"}
 	leader := tc.cfgs[tc.leaderOf(0)].ID
+	// Every replica learns of its group's leader (the meta group's
+	// followers by its first heartbeat: CI once collected the stats before
+	// n1's meta replica had heard one).
+	waitFor(t, 10*time.Second, "every replica learned of a leader", func() error {
+		for _, r := range n1.NodeStats(ctx, ids) {
+			if r.Err != nil {
+				return r.Err
+			}
+			for _, c := range r.Stats.Replicas {
+				if c.LeaderChanges == 0 {
+					return fmt.Errorf("%s: %s learned of no leader yet", r.Node, c.Shard)
+				}
+			}
+		}
+		return nil
+	})
 	res := n1.NodeStats(ctx, ids)
 	for i, r := range res {
 		if r.Node != ids[i] || r.Err != nil || r.Stats.NodeId != ids[i] {

@@ -320,32 +320,10 @@ func (c benchConfig) prefill(ctx context.Context, cls []*client.Client, value []
 		return nil
 	}
 	fmt.Fprintf(stderr, "prefill: %d items\n", n)
-	var next atomic.Int64
-	var firstErr error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for w := range min(c.clients, 64) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cl := cls[w%len(cls)]
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				octx, cancel := context.WithTimeout(ctx, c.opTimeout)
-				err := fill(octx, cl, i)
-				cancel()
-				if err != nil {
-					once.Do(func() { firstErr = fmt.Errorf("prefill item %d: %w", i, err) })
-					return
-				}
-			}
-		}()
+	if err := c.inParallel(ctx, cls, n, fill); err != nil {
+		return fmt.Errorf("prefill %w", err)
 	}
-	wg.Wait()
-	return firstErr
+	return nil
 }
 
 func runBench(ctx context.Context, c benchConfig, stderr io.Writer) (*BenchResult, error) {

@@ -690,17 +690,13 @@ func (f *Front) shardMap() (*shard.Map, *resp.Value) {
 // shard that no longer owns them all (the map is behind a slot move: the
 // node follows the meta group within about half a second) answers
 // api.StaleSlotsReply, and the fan-out runs again once the node's map
-// changed, so it never answers for part of the keyspace. It answers that
-// TRYAGAIN reply if ctx ends first.
+// changed (withFreshMap), so it never answers for part of the keyspace. It
+// answers that TRYAGAIN reply if ctx ends first.
 func (f *Front) fanOut(ctx context.Context, argv fsm.RedisArgv) ([]resp.Value, *resp.Value) {
-	b := followBackoff.Backoff()
-	for {
-		smap, errv := f.shardMap()
-		if errv != nil {
-			return nil, errv
-		}
+	var out []resp.Value
+	errv := f.withFreshMap(ctx, func(smap *shard.Map) *resp.Value {
 		ids := smap.Shards()
-		out := make([]resp.Value, len(ids))
+		out = make([]resp.Value, len(ids))
 		var wg sync.WaitGroup
 		for i, id := range ids {
 			slots := shard.SlotSetOf(smap.SlotsOf(id)...)
@@ -717,14 +713,36 @@ func (f *Front) fanOut(ctx context.Context, argv fsm.RedisArgv) ([]resp.Value, *
 			case api.IsStaleSlots(out[i]):
 				stale = &out[i]
 			case out[i].IsError():
-				return nil, &out[i]
+				return &out[i]
 			}
 		}
-		if stale == nil {
-			return out, nil
+		return stale
+	})
+	if errv != nil {
+		return nil, errv
+	}
+	return out, nil
+}
+
+// withFreshMap runs try on the node's shard map and answers the error reply
+// try returns (nil when it succeeded). When that reply is
+// api.StaleSlotsReply (a shard no longer owns the slots the map gave it:
+// the map is behind a slot move), it waits, pausing by followBackoff, for a
+// newer map and runs try again on it; it answers the stale reply if ctx
+// ends first, and the CLUSTERDOWN reply while the node has no map.
+func (f *Front) withFreshMap(ctx context.Context, try func(smap *shard.Map) *resp.Value) *resp.Value {
+	b := followBackoff.Backoff()
+	for {
+		smap, errv := f.shardMap()
+		if errv != nil {
+			return errv
+		}
+		errv = try(smap)
+		if errv == nil || !api.IsStaleSlots(*errv) {
+			return errv
 		}
 		if !f.awaitNewerMap(ctx, b, smap.Version) {
-			return nil, stale
+			return errv
 		}
 	}
 }
@@ -802,16 +820,11 @@ func cmdScan(f *Front, ctx context.Context, _ *redisConn, a [][]byte) resp.Value
 		ids []shard.ID
 		id  int
 		pos int
-		b   = followBackoff.Backoff()
 	)
 	// Like a fan-out's leg, the step names the slots the node's map gives
 	// its shard, and runs again once the map changed if the shard no
-	// longer owns them all.
-	for {
-		smap, errv := f.shardMap()
-		if errv != nil {
-			return *errv
-		}
+	// longer owns them all (withFreshMap).
+	if errv := f.withFreshMap(ctx, func(smap *shard.Map) *resp.Value {
 		ids = smap.Shards()
 		id = int(cursor >> scanShardShift)
 		if cursor == 0 && len(ids) > 0 {
@@ -819,16 +832,17 @@ func cmdScan(f *Front, ctx context.Context, _ *redisConn, a [][]byte) resp.Value
 		}
 		var found bool
 		if pos, found = slices.BinarySearch(ids, shard.ID(id)); !found {
-			return errReply(resp.ErrInvalidCursor)
+			e := errReply(resp.ErrInvalidCursor)
+			return &e
 		}
 		slots := shard.SlotSetOf(smap.SlotsOf(shard.ID(id))...)
 		v = f.run(ctx, &api.RedisRequest{Shard: shard.ID(id), Cmds: []fsm.RedisArgv{argv}, Slots: &slots})
-		if !api.IsStaleSlots(v) {
-			break
+		if api.IsStaleSlots(v) {
+			return &v
 		}
-		if !f.awaitNewerMap(ctx, b, smap.Version) {
-			return v
-		}
+		return nil
+	}); errv != nil {
+		return *errv
 	}
 	if v.IsError() {
 		return v

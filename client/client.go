@@ -356,6 +356,29 @@ func (c *Client) setLeader(id shard.ID, addr string) {
 	}
 }
 
+// hintPacer paces the following of NotLeader hints: the first hint of a
+// row is followed at once (without the retry's pause), the next ones wait
+// like any retry, as two nodes that name each other during an election
+// would otherwise be called in a tight loop. The caller says what ends a
+// row (reset): Client.call a hint that waited (so every other hint in a
+// row is followed at once), watchLoop a stream created.
+type hintPacer struct {
+	followed bool // a hint of this row was followed at once
+}
+
+// now reports whether to follow a hint at once (false: after the
+// retry's pause).
+func (p *hintPacer) now() bool {
+	if p.followed {
+		return false
+	}
+	p.followed = true
+	return true
+}
+
+// reset ends the row: the next hint is followed at once.
+func (p *hintPacer) reset() { p.followed = false }
+
 // ShardOf returns the shard a routing key maps to under the current map.
 func (c *Client) ShardOf(routingKey []byte) shard.ID {
 	c.mu.RLock()
@@ -436,10 +459,9 @@ func (c *Client) call(ctx context.Context, d *dest, opts CallOptions, call Call)
 	backoff := callBackoff.Backoff()
 	offset := rand.IntN(1 << 16)
 	var last error
-	// hinted: the last attempt followed a leader hint at once; the next
-	// hint in a row waits like any retry (two nodes that name each other
-	// during an election would otherwise be called in a tight loop).
-	hinted := false
+	// Hints are followed at once every other time in a row: a hint
+	// that waited ends the row.
+	var hints hintPacer
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			if last == nil {
@@ -479,9 +501,10 @@ func (c *Client) call(ctx context.Context, d *dest, opts CallOptions, call Call)
 		case classNotLeader:
 			if hint.GetLeaderAddr() != "" && hint.GetLeaderAddr() != addr {
 				c.setLeader(id, hint.GetLeaderAddr())
-				if hinted = !hinted; hinted {
+				if hints.now() {
 					continue
 				}
+				hints.reset() // this one waits
 				break
 			}
 			c.setLeader(id, "")

@@ -182,11 +182,9 @@ func (c *Client) watchLoop(ctx context.Context, o *watchOpts, emit func(WatchRes
 	movedFrom := shard.ID(0)
 	movedTries := 0
 	opened := 0 // streams opened
-	// hinted: the last attempt followed a leader hint without a stream
-	// being created; the next hint waits like any retry (two nodes that
-	// name each other during an election would otherwise be asked in a
-	// tight loop).
-	hinted := false
+	// Once a hint was followed at once, the next hints wait like any
+	// retry until a stream is created (that ends the row).
+	var hints hintPacer
 	// atLeader: the next attempts go to the leader even with anyReplica,
 	// after a replica answered compacted (a follower restored from a
 	// snapshot keeps history only from its index: the leader may hold
@@ -240,7 +238,8 @@ func (c *Client) watchLoop(ctx context.Context, o *watchOpts, emit func(WatchRes
 				if !req.List {
 					req.HasShard, req.Shard = true, m.Created.Shard
 				}
-				backoff, hinted = watchBackoff.Backoff(), false
+				backoff = watchBackoff.Backoff()
+				hints.reset()
 				continue
 			}
 			r := WatchResponse{Revision: m.Revision, Progress: m.Progress, Listing: m.Listing, ListDone: m.ListDone, Resync: resync && m.Listing,
@@ -327,8 +326,7 @@ func (c *Client) watchLoop(ctx context.Context, o *watchOpts, emit func(WatchRes
 			return
 		case hint.GetLeaderAddr() != "" && hint.GetLeaderAddr() != addr:
 			c.setLeader(id, hint.GetLeaderAddr())
-			if !hinted {
-				hinted = true
+			if hints.now() {
 				continue
 			}
 		case class == classNotLeader || st.Code() == codes.Unavailable:

@@ -484,63 +484,75 @@ type LeaseStatus struct {
 // TimeToLive returns lease id's record and remaining time, after a read
 // barrier. fsm.ErrLeaseNotFound when it does not exist or has expired.
 func (l *Lessor) TimeToLive(ctx context.Context, id uint64) (*LeaseStatus, error) {
-	term, err := l.ready()
+	var rec *fsm.LeaseRecord
+	var st *LeaseStatus
+	err := l.leaderRead(ctx, func() (err error) {
+		rec, err = l.r.fsm.Lease(id)
+		return err
+	}, func(now time.Time) error {
+		le, err := l.lookupLocked(id, now)
+		if err != nil {
+			return err
+		}
+		left := le.expiry.Sub(now)
+		if left <= 0 || le.expiring {
+			return errExpired(id)
+		}
+		st = &LeaseStatus{Record: rec, Remaining: left}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	if err := l.r.ReadBarrier(ctx); err != nil {
-		return nil, err
-	}
-	rec, err := l.r.fsm.Lease(id)
-	if err != nil {
-		return nil, err
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.mu.term != term {
-		return nil, ErrNotLeader
-	}
-	now := l.now()
-	le, err := l.lookupLocked(id, now)
-	if err != nil {
-		return nil, err
-	}
-	left := le.expiry.Sub(now)
-	if left <= 0 || le.expiring {
-		return nil, errExpired(id)
-	}
-	return &LeaseStatus{Record: rec, Remaining: left}, nil
+	return st, nil
 }
 
 // List returns up to limit leases of the shard with ids above after, in
 // id order, each with its remaining time, after a read barrier.
 func (l *Lessor) List(ctx context.Context, after uint64, limit int) ([]LeaseStatus, error) {
+	var recs []*fsm.LeaseRecord
+	var out []LeaseStatus
+	err := l.leaderRead(ctx, func() (err error) {
+		recs, err = l.r.fsm.Leases(after, limit)
+		return err
+	}, func(now time.Time) error {
+		out = make([]LeaseStatus, 0, len(recs))
+		for _, rec := range recs {
+			st := LeaseStatus{Record: rec, Remaining: rec.TTL()}
+			if le := l.mu.leases[rec.ID]; le != nil {
+				st.Remaining = max(le.expiry.Sub(now), 0)
+			}
+			out = append(out, st)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// leaderRead is a read of the leases as this leader knows them: after a
+// read barrier it runs read (the state machine's part), then fn with l.mu
+// held and the lessor's clock, unless the leadership it began in ended
+// meanwhile (ErrNotLeader). Each step's error ends it.
+func (l *Lessor) leaderRead(ctx context.Context, read func() error, fn func(now time.Time) error) error {
 	term, err := l.ready()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := l.r.ReadBarrier(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	recs, err := l.r.fsm.Leases(after, limit)
-	if err != nil {
-		return nil, err
+	if err := read(); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.mu.term != term {
-		return nil, ErrNotLeader
+		return ErrNotLeader
 	}
-	now := l.now()
-	out := make([]LeaseStatus, 0, len(recs))
-	for _, rec := range recs {
-		st := LeaseStatus{Record: rec, Remaining: rec.TTL()}
-		if le := l.mu.leases[rec.ID]; le != nil {
-			st.Remaining = max(le.expiry.Sub(now), 0)
-		}
-		out = append(out, st)
-	}
-	return out, nil
+	return fn(l.now())
 }
 
 // Count is the number of leases the lessor holds in memory (0 when not

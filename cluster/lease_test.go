@@ -24,6 +24,18 @@ import (
 // short).
 func leaseTweak(c *Config) { c.LeaseCheckpointInterval = 100 * time.Millisecond }
 
+// newLeaseTest starts the lease tests' cluster (3 nodes, one shard, its
+// leaders checkpointing often) and returns it with a client through it and
+// a context that ends after timeout, or with the test.
+func newLeaseTest(t *testing.T, timeout time.Duration) (*testCluster, context.Context, *client.Client) {
+	t.Helper()
+	tc := newTestCluster(t, 3, 1, leaseTweak)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	c := tc.client()
+	t.Cleanup(cancel) // runs before the client's Close, as a deferred cancel would
+	return tc, ctx, c
+}
+
 // grantUntilKnown grants a lease, asking again while the outcome is
 // unknown (a lease granted meanwhile expires by itself).
 func grantUntilKnown(ctx context.Context, t *testing.T, ls *client.Leases, rk []byte, ttl time.Duration) client.LeaseID {
@@ -94,10 +106,7 @@ func awaitGone(ctx context.Context, t *testing.T, c *client.Client, rk []byte, k
 // before its TTL from the last keep-alive; the keep-alive stream answers
 // 0 for a lease that is gone; bad input is refused and changes nothing.
 func TestLeaseExpiryAndRevoke(t *testing.T) {
-	tc := newTestCluster(t, 3, 1, leaseTweak)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c := tc.client()
+	tc, ctx, c := newLeaseTest(t, 60*time.Second)
 	ls := c.Leases()
 	rk := []byte("alice")
 	ttl := client.MinLeaseTTL
@@ -242,10 +251,7 @@ func (tc *testCluster) transferShard(ctx context.Context, id shard.ID) {
 // client's background KeepAlive on its stream) never expires while the
 // shard's leadership moves and its leader restarts; stopped, it expires.
 func TestLeaseKeepAliveAcrossLeaderChanges(t *testing.T) {
-	tc := newTestCluster(t, 3, 1, leaseTweak)
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	c := tc.client()
+	tc, ctx, c := newLeaseTest(t, 120*time.Second)
 	ls := c.Leases()
 	rk := []byte("alice")
 	// Long enough for the client to find the next leader (an election,
@@ -298,10 +304,7 @@ func TestLeaseKeepAliveAcrossLeaderChanges(t *testing.T) {
 // remainder) does not keep an abandoned lease alive forever (liveness),
 // nor ends a lease kept alive meanwhile (safety).
 func TestLeaseAbandonedExpiresDespiteTransfers(t *testing.T) {
-	tc := newTestCluster(t, 3, 1, leaseTweak)
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	c := tc.client()
+	tc, ctx, c := newLeaseTest(t, 120*time.Second)
 	ls := c.Leases()
 	ttl := 6 * time.Second
 	abandoned := grantUntilKnown(ctx, t, ls, []byte("alice"), ttl)
@@ -338,10 +341,7 @@ func TestLeaseAbandonedExpiresDespiteTransfers(t *testing.T) {
 // election, not the stale remainder: the lease then lives at least its TTL
 // after that keep-alive.
 func TestLeaseCheckpointClearedByKeepAlive(t *testing.T) {
-	tc := newTestCluster(t, 3, 1, leaseTweak)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c := tc.client()
+	tc, ctx, c := newLeaseTest(t, 60*time.Second)
 	ls := c.Leases()
 	rk := []byte("alice")
 	ttl := 6 * time.Second
@@ -372,10 +372,7 @@ func TestLeaseCheckpointClearedByKeepAlive(t *testing.T) {
 // follow the lease's slot through a split and a merge back; an abandoned
 // lease of the moved slot expires on its new shard.
 func TestLeaseAcrossSplitAndMerge(t *testing.T) {
-	tc := newTestCluster(t, 3, 1, leaseTweak)
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
-	defer cancel()
-	c := tc.client()
+	tc, ctx, c := newLeaseTest(t, 150*time.Second)
 	ls := c.Leases()
 	rk := []byte("alice")
 	// Long enough to outlast the moved slot's unavailability (freeze to
@@ -453,10 +450,7 @@ func TestLeaseAcrossSplitAndMerge(t *testing.T) {
 // once when closed); an agent whose heartbeats stop becomes failed, its
 // status index moved.
 func TestLeaseRunnersAndAgents(t *testing.T) {
-	tc := newTestCluster(t, 3, 1, leaseTweak)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c := tc.client()
+	_, ctx, c := newLeaseTest(t, 60*time.Second)
 	p := c.Pools()
 	ttl := client.MinLeaseTTL
 	runners := func() []string {

@@ -85,6 +85,23 @@ const (
 
 	defaultMemTableSize = 4 << 20
 	privateCacheSize    = 1 << 20
+	// l0CompactionThreshold is the L0 read amplification (sublevels) at
+	// which Pebble compacts L0 into the base level; Pebble's default is 4.
+	// A shard's data is small (tens of MiB: its base level is L6) and
+	// overwritten at a high rate, and each L0 flush of a 4 MiB memtable
+	// overlaps every L6 table, so an L0 compaction rewrites the whole of
+	// L6 to merge in a few MiB: at Pebble's default a put100 run wrote 12
+	// bytes into L6 per byte flushed, and compactions took 40 % of the
+	// nodes' CPU (docs/performance.md, round 14). Waiting for 32 sublevels
+	// merges eight times as much per rewrite (16 and 32 were measured:
+	// round 14). Point reads pay one bloom filter probe per sublevel
+	// (filters are on every level), scans one more iterator per sublevel.
+	// Larger memtables would do the same at a cost in memory per replica.
+	l0CompactionThreshold = 32
+	// l0StopWritesThreshold: the L0 read amplification at which Pebble
+	// stops writes until compactions catch up (its default, 12, is below
+	// the threshold above).
+	l0StopWritesThreshold = 4 * l0CompactionThreshold
 	// maxRunBytes: ApplyBatch commits and starts a new Pebble batch once
 	// the current one holds this many bytes.
 	maxRunBytes = 64 << 20
@@ -223,10 +240,12 @@ func open(cfg Config, fs vfs.FS) (*FSM, error) {
 	}
 	log := cfg.Logger.With("shard", cfg.Shard)
 	opts := &pebble.Options{
-		Cache:        cfg.Cache,
-		MemTableSize: cfg.MemTableSize,
-		Logger:       pebblelog.New(log.With("component", "pebble")),
-		FS:           fs,
+		Cache:                 cfg.Cache,
+		MemTableSize:          cfg.MemTableSize,
+		L0CompactionThreshold: l0CompactionThreshold,
+		L0StopWritesThreshold: l0StopWritesThreshold,
+		Logger:                pebblelog.New(log.With("component", "pebble")),
+		FS:                    fs,
 	}
 	// Bloom filters on every level, L0 included (Pebble's default is none):
 	// the stores' commands read keys that are mostly absent (the

@@ -82,7 +82,7 @@ func TestServeFlagDefaults(t *testing.T) {
 		"bootstrap-expect": "0", "redis-max-bulk": "0", "redis-max-command-bytes": "0", "redis-max-multi-bytes": "0",
 		"log-level": "info", "token-keys-file": "", "tls-ca": "", "tls-cert": "", "tls-key": "",
 		"gossip-key-file": "", "insecure": "false", "fault-injection": "false", "auth": "false",
-		"cluster-secret-file": "",
+		"cluster-secret-file": "", "gc-percent": "0",
 	}
 	d := cluster.Config{}.WithDefaults()
 	shifted := d
@@ -136,5 +136,29 @@ func shift(v reflect.Value) {
 		v.SetUint(max(2*v.Uint(), 3))
 	case reflect.String:
 		v.SetString(v.String() + "x")
+	}
+}
+
+func TestGCPercent(t *testing.T) {
+	for _, tc := range []struct {
+		flag    int
+		env     string
+		want    int
+		apply   bool
+		wantErr bool
+	}{
+		{flag: 0, env: "", want: defaultGCPercent, apply: true},
+		{flag: 0, env: "200", apply: false}, // the runtime applied GOGC
+		{flag: 0, env: "off", apply: false},
+		{flag: 80, env: "", want: 80, apply: true},
+		{flag: 80, env: "200", want: 80, apply: true}, // the flag wins
+		{flag: 5, wantErr: true},
+		{flag: 2000, wantErr: true},
+		{flag: -1, wantErr: true},
+	} {
+		got, apply, err := gcPercent(tc.flag, tc.env)
+		if (err != nil) != tc.wantErr || got != tc.want || apply != tc.apply {
+			t.Errorf("gcPercent(%d, %q) = %d, %v, %v; want %d, %v, error %v", tc.flag, tc.env, got, apply, err, tc.want, tc.apply, tc.wantErr)
+		}
 	}
 }

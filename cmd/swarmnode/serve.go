@@ -41,9 +41,9 @@ type serveOptions struct {
 // GOGC says otherwise. A static build (CGO_ENABLED=0, as released) keeps
 // Pebble's block cache and memtables on the Go heap, where they count as
 // live data: at Go's default of 100 the heap grows to twice them before a
-// collection, and the largest node's RSS reached 2.1x etcd's. At 50 it
-// stayed within 1.5x for a few % more CPU per operation (the cache's
-// blocks hold no pointers, so marking is cheap): docs/performance.md,
+// collection, and the largest node's RSS reached 2.0-2.1x etcd's. At 50 it
+// reached 1.6x, with throughput within the host's spread (the cache's
+// blocks hold no pointers, so marking them is cheap): docs/performance.md,
 // round 14.
 const defaultGCPercent = 50
 

@@ -199,6 +199,9 @@ type FSM struct {
 		slots [shard.NumSlots]int32
 		total int64
 	}
+	// accounts caches account records for the applies (accountCache);
+	// used by the goroutine that applies only.
+	accounts  accountCache
 	applied   atomic.Uint64         // last applied log index; 0 while restoring
 	restoring atomic.Bool           // a Restore is running or failed: data incomplete
 	failed    atomic.Pointer[error] // a storage error stopped applies
@@ -516,6 +519,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		if a.b != nil {
 			_ = a.b.Close()
 		}
+		f.accounts.reset() // it may hold writes of the dropped batch
 		f.failed.Store(&err)
 		f.log.Error("fsm: STORAGE ERROR while applying; replica stops applying, restart it",
 			"index", logIndex(logs[i]), "err", err)
@@ -719,6 +723,9 @@ func (a *applier) exec(cmd *Command, index uint64, res *Result) error {
 				res.Err = rej
 				return err
 			}
+		}
+		for i := range cmd.Batch.Mutations { // a raw write of an account key
+			a.f.accounts.forget(cmd.Batch.Mutations[i].Key)
 		}
 		return applyGuarded(b, cmd.Batch, batchLeases{a}, res)
 	case OpNoop:

@@ -118,6 +118,7 @@ func TestReplaySkip(t *testing.T) {
 		t.Fatalf("applied index after reopen %d, want 100", got)
 	}
 	res := applyRuns(t, f, logs, rng)
+	checkAccountCache(t, f)
 	for i, r := range res[:100] {
 		if r != nil {
 			t.Fatalf("replayed entry %d returned %+v, want nil", i+1, r)

@@ -336,6 +336,7 @@ func (a *applier) ingest(m *SlotMove, rec *MoveRecord, index uint64) (rej, err e
 		if err := a.b.Set(m.Pairs[i].Key, m.Pairs[i].Value, nil); err != nil {
 			return nil, err
 		}
+		a.f.accounts.forget(m.Pairs[i].Key)
 	}
 	return nil, nil
 }
@@ -389,6 +390,7 @@ func (a *applier) drop(m *SlotMove, rec *MoveRecord, res *Result) (rej, err erro
 		if err := a.b.Delete(k, nil); err != nil {
 			return nil, err
 		}
+		a.f.accounts.forget(k)
 	}
 	if cursor != nil {
 		c.Cursor = cursor

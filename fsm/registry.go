@@ -25,6 +25,9 @@ type change struct {
 	// adds and deletes (commitAttach).
 	leases *applier
 	attach []attachDelta
+	// acct is the replica's account cache (nil: none, in tests): get and
+	// has answer account keys from it, flush keeps it.
+	acct *accountCache
 }
 
 type write struct {
@@ -58,7 +61,7 @@ func corruptErr(key []byte, err error) error {
 // into b.
 // A rejection goes to res.Err; the returned error is a storage error.
 func applyRecordOp(a *applier, c *Command, st *slotState, res *Result) error {
-	ch := &change{b: a.b, st: st, leases: a}
+	ch := &change{b: a.b, st: st, leases: a, acct: &a.f.accounts}
 	var balance int64
 	var removed int
 	var err error
@@ -158,13 +161,24 @@ func (ch *change) getPending(key []byte, n int) ([]byte, bool, error) {
 	return getView(ch.b, key, true)
 }
 
-// get returns a copy of key's value.
+// get returns key's value, which the caller does not modify. reads counts
+// the Pebble point reads; an account the cache holds costs none.
 func (ch *change) get(key []byte) ([]byte, bool, error) {
+	if v, ok := ch.acct.get(key); ok {
+		return v, true, nil
+	}
 	ch.reads++
-	return getView(ch.b, key, true)
+	v, found, err := getView(ch.b, key, true)
+	if found && err == nil {
+		ch.acct.put(key, v)
+	}
+	return v, found, err
 }
 
 func (ch *change) has(key []byte) (bool, error) {
+	if _, ok := ch.acct.get(key); ok {
+		return true, nil
+	}
 	ch.reads++
 	_, found, err := getView(ch.b, key, false)
 	return found, err
@@ -201,7 +215,13 @@ func (ch *change) flush() error {
 			err = ch.b.Set(w.key, w.value, nil)
 		}
 		if err != nil {
+			ch.acct.reset() // the batch may hold some of the writes
 			return err
+		}
+		if w.del {
+			ch.acct.forget(w.key)
+		} else {
+			ch.acct.put(w.key, w.value)
 		}
 	}
 	return nil

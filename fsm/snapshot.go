@@ -218,6 +218,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 }
 
 func (f *FSM) restore(sr *snapshotReader) error {
+	f.accounts.reset() // the DB's data is replaced
 	f.restoring.Store(true)
 	f.applied.Store(0)
 	var index [8]byte

@@ -1,0 +1,66 @@
+package fsm
+
+import "github.com/swarmkv/swarmkv/keys"
+
+// accountCache holds encoded account records as the applies leave them, so
+// that a charge reads its account without a Pebble point read: under the
+// ledger load that read was a sixth of the nodes' CPU, since an account
+// rewritten by every charge sits in every L0 sublevel and Pebble builds an
+// iterator stack per read (docs/performance.md, round 15).
+//
+// It is exact, not a guess: an entry is the value the apply batch holds for
+// its key. Changes put what they write (change.flush) and what they read
+// from the batch; every other path that writes account keys (raw batches,
+// slot ingests and drops, snapshot restores, a storage error) drops entries
+// or the whole cache. It is used by the goroutine that applies only, like
+// FSM.attached, so it takes no lock.
+type accountCache struct {
+	m map[string][]byte // account key -> encoded record; absent: ask Pebble
+}
+
+// accountCacheEntries bounds the cache: an entry is about 150 bytes, so
+// a full cache costs about 2.5 MiB per replica; when full, an arbitrary
+// entry makes room.
+const accountCacheEntries = 16384
+
+func isAccountKey(key []byte) bool { return len(key) > 0 && key[0] == keys.TableAccounts }
+
+// get returns key's cached value. The caller does not modify it.
+func (c *accountCache) get(key []byte) ([]byte, bool) {
+	if c == nil || !isAccountKey(key) {
+		return nil, false
+	}
+	v, ok := c.m[string(key)]
+	return v, ok
+}
+
+// put records value (which the caller no longer modifies) as key's.
+func (c *accountCache) put(key, value []byte) {
+	if c == nil || !isAccountKey(key) {
+		return
+	}
+	if c.m == nil {
+		c.m = make(map[string][]byte)
+	}
+	if _, ok := c.m[string(key)]; !ok && len(c.m) >= accountCacheEntries {
+		for k := range c.m { // Go's map order: an arbitrary victim
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[string(key)] = value
+}
+
+// forget drops key's entry.
+func (c *accountCache) forget(key []byte) {
+	if c != nil && isAccountKey(key) {
+		delete(c.m, string(key))
+	}
+}
+
+// reset drops every entry.
+func (c *accountCache) reset() {
+	if c != nil {
+		c.m = nil
+	}
+}

@@ -200,8 +200,10 @@ type FSM struct {
 		total int64
 	}
 	// accounts caches account records for the applies (accountCache);
-	// used by the goroutine that applies only.
+	// ids knows the ledger's ids that are certainly absent (idFilter).
+	// Used by the goroutine that applies only.
 	accounts  accountCache
+	ids       idFilter
 	applied   atomic.Uint64         // last applied log index; 0 while restoring
 	restoring atomic.Bool           // a Restore is running or failed: data incomplete
 	failed    atomic.Pointer[error] // a storage error stopped applies
@@ -290,6 +292,10 @@ func open(cfg Config, fs vfs.FS) (*FSM, error) {
 	if err := f.initAttached(db); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("fsm: read key_lease: %w", err)
+	}
+	if err := f.ids.build(db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("fsm: read the ledger's ids: %w", err)
 	}
 	return f, nil
 }
@@ -724,8 +730,12 @@ func (a *applier) exec(cmd *Command, index uint64, res *Result) error {
 				return err
 			}
 		}
-		for i := range cmd.Batch.Mutations { // a raw write of an account key
-			a.f.accounts.forget(cmd.Batch.Mutations[i].Key)
+		for i := range cmd.Batch.Mutations { // a raw write of a ledger key
+			m := &cmd.Batch.Mutations[i]
+			a.f.accounts.forget(m.Key)
+			if m.Kind == MutPut {
+				a.f.ids.add(m.Key)
+			}
 		}
 		return applyGuarded(b, cmd.Batch, batchLeases{a}, res)
 	case OpNoop:

@@ -119,6 +119,7 @@ func TestReplaySkip(t *testing.T) {
 	}
 	res := applyRuns(t, f, logs, rng)
 	checkAccountCache(t, f)
+	checkIDFilter(t, f)
 	for i, r := range res[:100] {
 		if r != nil {
 			t.Fatalf("replayed entry %d returned %+v, want nil", i+1, r)

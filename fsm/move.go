@@ -337,6 +337,7 @@ func (a *applier) ingest(m *SlotMove, rec *MoveRecord, index uint64) (rej, err e
 			return nil, err
 		}
 		a.f.accounts.forget(m.Pairs[i].Key)
+		a.f.ids.add(m.Pairs[i].Key)
 	}
 	return nil, nil
 }

@@ -530,6 +530,7 @@ func testSlotMove(t *testing.T, seed uint64) {
 	// Determinism: the same entries, in other runs, give the same DB.
 	for _, r := range []*replica{a, b} {
 		checkAccountCache(t, r.f)
+		checkIDFilter(t, r.f)
 		c := newReplica(t, uint32(r.f.shard), initialOf(r))
 		applyRuns(t, c.f, r.logs, rng)
 		if d := diffKVs(rawDump(t, c.f), rawDump(t, r.f)); d != "" {

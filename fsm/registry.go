@@ -25,9 +25,11 @@ type change struct {
 	// adds and deletes (commitAttach).
 	leases *applier
 	attach []attachDelta
-	// acct is the replica's account cache (nil: none, in tests): get and
-	// has answer account keys from it, flush keeps it.
+	// acct is the replica's account cache and ids its filter of ledger
+	// ids (nil: none, in tests): get and has answer from them, flush keeps
+	// them.
 	acct *accountCache
+	ids  *idFilter
 }
 
 type write struct {
@@ -61,7 +63,7 @@ func corruptErr(key []byte, err error) error {
 // into b.
 // A rejection goes to res.Err; the returned error is a storage error.
 func applyRecordOp(a *applier, c *Command, st *slotState, res *Result) error {
-	ch := &change{b: a.b, st: st, leases: a, acct: &a.f.accounts}
+	ch := &change{b: a.b, st: st, leases: a, acct: &a.f.accounts, ids: &a.f.ids}
 	var balance int64
 	var removed int
 	var err error
@@ -162,10 +164,14 @@ func (ch *change) getPending(key []byte, n int) ([]byte, bool, error) {
 }
 
 // get returns key's value, which the caller does not modify. reads counts
-// the Pebble point reads; an account the cache holds costs none.
+// the Pebble point reads; an account the cache holds, and an id the filter
+// knows is absent, cost none.
 func (ch *change) get(key []byte) ([]byte, bool, error) {
 	if v, ok := ch.acct.get(key); ok {
 		return v, true, nil
+	}
+	if !ch.ids.mayHave(key) {
+		return nil, false, nil
 	}
 	ch.reads++
 	v, found, err := getView(ch.b, key, true)
@@ -178,6 +184,9 @@ func (ch *change) get(key []byte) ([]byte, bool, error) {
 func (ch *change) has(key []byte) (bool, error) {
 	if _, ok := ch.acct.get(key); ok {
 		return true, nil
+	}
+	if !ch.ids.mayHave(key) {
+		return false, nil
 	}
 	ch.reads++
 	_, found, err := getView(ch.b, key, false)
@@ -222,6 +231,7 @@ func (ch *change) flush() error {
 			ch.acct.forget(w.key)
 		} else {
 			ch.acct.put(w.key, w.value)
+			ch.ids.add(w.key)
 		}
 	}
 	return nil

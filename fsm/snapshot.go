@@ -219,6 +219,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 
 func (f *FSM) restore(sr *snapshotReader) error {
 	f.accounts.reset() // the DB's data is replaced
+	f.ids.reset()      // refilled with the snapshot's keys as they load
 	f.restoring.Store(true)
 	f.applied.Store(0)
 	var index [8]byte
@@ -254,6 +255,7 @@ func (f *FSM) restore(sr *snapshotReader) error {
 		if err := b.Set(k, v, nil); err != nil {
 			return err
 		}
+		f.ids.add(k)
 		if b.Len() >= restoreChunkBytes {
 			if f.closing.Load() {
 				return ErrClosed

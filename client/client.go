@@ -360,8 +360,9 @@ func (c *Client) setLeader(id shard.ID, addr string) {
 // row is followed at once (without the retry's pause), the next ones wait
 // like any retry, as two nodes that name each other during an election
 // would otherwise be called in a tight loop. The caller says what ends a
-// row (reset): Client.call a hint that waited (so every other hint in a
-// row is followed at once), watchLoop a stream created.
+// row (reset): Client.call and the keep-alive holder's renew a hint that
+// waited (so every other hint in a row is followed at once), watchLoop a
+// stream created.
 type hintPacer struct {
 	followed bool // a hint of this row was followed at once
 }

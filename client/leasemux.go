@@ -365,6 +365,7 @@ func (s *kaStream) awaitMap(ctx context.Context, me *MovedError) error {
 // ErrNotFound) when the lease is gone.
 func (h *kaHolder) renew(ctx context.Context) (time.Duration, time.Time, error) {
 	backoff := callBackoff.Backoff()
+	var hints hintPacer // as Client.call: a hint that waited ends the row
 	for {
 		ttl, sent, class, addr, err := h.once(ctx)
 		if err == nil || class == classFatal {
@@ -375,7 +376,10 @@ func (h *kaHolder) renew(ctx context.Context) (time.Duration, time.Time, error) 
 		}
 		var nl *NotLeaderError
 		if errors.As(err, &nl) && nl.LeaderAddr != "" && nl.LeaderAddr != addr {
-			continue // go to the leader it names now
+			if hints.now() {
+				continue // go to the leader it names now
+			}
+			hints.reset() // this one waits
 		}
 		backoff.Wait(ctx)
 	}

@@ -37,6 +37,9 @@ type kaNode struct {
 	// delay, if set, answers each request on a goroutine of its own after
 	// delay[id] (instead of in batches).
 	delay map[uint64]time.Duration
+	// notLeaderTo, if set, ends every stream at once with a NotLeader
+	// status that names this address as the leader.
+	notLeaderTo string
 
 	streams atomic.Int64 // streams opened
 	mu      sync.Mutex
@@ -68,6 +71,14 @@ func (n *kaNode) ClusterMap(context.Context, *rpc.ClusterMapRequest) (*rpc.Clust
 
 func (n *kaNode) KeepAliveStream(st rpc.Lease_KeepAliveStreamServer) error {
 	n.streams.Add(1)
+	if n.notLeaderTo != "" {
+		s, err := status.New(codes.FailedPrecondition, "test: not the leader of shard 0").
+			WithDetails(&rpc.NotLeader{Shard: 0, LeaderId: "other", LeaderAddr: n.notLeaderTo})
+		if err != nil {
+			return err
+		}
+		return s.Err()
+	}
 	var batch []uint64
 	var wg sync.WaitGroup
 	var sendMu sync.Mutex
@@ -314,5 +325,28 @@ busy:
 	}
 	if s, a := n.streams.Load()-before, n.askedFor(slow); s < 3 || a < 4 {
 		t.Fatalf("silent streams: %d more opened, the slow lease asked %d times in all; want at least 3 and 4", s, a)
+	}
+}
+
+// TestKeepAliveHintsPaced: two nodes that name each other as the leader
+// (an election in progress, or stale views) are not called in a tight
+// loop: every other hint in a row waits like any retry.
+func TestKeepAliveHintsPaced(t *testing.T) {
+	a, b := newKaNode(t, 1), newKaNode(t, 1)
+	a.notLeaderTo, b.notLeaderTo = b.addr, a.addr
+	c := kaClient(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	ka, err := c.Leases().KeepAlive(ctx, leaseN(6))
+	if err == nil {
+		ka.Stop()
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("keep-alive between two nodes that name each other: %v, want the deadline", err)
+	}
+	// Paced, 500 ms hold a few dozen attempts at most (the retry pauses
+	// start at 10 ms and double); unpaced, thousands.
+	if n := a.streams.Load() + b.streams.Load(); n > 100 {
+		t.Fatalf("%d streams opened in 500 ms: the hints are followed in a tight loop", n)
 	}
 }

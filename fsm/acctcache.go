@@ -1,6 +1,9 @@
 package fsm
 
-import "github.com/swarmkv/swarmkv/keys"
+import (
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/records"
+)
 
 // accountCache holds encoded account records as the applies leave them, so
 // that a charge reads its account without a Pebble point read: under the
@@ -15,7 +18,14 @@ import "github.com/swarmkv/swarmkv/keys"
 // or the whole cache. It is used by the goroutine that applies only, like
 // FSM.attached, so it takes no lock.
 type accountCache struct {
-	m map[string][]byte // account key -> encoded record; absent: ask Pebble
+	m map[string]acctEntry // by account key; absent: ask Pebble
+}
+
+// acctEntry is an account's encoded record and, when an op wrote it, the
+// record itself, so that the next charge skips decoding it too.
+type acctEntry struct {
+	v   []byte
+	rec *records.Account // nil: decode v
 }
 
 // accountCacheEntries bounds the cache: an entry is about 150 bytes, so
@@ -30,17 +40,31 @@ func (c *accountCache) get(key []byte) ([]byte, bool) {
 	if c == nil || !isAccountKey(key) {
 		return nil, false
 	}
-	v, ok := c.m[string(key)]
-	return v, ok
+	e, ok := c.m[string(key)]
+	return e.v, ok
 }
 
-// put records value (which the caller no longer modifies) as key's.
-func (c *accountCache) put(key, value []byte) {
+// record returns a copy of key's cached record, if an op wrote it.
+func (c *accountCache) record(key []byte) (*records.Account, bool) {
+	if c == nil {
+		return nil, false
+	}
+	e, ok := c.m[string(key)]
+	if !ok || e.rec == nil {
+		return nil, false
+	}
+	a := *e.rec // plain values: the copy shares nothing
+	return &a, true
+}
+
+// put records value, and rec if not nil (its decoded form), as key's;
+// the caller modifies neither afterwards.
+func (c *accountCache) put(key, value []byte, rec *records.Account) {
 	if c == nil || !isAccountKey(key) {
 		return
 	}
 	if c.m == nil {
-		c.m = make(map[string][]byte)
+		c.m = make(map[string]acctEntry)
 	}
 	if _, ok := c.m[string(key)]; !ok && len(c.m) >= accountCacheEntries {
 		for k := range c.m { // Go's map order: an arbitrary victim
@@ -48,7 +72,7 @@ func (c *accountCache) put(key, value []byte) {
 			break
 		}
 	}
-	c.m[string(key)] = value
+	c.m[string(key)] = acctEntry{v: value, rec: rec}
 }
 
 // forget drops key's entry.

@@ -14,13 +14,19 @@ import (
 // the cache is exact between applies.
 func checkAccountCache(t testing.TB, f *FSM) {
 	t.Helper()
-	for k, v := range f.accounts.m {
+	for k, e := range f.accounts.m {
 		got, found, err := getCopy(f.db, []byte(k))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !found || !bytes.Equal(got, v) {
-			t.Fatalf("account cache holds %x = %x; the DB has %x (found %v)", k, v, got, found)
+		if !found || !bytes.Equal(got, e.v) {
+			t.Fatalf("account cache holds %x = %x; the DB has %x (found %v)", k, e.v, got, found)
+		}
+		if e.rec != nil {
+			var a records.Account
+			if err := records.Decode(got, &a); err != nil || a != *e.rec {
+				t.Fatalf("account cache holds %x as %+v; the DB's decodes to %+v (%v)", k, *e.rec, a, err)
+			}
 		}
 	}
 }

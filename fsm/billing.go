@@ -38,11 +38,27 @@ func addInt64(a, b int64) (int64, bool) {
 
 // getAccount reads an account; absent is a rejection with ErrNotFound.
 func (ch *change) getAccount(id keys.AccountID) (*records.Account, error) {
+	key := keys.Account(id)
+	if a, ok := ch.acct.record(key); ok {
+		return a, nil
+	}
 	var a records.Account
-	if err := getFound(ch, keys.Account(id), &a); err != nil {
+	if err := getFound(ch, key, &a); err != nil {
 		return nil, err
 	}
 	return &a, nil
+}
+
+// putAccount queues accounts[id] = a, with a copy of a for the account
+// cache.
+func (ch *change) putAccount(id keys.AccountID, a *records.Account) error {
+	v, err := records.Encode(a)
+	if err != nil { // plain structs of ints and arrays: never
+		return fmt.Errorf("fsm: encode record: %w", err)
+	}
+	rec := *a
+	ch.writes = append(ch.writes, write{key: keys.Account(id), value: v, acct: &rec})
+	return nil
 }
 
 // errTxExists is the rejection of a command whose transaction id is
@@ -255,7 +271,7 @@ func (ch *change) addCredits(id keys.AccountID, amount int64, tx *records.Credit
 // read from) and a copy of tx carrying the new balance (and eventID, if not
 // empty). The caller has read tx's id as absent in this change.
 func (ch *change) putAccountAndTx(id keys.AccountID, a *records.Account, tx *records.CreditTransaction, eventID string) error {
-	if err := putRecord(ch, keys.Account(id), a); err != nil {
+	if err := ch.putAccount(id, a); err != nil {
 		return err
 	}
 	stored := *tx

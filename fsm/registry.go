@@ -35,6 +35,7 @@ type change struct {
 type write struct {
 	key, value []byte
 	del        bool
+	acct       *records.Account // value decoded, for an account an op wrote
 }
 
 // rejection is a deterministic Result.Err, returned by the op functions as
@@ -83,7 +84,7 @@ func applyRecordOp(a *applier, c *Command, st *slotState, res *Result) error {
 	case OpAgentHeartbeat:
 		err = ch.agentHeartbeat(*c.UserID, *c.AgentID, c.Time, c.LeaseID)
 	case OpPutAccount:
-		err = putRecord(ch, keys.Account(c.Account.UserID), c.Account)
+		err = ch.putAccount(c.Account.UserID, c.Account)
 	case OpDeleteAccount:
 		err = ch.deleteAccount(*c.AccountID)
 	case OpUpdateBalance:
@@ -176,7 +177,7 @@ func (ch *change) get(key []byte) ([]byte, bool, error) {
 	ch.reads++
 	v, found, err := getView(ch.b, key, true)
 	if found && err == nil {
-		ch.acct.put(key, v)
+		ch.acct.put(key, v, nil)
 	}
 	return v, found, err
 }
@@ -230,7 +231,7 @@ func (ch *change) flush() error {
 		if w.del {
 			ch.acct.forget(w.key)
 		} else {
-			ch.acct.put(w.key, w.value)
+			ch.acct.put(w.key, w.value, w.acct)
 			ch.ids.add(w.key)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -52,30 +53,41 @@ type pipelineServer struct {
 // node's CPU in that copying. There is no bound here: the callers bound
 // what runs at once. close makes idle workers exit at once and waits for
 // every goroutine the pool started.
+//
+// The most recently idle worker gets the next function (LIFO), so under a
+// steady load the same few workers run and the rest time out. A FIFO
+// hand-off (one unbuffered channel) gave every waiting worker a function
+// in turn: after a burst of 1,000 clients, any later load of more than
+// 1,000 calls a second kept all 1,000 workers and their grown stacks
+// alive (17 MiB of stacks on a node, docs/performance.md, round 15).
 type workerPool struct {
-	work chan func() // unbuffered: a send succeeds only to a waiting worker
 	idle time.Duration
-	quit chan struct{} // closed by close
-	// mu orders wg.Add before close's wg.Wait: no goroutine starts after
-	// closed is set.
-	mu     sync.Mutex
-	closed bool
-	wg     sync.WaitGroup
+	// mu guards waiting and closed, and orders wg.Add before close's
+	// wg.Wait: no goroutine starts after closed is set.
+	mu      sync.Mutex
+	waiting []chan func() // idle workers' hand-offs, the most recent last
+	closed  bool
+	wg      sync.WaitGroup
 }
 
 func newWorkerPool(idle time.Duration) *workerPool {
-	return &workerPool{work: make(chan func()), idle: idle, quit: make(chan struct{})}
+	return &workerPool{idle: idle}
 }
 
-// submit runs f on an idle worker, or on a new one when none waits; after
-// close, on the caller's goroutine.
+// submit runs f on the most recently idle worker, or on a new one when
+// none waits; after close, on the caller's goroutine.
 func (w *workerPool) submit(f func()) {
-	select {
-	case w.work <- f:
-	default:
-		if !w.start(func() { w.worker(f) }) {
-			f()
-		}
+	w.mu.Lock()
+	if n := len(w.waiting); n > 0 {
+		ch := w.waiting[n-1]
+		w.waiting = w.waiting[:n-1]
+		w.mu.Unlock()
+		ch <- f // buffered: the worker, taken off waiting, receives it
+		return
+	}
+	w.mu.Unlock()
+	if !w.start(func() { w.worker(f) }) {
+		f()
 	}
 }
 
@@ -96,17 +108,36 @@ func (w *workerPool) start(f func()) bool {
 }
 
 func (w *workerPool) worker(f func()) {
+	ch := make(chan func(), 1)
 	t := time.NewTimer(w.idle)
 	defer t.Stop()
 	for {
 		f()
+		w.mu.Lock()
+		if w.closed {
+			w.mu.Unlock()
+			return
+		}
+		w.waiting = append(w.waiting, ch)
+		w.mu.Unlock()
 		t.Reset(w.idle)
+		var ok bool
 		select {
-		case f = <-w.work:
+		case f, ok = <-ch:
 		case <-t.C:
-			return
-		case <-w.quit:
-			return
+			w.mu.Lock()
+			i := slices.Index(w.waiting, ch)
+			if i >= 0 {
+				w.waiting = slices.Delete(w.waiting, i, i+1)
+			}
+			w.mu.Unlock()
+			if i >= 0 {
+				return
+			}
+			f, ok = <-ch // a submit took this worker as the timer fired
+		}
+		if !ok {
+			return // closed by close
 		}
 	}
 }
@@ -115,11 +146,12 @@ func (w *workerPool) worker(f func()) {
 // Idempotent.
 func (w *workerPool) close() {
 	w.mu.Lock()
-	if !w.closed {
-		w.closed = true
-		close(w.quit)
-	}
+	idle := w.waiting
+	w.waiting, w.closed = nil, true
 	w.mu.Unlock()
+	for _, ch := range idle {
+		close(ch)
+	}
 	w.wg.Wait()
 }
 

@@ -28,9 +28,9 @@ type acctEntry struct {
 	rec *records.Account // nil: decode v
 }
 
-// accountCacheEntries bounds the cache: an entry is about 150 bytes, so
-// a full cache costs about 2.5 MiB per replica; when full, an arbitrary
-// entry makes room.
+// accountCacheEntries bounds the cache: an entry (key, encoded and
+// decoded record, map slot) is about 250 bytes, so a full cache costs
+// about 4 MiB per replica; when full, an arbitrary entry makes room.
 const accountCacheEntries = 16384
 
 func isAccountKey(key []byte) bool { return len(key) > 0 && key[0] == keys.TableAccounts }

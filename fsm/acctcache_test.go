@@ -45,15 +45,23 @@ func balanceOf(t testing.TB, f *FSM, n int) int64 {
 	return a.BalanceCents
 }
 
-// TestAccountCacheReads: once an apply wrote an account, a charge of it
-// reads only its event and transaction id from Pebble.
-func TestAccountCacheReads(t *testing.T) {
+// chargedFSM returns a state machine that applied account 0 (balance
+// 1000) and one charge of 300 (event 1, transaction 2): balance 700.
+func chargedFSM(t *testing.T) *FSM {
+	t.Helper()
 	f := mustOpen(t, testConfig(1, t.TempDir()), nil)
 	for i, c := range []*Command{putAccountCmd(account(0, 1000, 1500, 500)), processUsageCmd(0, 1, 2, 300, 70)} {
 		if r := f.Apply(cmdLog(uint64(i+1), mustEncode(t, c))).(*Result); r.Err != nil {
 			t.Fatalf("%s: %v", c.Op, r.Err)
 		}
 	}
+	return f
+}
+
+// TestAccountCacheReads: once an apply wrote an account, a charge of it
+// reads only its event and transaction id from Pebble.
+func TestAccountCacheReads(t *testing.T) {
+	f := chargedFSM(t)
 	checkAccountCache(t, f)
 	b := f.db.NewIndexedBatch()
 	defer b.Close()

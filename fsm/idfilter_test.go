@@ -88,12 +88,7 @@ func TestIDFilter(t *testing.T) {
 // TestIDFilterReads: with the account cached and the filter built, a new
 // charge reads nothing from Pebble.
 func TestIDFilterReads(t *testing.T) {
-	f := mustOpen(t, testConfig(1, t.TempDir()), nil)
-	for i, c := range []*Command{putAccountCmd(account(0, 1000, 1500, 500)), processUsageCmd(0, 1, 2, 300, 70)} {
-		if r := f.Apply(cmdLog(uint64(i+1), mustEncode(t, c))).(*Result); r.Err != nil {
-			t.Fatalf("%s: %v", c.Op, r.Err)
-		}
-	}
+	f := chargedFSM(t)
 	checkIDFilter(t, f)
 	b := f.db.NewIndexedBatch()
 	defer b.Close()

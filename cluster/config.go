@@ -262,7 +262,9 @@ type Config struct {
 	// 4 KiB..128 MiB.
 	RedisMaxMultiBytes int
 	// BlockCacheSize is the memory for cached Pebble blocks, shared by
-	// every local replica and the Raft log store, in bytes. Default 64 MiB.
+	// every local replica and the Raft log store, in bytes. Default 32 MiB
+	// (docs/architecture.md, "Pebble options": what fills it is the Raft
+	// snapshot's scan).
 	// Pebble charges memtables against the block cache, so the node's
 	// cache is this plus the memtables of its stores (cacheCapacity).
 	BlockCacheSize int64
@@ -595,7 +597,7 @@ func (c Config) WithDefaults() Config {
 		c.RedisMaxMultiBytes = min(2*c.Limits.MaxValueSize+64<<10, maxRedisEntryLimit)
 	}
 	if c.BlockCacheSize == 0 {
-		c.BlockCacheSize = 64 << 20
+		c.BlockCacheSize = 32 << 20
 	}
 	if c.MemTableSize == 0 {
 		c.MemTableSize = 4 << 20

@@ -195,7 +195,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		{"lease checkpoint interval", c.LeaseCheckpointInterval, time.Second},
 		{"max page bytes", c.MaxPageBytes, 4 << 20},
 		{"max keys reply", c.MaxKeysReply, 100000},
-		{"block cache", c.BlockCacheSize, int64(64 << 20)},
+		{"block cache", c.BlockCacheSize, int64(32 << 20)},
 		{"memtable", c.MemTableSize, uint64(4 << 20)},
 		{"dial set", c.Testing.Dial != nil, true},
 		{"logger set", c.Logger != nil, true},

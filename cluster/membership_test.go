@@ -111,8 +111,15 @@ type writeLoad struct {
 	mu    sync.Mutex
 	acked map[string]string
 	errs  int
-	stop  chan struct{}
-	wg    sync.WaitGroup
+	// unknown counts the errors that are client.ErrOutcomeUnknown: a
+	// write in flight when its shard's leader lost leadership (an
+	// election, a removed node) or past its deadline. The client may not
+	// retry those (a put is not idempotent: its revision), so it reports
+	// them; they are not a move's doing.
+	unknown int
+	first   []string // the first other errors, with when they came
+	stop    chan struct{}
+	wg      sync.WaitGroup
 }
 
 func startWrites(t *testing.T, c *client.Client, writers int) *writeLoad {
@@ -137,6 +144,11 @@ func startWrites(t *testing.T, c *client.Client, writers int) *writeLoad {
 					w.acked[rk+"/"+k] = v
 				} else {
 					w.errs++
+					if errors.Is(err, client.ErrOutcomeUnknown) {
+						w.unknown++
+					} else if len(w.first) < 5 {
+						w.first = append(w.first, fmt.Sprintf("%s: put %s/%s: %v", time.Now().Format("15:04:05.000"), rk, k, err))
+					}
 				}
 				w.mu.Unlock()
 				if err != nil {

@@ -52,12 +52,11 @@ func (ch *change) getAccount(id keys.AccountID) (*records.Account, error) {
 // putAccount queues accounts[id] = a, with a copy of a for the account
 // cache.
 func (ch *change) putAccount(id keys.AccountID, a *records.Account) error {
-	v, err := records.Encode(a)
-	if err != nil { // plain structs of ints and arrays: never
-		return fmt.Errorf("fsm: encode record: %w", err)
+	if err := putRecord(ch, keys.Account(id), a); err != nil {
+		return err
 	}
 	rec := *a
-	ch.writes = append(ch.writes, write{key: keys.Account(id), value: v, acct: &rec})
+	ch.writes[len(ch.writes)-1].acct = &rec
 	return nil
 }
 

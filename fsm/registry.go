@@ -168,11 +168,8 @@ func (ch *change) getPending(key []byte, n int) ([]byte, bool, error) {
 // the Pebble point reads; an account the cache holds, and an id the filter
 // knows is absent, cost none.
 func (ch *change) get(key []byte) ([]byte, bool, error) {
-	if v, ok := ch.acct.get(key); ok {
-		return v, true, nil
-	}
-	if !ch.ids.mayHave(key) {
-		return nil, false, nil
+	if v, found, known := ch.fromMemory(key); known {
+		return v, found, nil
 	}
 	ch.reads++
 	v, found, err := getView(ch.b, key, true)
@@ -182,12 +179,21 @@ func (ch *change) get(key []byte) ([]byte, bool, error) {
 	return v, found, err
 }
 
-func (ch *change) has(key []byte) (bool, error) {
-	if _, ok := ch.acct.get(key); ok {
-		return true, nil
+// fromMemory answers a point read from the account cache or the id filter
+// when they know the answer (known false: read Pebble).
+func (ch *change) fromMemory(key []byte) (v []byte, found, known bool) {
+	if v, ok := ch.acct.get(key); ok {
+		return v, true, true
 	}
 	if !ch.ids.mayHave(key) {
-		return false, nil
+		return nil, false, true
+	}
+	return nil, false, false
+}
+
+func (ch *change) has(key []byte) (bool, error) {
+	if _, found, known := ch.fromMemory(key); known {
+		return found, nil
 	}
 	ch.reads++
 	_, found, err := getView(ch.b, key, false)

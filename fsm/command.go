@@ -594,33 +594,39 @@ var canonBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 const maxPooledBuf = 64 << 10
 
-// normalize turns empty slices into nil (the encoder omits both alike).
+// normalize turns empty slices into nil (the encoder omits both alike),
+// so that a command equals the one decoded from its encoding (Own.Add). It
+// writes only the fields it changes: a proposer that gave up its command
+// may still read it.
 func (c *Command) normalize() {
+	nilEmpty(&c.Multi)
+	if l := c.Lease; l != nil {
+		nilEmpty(&l.RoutingKey)
+		nilEmpty(&l.IDs)
+		nilEmpty(&l.Checkpoints)
+	}
 	if c.Move != nil {
-		if len(c.Move.Pairs) == 0 {
-			c.Move.Pairs = nil
-		}
+		nilEmpty(&c.Move.Pairs)
 		for i := range c.Move.Pairs {
 			p := &c.Move.Pairs[i]
-			p.Key, p.Value = nilIfEmpty(p.Key), nilIfEmpty(p.Value)
+			nilEmpty(&p.Key)
+			nilEmpty(&p.Value)
 		}
 	}
 	if c.Batch == nil {
 		return
 	}
-	if len(c.Batch.Guards) == 0 {
-		c.Batch.Guards = nil
-	}
-	if len(c.Batch.Mutations) == 0 {
-		c.Batch.Mutations = nil
-	}
+	nilEmpty(&c.Batch.Guards)
+	nilEmpty(&c.Batch.Mutations)
 	for i := range c.Batch.Guards {
 		g := &c.Batch.Guards[i]
-		g.Key, g.Value = nilIfEmpty(g.Key), nilIfEmpty(g.Value)
+		nilEmpty(&g.Key)
+		nilEmpty(&g.Value)
 	}
 	for i := range c.Batch.Mutations {
 		m := &c.Batch.Mutations[i]
-		m.Key, m.Value = nilIfEmpty(m.Key), nilIfEmpty(m.Value)
+		nilEmpty(&m.Key)
+		nilEmpty(&m.Value)
 	}
 }
 
@@ -629,6 +635,13 @@ func nilIfEmpty(b []byte) []byte {
 		return nil
 	}
 	return b
+}
+
+// nilEmpty sets *s to nil if it is empty but not nil.
+func nilEmpty[S ~[]E, E any](s *S) {
+	if *s != nil && len(*s) == 0 {
+		*s = nil
+	}
 }
 
 // Validate checks c against the rules and the limits l (zero fields of l

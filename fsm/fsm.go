@@ -222,7 +222,12 @@ type FSM struct {
 		open map[*fsmSnapshot]struct{} // not yet released
 	}
 	hist sync.Pool // of *histRecorder, reused across runs
+	own  Own       // the node's own proposals, applied without decoding
 }
+
+// Own is where the node's replica records the commands it proposes, so
+// that this state machine applies them without decoding them (see Own).
+func (f *FSM) Own() *Own { return &f.own }
 
 var (
 	_ raft.FSM         = (*FSM)(nil)
@@ -627,7 +632,16 @@ func (f *FSM) commit(b *pebble.Batch, index uint64, st *slotState) error {
 func (a *applier) applyEntry(l *raft.Log) (interface{}, error) {
 	f := a.f
 	a.term = l.Term
-	cmd, err := f.decode(l.Data)
+	// The node's own proposal comes with its commands (Own): validated
+	// like decoded ones, but not decoded.
+	own, isOwn := f.own.take(l.Data)
+	var cmd *Command
+	var err error
+	if isOwn {
+		cmd, err = own.cmd, own.cmd.Validate(f.limits)
+	} else {
+		cmd, err = f.decode(l.Data)
+	}
 	if err != nil {
 		return &Result{Index: l.Index, FailedGuard: -1, Err: err}, nil
 	}
@@ -639,11 +653,19 @@ func (a *applier) applyEntry(l *raft.Log) (interface{}, error) {
 		}
 		return res, a.writeHistory(l.Index)
 	}
+	if isOwn && len(own.subs) != len(cmd.Multi) {
+		isOwn = false // not Add's contract: decode
+	}
 	out := make([]*Result, len(cmd.Multi))
 	for i, data := range cmd.Multi {
 		res := &Result{Index: l.Index, FailedGuard: -1}
 		out[i] = res
-		sub, err := f.decode(data)
+		var sub *Command
+		if isOwn {
+			sub, err = own.subs[i], own.subs[i].Validate(f.limits)
+		} else {
+			sub, err = f.decode(data)
+		}
 		if err == nil && !sub.Op.Coalescable() {
 			err = fmt.Errorf("%w: op %s cannot be part of a multi", ErrInvalidCommand, sub.Op)
 		}

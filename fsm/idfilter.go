@@ -43,6 +43,10 @@ const (
 	maxIDFilterKeys = 4 << 20
 )
 
+// idFilterK is the number of hash functions of every segment (mayHave
+// hashes a key once for all of them).
+var _, idFilterK = bloom.EstimateParameters(idFilterFirstSegment, idFilterFalsePos)
+
 func isIDKey(key []byte) bool {
 	return len(key) > 0 && (key[0] == keys.TableTransactions || key[0] == keys.TableUsageEvents)
 }
@@ -53,11 +57,14 @@ func (f *idFilter) mayHave(key []byte) bool {
 	if f == nil || !isIDKey(key) {
 		return true
 	}
-	if f.off {
-		return true
+	if f.off || len(f.segs) == 0 {
+		return f.off
 	}
+	// Every segment has the same false positive rate, so the same number
+	// of hash functions: hash the key once for all of them.
+	locs := bloom.Locations(key, idFilterK)
 	for _, s := range f.segs {
-		if s.Test(key) {
+		if s.TestLocations(locs) {
 			return true
 		}
 	}
@@ -78,7 +85,8 @@ func (f *idFilter) add(key []byte) {
 	}
 	// Segment i holds up to idFilterFirstSegment<<i keys at its rate.
 	if f.segs == nil || f.n >= uint(idFilterFirstSegment)<<(len(f.segs)-1) {
-		f.segs = append(f.segs, bloom.NewWithEstimates(uint(idFilterFirstSegment)<<len(f.segs), idFilterFalsePos))
+		m, _ := bloom.EstimateParameters(uint(idFilterFirstSegment)<<len(f.segs), idFilterFalsePos)
+		f.segs = append(f.segs, bloom.New(m, idFilterK))
 		f.n = 0
 	}
 	f.segs[len(f.segs)-1].Add(key)

@@ -18,6 +18,10 @@ import (
 // returned as the error. Otherwise ErrNotLeader (nothing proposed),
 // ErrOutcomeUnknown (leadership lost after proposing), ErrClosed, or the
 // context's error.
+//
+// Propose takes cmd: the caller must not modify it, or anything it refers
+// to, afterwards, since the state machine applies a coalescable command
+// from cmd itself (fsm.Own), possibly after Propose has returned.
 func (r *Replica) Propose(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error) {
 	if err := cmd.Validate(r.limits); err != nil {
 		return nil, err
@@ -33,7 +37,7 @@ func (r *Replica) Propose(ctx context.Context, cmd *fsm.Command) (*fsm.Result, e
 	}
 	var res *fsm.Result
 	if cmd.Op.Coalescable() {
-		res, err = r.proposeCoalesced(ctx, data)
+		res, err = r.proposeCoalesced(ctx, cmd, data)
 	} else {
 		res, err = r.apply(ctx, data)
 	}
@@ -100,6 +104,7 @@ const (
 // proposal is one command waiting in the coalescing queue.
 type proposal struct {
 	ctx  context.Context
+	cmd  *fsm.Command         // validated; handed to the state machine (fsm.Own)
 	data []byte               // fsm.EncodeCommand's bytes
 	out  chan proposalOutcome // cap 1; receives exactly one outcome
 }
@@ -115,14 +120,14 @@ type proposalOutcome struct {
 // proposed because the replica is not leader, ErrOutcomeUnknown when
 // leadership was lost after proposing. A proposal whose context ends while
 // it still queues is dropped, never proposed.
-func (r *Replica) proposeCoalesced(ctx context.Context, data []byte) (*fsm.Result, error) {
+func (r *Replica) proposeCoalesced(ctx context.Context, cmd *fsm.Command, data []byte) (*fsm.Result, error) {
 	if r.raft.State() != raft.Leader {
 		return nil, ErrNotLeader
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	p := &proposal{ctx: ctx, data: data, out: make(chan proposalOutcome, 1)}
+	p := &proposal{ctx: ctx, cmd: cmd, data: data, out: make(chan proposalOutcome, 1)}
 	r.props.Lock()
 	r.props.queue = append(r.props.queue, p)
 	r.props.Unlock()
@@ -202,21 +207,26 @@ func (r *Replica) takeProposals() []*proposal {
 
 // submit proposes batch as one entry and answers every proposal of it from
 // a goroutine (waitFuture) that waits for the entry's future and then
-// frees the in-flight slot proposeLoop took.
+// frees the in-flight slot proposeLoop took. The entry's commands go to
+// the state machine's fsm.Own, so that when this replica applies the
+// entry as its leader it does not decode what it has just encoded.
 func (r *Replica) submit(batch []*proposal) {
-	data := batch[0].data
+	data, cmd, subs := batch[0].data, batch[0].cmd, []*fsm.Command(nil)
 	if len(batch) > 1 {
-		multi := &fsm.Command{Op: fsm.OpMulti, Multi: make([][]byte, len(batch))}
+		cmd = &fsm.Command{Op: fsm.OpMulti, Multi: make([][]byte, len(batch))}
+		subs = make([]*fsm.Command, len(batch))
 		for i, p := range batch {
-			multi.Multi[i] = p.data
+			cmd.Multi[i], subs[i] = p.data, p.cmd
 		}
 		var err error
-		if data, err = fsm.EncodeCommand(multi); err != nil {
+		if data, err = fsm.EncodeCommand(cmd); err != nil {
 			<-r.inflight
 			answerAll(batch, nil, err)
 			return
 		}
 	}
+	own := r.fsm.Own()
+	own.Add(data, cmd, subs)
 	timeout := 10 * time.Second
 	for _, p := range batch {
 		if dl, ok := p.ctx.Deadline(); ok {
@@ -227,6 +237,7 @@ func (r *Replica) submit(batch []*proposal) {
 	r.propEntries.Add(1)
 	r.propCmds.Add(uint64(len(batch)))
 	r.waitFuture(f, func(err error) {
+		own.Remove(data)
 		<-r.inflight
 		if err != nil {
 			answerAll(batch, nil, applyError(err))

@@ -131,12 +131,17 @@ func TestReplicaSingleVoter(t *testing.T) {
 			if !r.IsLeader() || r.Leader() != "n1" || r.ID() != 3 {
 				t.Fatalf("leader %v, %q, id %d", r.IsLeader(), r.Leader(), r.ID())
 			}
-			before := r.Stats()
+			before, ownBefore := r.Stats(), r.FSM().Own().Applied()
 			if _, err := r.Propose(ctx, put); err != nil {
 				t.Fatal(err)
 			}
 			if st := r.Stats(); st.Entries != before.Entries+1 || st.Commands != before.Commands+1 {
 				t.Errorf("stats %+v after one coalesced proposal, before %+v", st, before)
+			}
+			// The leader applied its own entry from the command (fsm.Own)
+			// and holds nothing once the proposal is answered.
+			if own := r.FSM().Own(); own.Applied() != ownBefore+1 || own.Len() != 0 {
+				t.Errorf("own proposals: %d applied without decoding, %d held; want 1, 0", own.Applied()-ownBefore, own.Len())
 			}
 			if _, err := r.Propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: make([]byte, 1<<20), Value: []byte("v")}}}}); err == nil {
 				t.Error("a command over the apply-time limits was proposed")

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -68,6 +69,7 @@ type workerPool struct {
 	waiting []chan func() // idle workers' hand-offs, the most recent last
 	closed  bool
 	wg      sync.WaitGroup
+	workers atomic.Int64 // goroutines started and not yet returned
 }
 
 func newWorkerPool(idle time.Duration) *workerPool {
@@ -100,8 +102,10 @@ func (w *workerPool) start(f func()) bool {
 		return false
 	}
 	w.wg.Add(1)
+	w.workers.Add(1)
 	go func() {
 		defer w.wg.Done()
+		defer w.workers.Add(-1)
 		f()
 	}()
 	return true

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -14,33 +13,37 @@ import (
 // call before its idle time ran out.)
 func TestWorkerPoolShrinksUnderLoad(t *testing.T) {
 	const burst, idle = 100, 100 * time.Millisecond
-	base := runtime.NumGoroutine()
 	w := newWorkerPool(idle)
 	defer w.close()
-	// The burst: 100 calls at once, each held until all started.
-	var started, release, finished sync.WaitGroup
+	// The burst: 100 calls at once, each held until all started, so 100
+	// workers run them. The calls are released on every way out of the
+	// test, or close would wait for them forever.
+	var started, finished sync.WaitGroup
 	started.Add(burst)
 	finished.Add(burst)
-	release.Add(1)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
+	defer releaseAll()
 	for range burst {
 		w.submit(func() {
 			defer finished.Done()
 			started.Done()
-			release.Wait()
+			<-release
 		})
 	}
 	started.Wait()
-	if n := runtime.NumGoroutine() - base; n < burst {
-		t.Fatalf("%d workers for a burst of %d", n, burst)
+	if n := w.workers.Load(); n != burst {
+		t.Fatalf("%d workers run a burst of %d concurrent calls", n, burst)
 	}
-	release.Done()
+	releaseAll()
 	finished.Wait()
 	// The steady load: one call at a time, back to back, until the pool
 	// is down to a few workers (it takes about one idle time), or 5 s.
 	var calls int
 	done := make(chan struct{}, 1)
 	start := time.Now()
-	for n := runtime.NumGoroutine() - base; n > 3; n = runtime.NumGoroutine() - base {
+	for n := w.workers.Load(); n > 3; n = w.workers.Load() {
 		if time.Since(start) > 5*time.Second {
 			t.Fatalf("%d workers left after %d calls one at a time over %v, want at most 3", n, calls, time.Since(start))
 		}

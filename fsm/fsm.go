@@ -653,9 +653,6 @@ func (a *applier) applyEntry(l *raft.Log) (interface{}, error) {
 		}
 		return res, a.writeHistory(l.Index)
 	}
-	if isOwn && len(own.subs) != len(cmd.Multi) {
-		isOwn = false // not Add's contract: decode
-	}
 	out := make([]*Result, len(cmd.Multi))
 	for i, data := range cmd.Multi {
 		res := &Result{Index: l.Index, FailedGuard: -1}

@@ -36,9 +36,10 @@ type ownEntry struct {
 // when cmd is an OpMulti, that subs are the commands cmd.Multi encodes, in
 // order. The caller gives up cmd and subs (Add normalizes them, and the
 // state machine reads them while it applies) and calls Remove once the
-// proposal's outcome is known.
+// proposal's outcome is known. An OpMulti whose subs do not match its
+// commands is not recorded (its entry is decoded).
 func (o *Own) Add(data []byte, cmd *Command, subs []*Command) {
-	if o == nil || len(data) == 0 {
+	if o == nil || len(data) == 0 || (cmd.Op == OpMulti) != (subs != nil) || len(subs) != len(cmd.Multi) {
 		return
 	}
 	cmd.normalize()

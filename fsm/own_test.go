@@ -40,6 +40,13 @@ func TestOwnAppliesWithoutDecoding(t *testing.T) {
 	if own.Len() != 0 {
 		t.Fatal("Remove left the entry")
 	}
+	// An OpMulti without its commands, or with too few, is not recorded.
+	multi := multiCmd(batchCmd(nil, put("\x20a", "1")), batchCmd(nil, put("\x20b", "2")))
+	own.Add(mustEncode(t, multi), multi, nil)
+	own.Add(mustEncode(t, multi), multi, []*Command{batchCmd(nil, put("\x20a", "1"))})
+	if own.Len() != 0 {
+		t.Fatal("an OpMulti whose commands do not match was recorded")
+	}
 
 	// The same entries, own on one replica and decoded on another.
 	f1, f2 := mustOpen(t, testConfig(1, t.TempDir()), nil), mustOpen(t, testConfig(1, t.TempDir()), nil)

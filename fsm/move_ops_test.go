@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
 	"github.com/swarmkv/swarmkv/shard"
@@ -547,6 +549,69 @@ func TestPullResume(t *testing.T) {
 	dst.must(adoptCmd(4, S))
 	if d := diffKVs(mustDump(t, dst.f), pairsKV(all)); d != "" {
 		t.Fatalf("target after the resumed pull: %s", d)
+	}
+}
+
+// TestIngestChecksEveryPair: an ingest of several pairs refuses the whole
+// command when any key (not only the first) is stored with another value,
+// here or earlier in the same apply run (the batch), accepts keys stored
+// with the same value, and routes a sessions_by_agent entry through the
+// session record earlier in the same chunk.
+func TestIngestChecksEveryPair(t *testing.T) {
+	S := shard.SlotSetOf(9)
+	rk := slotRKs[9]
+	k := func(i int, v string) Pair { return kvPair(rk, fmt.Sprintf("k%d", i), v) }
+	dst := newReplica(t, 2, &shard.SlotSet{})
+	dst.must(ingestCmd(5, S, k(1, "a"), k(3, "a"), k(5, "a")))
+	dst.must(ingestCmd(5, S, k(0, "x"), k(3, "a"), k(4, "y"))) // k3 again, same value
+	before := rawDump(t, dst.f)
+	res := dst.apply(ingestCmd(5, S, k(2, "n"), k(5, "changed"), k(6, "n")))
+	if !errors.Is(res.Err, ErrInvalidCommand) || !strings.Contains(res.Err.Error(), fmt.Sprintf("%x", k(5, "").Key)) {
+		t.Fatalf("a pair in the middle stored with another value: %v, want a refusal naming it", res.Err)
+	}
+	if d := diffKVs(before, rawDump(t, dst.f)); d != "" {
+		t.Fatalf("the refused ingest wrote: %s", d)
+	}
+	// Two entries in one apply run: the second sees the first's pair,
+	// which is still in the run's batch.
+	l1 := cmdLog(uint64(len(dst.logs)+1), mustEncode(t, ingestCmd(5, S, k(7, "v"))))
+	l2 := cmdLog(uint64(len(dst.logs)+2), mustEncode(t, ingestCmd(5, S, k(6, "q"), k(7, "other"))))
+	dst.logs = append(dst.logs, l1, l2)
+	out := dst.f.ApplyBatch([]*raft.Log{l1, l2})
+	if r := out[0].(*Result); r.Err != nil {
+		t.Fatalf("first entry of the run: %v", r.Err)
+	}
+	if r := out[1].(*Result); !errors.Is(r.Err, ErrInvalidCommand) || !strings.Contains(r.Err.Error(), "another value") {
+		t.Fatalf("second entry, colliding with the first in the same run: %v", r.Err)
+	}
+
+	// A user's registry data as one chunk: its sessions_by_agent entry is
+	// routed through the session record before it in the chunk.
+	src := newReplica(t, 1, nil)
+	u := mUID(3)
+	a, sid := mAgent(3, 0), mSession(3, 0)
+	src.must(&Command{Op: OpPutAgent, Agent: &records.AgentRecord{AgentID: a, UserID: u, Name: "n", Spec: records.AgentSpecRecord{RuntimeVersion: "v"}, CreatedAt: 1, UpdatedAt: 1}})
+	src.must(&Command{Op: OpPutSession, Session: &records.SessionRecord{SessionID: sid, AgentID: a, UserID: u, CreatedAt: 1}})
+	us := shard.SlotSetOf(shard.SlotOf(u[:]))
+	src.must(freezeCmd(8, us, 2, 3))
+	var chunks [][]Pair
+	if err := src.f.ExportChunks(t.Context(), 8, nil, Limits{}, 0, func(p []Pair) error { chunks = append(chunks, p); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(chunks) != 1 {
+		t.Fatalf("%d chunks, want 1", len(chunks))
+	}
+	routed := false
+	for _, p := range chunks[0] {
+		routed = routed || p.Key[0] == keys.TableSessionsByAgent
+	}
+	if !routed {
+		t.Fatal("the chunk has no sessions_by_agent entry")
+	}
+	dst2 := newReplica(t, 3, &shard.SlotSet{})
+	dst2.must(ingestCmd(8, us, chunks[0]...))
+	if d := diffKVs(mustDump(t, dst2.f), pairsKV(chunks[0])); d != "" {
+		t.Fatalf("target after the ingest: %s", d)
 	}
 }
 

@@ -56,19 +56,23 @@ func (o *Own) Add(data []byte, cmd *Command, subs []*Command) {
 
 // Remove forgets data's entry, if the state machine has not taken it.
 func (o *Own) Remove(data []byte) {
-	if o == nil || len(data) == 0 {
-		return
+	if o != nil {
+		o.remove(data)
 	}
-	o.mu.Lock()
-	if e, ok := o.m[unsafe.SliceData(data)]; ok && len(e.data) == len(data) {
-		delete(o.m, unsafe.SliceData(data))
-	}
-	o.mu.Unlock()
 }
 
-// take removes and returns data's entry: the same bytes (the same array,
-// which Add's entry keeps alive, and length).
+// take removes and returns data's entry, counting it as applied.
 func (o *Own) take(data []byte) (ownEntry, bool) {
+	e, ok := o.remove(data)
+	if ok {
+		o.taken.Add(1)
+	}
+	return e, ok
+}
+
+// remove removes and returns data's entry: the same bytes (the same
+// array, which Add's entry keeps alive, and length).
+func (o *Own) remove(data []byte) (ownEntry, bool) {
 	if len(data) == 0 {
 		return ownEntry{}, false
 	}
@@ -79,7 +83,6 @@ func (o *Own) take(data []byte) (ownEntry, bool) {
 		return ownEntry{}, false
 	}
 	delete(o.m, unsafe.SliceData(data))
-	o.taken.Add(1)
 	return e, true
 }
 

@@ -24,7 +24,7 @@ import (
 // binary speaks; the cluster runs one of them, raised as its members are
 // upgraded (version.go; seed 004's handshake rule).
 const (
-	ProtocolVersion    = 2
+	ProtocolVersion    = 3
 	MinProtocolVersion = 1
 )
 
@@ -383,6 +383,10 @@ type Testing struct {
 	// far; an error cuts the pull off there (tests check that the next
 	// pull resumes after what was ingested).
 	AfterIngest func(moveID uint64, pairs uint64) error
+	// AfterPrecopy, if set, is called by the mover (meta leader) after a
+	// move's pre-copy and before the source's freeze (tests write the
+	// moving slots there, so that the sync pass has changes to bring).
+	AfterPrecopy func(moveID uint64)
 	// HoldSync, if set and true, makes the sync loop skip its round
 	// (tests keep a node's map behind the cluster's).
 	HoldSync func() bool

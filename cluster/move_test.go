@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http/httptest"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/records"
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
 )
@@ -44,6 +47,12 @@ func retryable(err error) bool {
 // of the shard a node's map names, retrying on the moved answer (the
 // client of this branch does not follow moves yet).
 func (tc *testCluster) putRouted(ctx context.Context, rk []byte, key string, value []byte) error {
+	return tc.writeRouted(ctx, rk, fsm.Mutation{Kind: fsm.MutPut, Key: kvKey(rk, key), Value: value})
+}
+
+// writeRouted applies mutation m of routing key rk on the leader of the
+// shard the map names, retrying while the map moves.
+func (tc *testCluster) writeRouted(ctx context.Context, rk []byte, m fsm.Mutation) error {
 	for ctx.Err() == nil {
 		id := tc.anyMap().ShardOf(rk)
 		i := tc.currentLeaderOf(id)
@@ -56,8 +65,7 @@ func (tc *testCluster) putRouted(ctx context.Context, rk []byte, key string, val
 			continue
 		}
 		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := r.Propose(actx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
-			Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: kvKey(rk, key), Value: value}}}})
+		_, err := r.Propose(actx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{Mutations: []fsm.Mutation{m}}})
 		cancel()
 		if err == nil || !retryable(err) {
 			return err
@@ -373,9 +381,11 @@ func TestMoveResumesAfterMetaLeaderCrash(t *testing.T) {
 	}
 }
 
-// TestMergeCollisionAborts: a merge whose ingest finds a key the target
-// holds with another value aborts: the source owns its slots again and
-// serves writes, the map and placements are unchanged, the move is gone.
+// TestMergeCollisionAborts: a merge whose pre-copy (before the freeze;
+// at protocol version 2 the ingest after it) finds a key the target holds
+// with a value of its own slots aborts: the source owns its slots again
+// and serves writes, the map and placements are unchanged, the move is
+// gone.
 func TestMergeCollisionAborts(t *testing.T) {
 	tc := newTestCluster(t, 3, 2, nil)
 	ctx := ctxT(t, 60*time.Second)
@@ -385,13 +395,32 @@ func TestMergeCollisionAborts(t *testing.T) {
 	if err := tc.putRouted(ctx, rk, "x", []byte("B")); err != nil {
 		t.Fatal(err)
 	}
-	// Shard 0, made at bootstrap, still accepts any slot in its state
-	// machine: plant the same key there with another value.
-	_, r0 := tc.leaderReplica(0)
-	if _, err := r0.Propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
-		Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: kvKey(rk, "x"), Value: []byte("A")}}}}); err != nil {
+	// A usage event id both shards hold, for users of each: an id keyed
+	// without its user, so the merge collides on it.
+	evKey, err := keys.UsageEvent("ev-collide")
+	if err != nil {
 		t.Fatal(err)
 	}
+	into := shard.SlotSetOf(m0.SlotsOf(0)...)
+	for _, side := range []struct {
+		id    shard.ID
+		slots shard.SlotSet
+	}{{0, into}, {1, from}} {
+		var acct keys.AccountID
+		for i := 0; !side.slots.Has(shard.SlotOf(acct[:])); i++ {
+			binary.BigEndian.PutUint32(acct[:], uint32(i))
+		}
+		v, err := records.Encode(&records.UsageEvent{EventID: "ev-collide", UserID: acct, Resource: "r", Quantity: 1, CreatedAt: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, r := tc.leaderReplica(side.id)
+		if _, err := r.Propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
+			Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: evKey, Value: v}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, r0 := tc.leaderReplica(0)
 	mv, err := tc.nodes[1].MergeShards(ctx, 0, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -747,6 +776,11 @@ func TestPullResumesAfterCut(t *testing.T) {
 	var pulls []uint64 // pairs ingested by each pull, in order
 	cut := false
 	tc := newTestCluster(t, 3, 1, func(c *Config) {
+		// The pull of protocol version 2 (no pre-copy): its ingests
+		// resume after the target's last key (a pull by difference,
+		// version 3, starts over and writes only what is missing:
+		// TestPrecopySyncBringsWrites).
+		c.Testing.MaxProtocolVersion = 2
 		c.Testing.AfterIngest = func(_ uint64, pairs uint64) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -817,4 +851,106 @@ func TestPullResumesAfterCut(t *testing.T) {
 			t.Fatalf("key %x at the new shard %d: %d bytes, %v", k, id, len(v), err)
 		}
 	}
+}
+
+// TestPrecopySyncBringsWrites: a split pre-copies the moving slots while
+// the source still serves them (protocol version 3); the writes made after
+// the pre-copy and before the freeze (overwrites, deletes, new keys) are
+// what the new owner serves after the move, on every replica: the sync
+// pass brought them, and nothing stale of the pre-copy survives.
+func TestPrecopySyncBringsWrites(t *testing.T) {
+	var mu sync.Mutex
+	var hook func()
+	tc := newTestCluster(t, 3, 1, func(c *Config) {
+		c.Testing.AfterPrecopy = func(uint64) {
+			mu.Lock()
+			h := hook
+			hook = nil // once
+			mu.Unlock()
+			if h != nil {
+				h()
+			}
+		}
+	})
+	ctx := ctxT(t, 90*time.Second)
+	owned := shard.SlotSetOf(tc.anyMap().SlotsOf(0)...)
+	all0 := owned.Slots()
+	moving := shard.SlotSetOf(all0[len(all0)/2:]...)
+	rk, _ := rkInSlots(moving, true, 0)
+	key := func(i int) string { return fmt.Sprintf("k%02d", i) }
+	for i := range 30 {
+		if err := tc.putRouted(ctx, rk, key(i), []byte("old")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hookDone := make(chan error, 1)
+	mu.Lock()
+	hook = func() {
+		var err error
+		for i := 0; i < 35 && err == nil; i++ {
+			switch {
+			case i < 10:
+				err = tc.putRouted(ctx, rk, key(i), []byte("new"))
+			case i < 20:
+				err = tc.writeRouted(ctx, rk, fsm.Mutation{Kind: fsm.MutDelete, Key: kvKey(rk, key(i))})
+			case i >= 30:
+				err = tc.putRouted(ctx, rk, key(i), []byte("added"))
+			}
+		}
+		hookDone <- err
+	}
+	mu.Unlock()
+	mv, err := tc.nodes[0].SplitShard(ctx, 0, &moving)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.waitMovesDone(ctx, 60*time.Second)
+	select {
+	case err := <-hookDone:
+		if err != nil {
+			t.Fatalf("writes after the pre-copy: %v", err)
+		}
+	default:
+		t.Fatal("the mover never called AfterPrecopy: no pre-copy ran")
+	}
+	want := func(i int) string {
+		switch {
+		case i < 10:
+			return "new"
+		case i < 20:
+			return ""
+		case i < 30:
+			return "old"
+		}
+		return "added"
+	}
+	waitFor(t, 10*time.Second, "the map routes the key to the new shard", func() error {
+		if id := tc.anyMap().ShardOf(rk); id != mv.Target {
+			return fmt.Errorf("shard %d, want %d", id, mv.Target)
+		}
+		return nil
+	})
+	for i := range 35 {
+		v, err := tc.getRouted(ctx, rk, key(i))
+		if w := want(i); string(v) != w || (w == "") != errors.Is(err, fsm.ErrNotFound) {
+			t.Fatalf("%s after the move: %q, %v; want %q", key(i), v, err, w)
+		}
+	}
+	// Every replica of the new shard holds the same (its followers
+	// applied the same sync pass).
+	waitFor(t, 10*time.Second, "the new shard's replicas agree", func() error {
+		for _, n := range tc.nodes {
+			r := n.localReplica(mv.Target)
+			if r == nil {
+				return fmt.Errorf("%s has no replica of shard %d", n.ID(), mv.Target)
+			}
+			for i := range 35 {
+				v, _ := r.FSM().Get(kvKey(rk, key(i)))
+				if string(v) != want(i) {
+					return fmt.Errorf("%s: %s = %q, want %q", n.ID(), key(i), v, want(i))
+				}
+			}
+		}
+		return nil
+	})
 }

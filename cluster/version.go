@@ -49,6 +49,11 @@ const (
 	// Version 2 also brings leases (fsm.VersionLeases: the lease ops and
 	// the commands that attach a lease; the API refuses them before the
 	// cluster runs it, CheckCommand).
+
+	// Version 3 brings the pre-copy of a slot move (fsm.VersionPrecopy:
+	// OpSyncSlots, the live export and the pull by difference of
+	// Admin.PullSlots; the mover uses them only once the cluster runs 3,
+	// cluster/shardmove).
 )
 
 // defaultIncarnationGrace is Testing.IncarnationGrace's default.

@@ -33,7 +33,9 @@ func previousBinary(c *Config) { c.Testing.MaxProtocolVersion = 1 }
 // announces it; a member not alive in gossip holds the raise back; the
 // plan names the members an upgrade waits for.
 func TestVersionPlan(t *testing.T) {
-	n := &Node{cfg: Config{ID: "n1", DataDir: "x"}.WithDefaults()}
+	cfg := Config{ID: "n1", DataDir: "x"}.WithDefaults()
+	cfg.Testing.MaxProtocolVersion = 2 // a binary of 1..2
+	n := &Node{cfg: cfg}
 	st := &State{Nodes: []NodeAddrs{
 		{ID: "n1", Status: StatusActive}, {ID: "n2", Status: StatusActive, Incarnation: "i2"},
 		{ID: "n3", Status: StatusLeaving, Incarnation: "i3"}, {ID: "n4", Status: StatusRemoved, Incarnation: "i4"},
@@ -149,9 +151,9 @@ func TestNewOpWaitsForVersion(t *testing.T) {
 	tc.stop(2)
 	tc.cfgs[2].Testing.MaxProtocolVersion = 0 // the new binary
 	tc.start(2)
-	waitFor(t, 30*time.Second, "every node runs version 2", func() error {
+	waitFor(t, 30*time.Second, "every node runs the highest version", func() error {
 		for _, n := range tc.nodes {
-			if v := n.ActiveVersion(); v != 2 {
+			if v := n.ActiveVersion(); v != ProtocolVersion {
 				return fmt.Errorf("%s runs %d", n.ID(), v)
 			}
 		}
@@ -221,7 +223,8 @@ func (w *upgradeLoad) acks() int {
 // 1) are replaced one at a time, from their data dirs, by the new binary
 // while a client writes throughout. No acknowledged write is lost and no
 // write fails but with an unknown outcome; the cluster runs version 1
-// until the last node runs the new binary, then is raised to 2; Raft
+// until the last node runs the new binary, then is raised to the highest
+// version (ProtocolVersion); Raft
 // connections carry no incarnation before, carry it after, and one
 // without it is refused once the grace is over. A node of the previous
 // binary cannot come back into the raised cluster.
@@ -323,7 +326,7 @@ func TestRollingUpgrade(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if p := st.Protocol; st.ProtocolVersion != 1 || p.Highest != 2 || p.Target != 1 || !slices.Equal(p.WaitingFor, want) {
+				if p := st.Protocol; st.ProtocolVersion != 1 || p.Highest != ProtocolVersion || p.Target != 1 || !slices.Equal(p.WaitingFor, want) {
 					return fmt.Errorf("%s: version %d, plan %+v", n.ID(), st.ProtocolVersion, p)
 				}
 			}
@@ -332,16 +335,16 @@ func TestRollingUpgrade(t *testing.T) {
 		noIncarnations(fmt.Sprintf("after %d of 3 upgraded", i+1))
 	}
 
-	waitFor(t, 30*time.Second, "every node runs version 2", func() error {
+	waitFor(t, 30*time.Second, "every node runs the highest version", func() error {
 		for _, n := range tc.nodes {
-			if v := n.ActiveVersion(); v != 2 {
+			if v := n.ActiveVersion(); v != ProtocolVersion {
 				return fmt.Errorf("%s runs %d", n.ID(), v)
 			}
 		}
 		return nil
 	})
 	if got := raisedWith.Load(); got != 3 {
-		t.Fatalf("the cluster was raised to version 2 with %d of 3 nodes upgraded", got)
+		t.Fatalf("the cluster was raised past version 1 with %d of 3 nodes upgraded", got)
 	}
 	// After the grace every node requires incarnations and holds no
 	// connection opened without one; connections are opened again with
@@ -388,12 +391,12 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 	}
 	st, err := tc.nodes[0].Status(ctx)
-	if err != nil || st.ProtocolVersion != 2 || st.Protocol.Target != 2 || len(st.Protocol.WaitingFor) != 0 {
+	if err != nil || st.ProtocolVersion != ProtocolVersion || st.Protocol.Target != ProtocolVersion || len(st.Protocol.WaitingFor) != 0 {
 		t.Fatalf("status after the upgrade: %+v, %v", st, err)
 	}
 	for _, m := range st.Members {
-		if m.Version != 2 || m.MinVersion != 1 || m.MaxVersion != 2 {
-			t.Fatalf("member %s announces %d (%d..%d), want 2 (1..2)", m.ID, m.Version, m.MinVersion, m.MaxVersion)
+		if m.Version != ProtocolVersion || m.MinVersion != 1 || m.MaxVersion != ProtocolVersion {
+			t.Fatalf("member %s announces %d (%d..%d), want %d (1..%d)", m.ID, m.Version, m.MinVersion, m.MaxVersion, ProtocolVersion, ProtocolVersion)
 		}
 	}
 
@@ -438,14 +441,14 @@ func TestRollingUpgrade(t *testing.T) {
 	previousBinary(&cfg)
 	if n, err := New(cfg, APIServices); err == nil {
 		n.Close()
-		t.Fatal("a node of the previous binary started in a cluster that runs version 2")
-	} else if !strings.Contains(err.Error(), "runs protocol version 2, this binary speaks 1..1") {
+		t.Fatal("a node of the previous binary started in a cluster that runs the highest version")
+	} else if !strings.Contains(err.Error(), fmt.Sprintf("runs protocol version %d, this binary speaks 1..1", ProtocolVersion)) {
 		t.Fatalf("the previous binary refused with %v, want the versions named", err)
 	}
 }
 
 // TestIncarnationHeadersWithSecret: a new cluster with a cluster secret
-// (Auth without TLS) runs version 2 from its bootstrap: its Raft
+// (Auth without TLS) runs the highest version from its bootstrap: its Raft
 // connections carry the group incarnation in the authenticated preface,
 // none is opened without it, and the cluster serves writes once plain
 // prefaces are refused.
@@ -459,7 +462,7 @@ func TestIncarnationHeadersWithSecret(t *testing.T) {
 	waitFor(t, 30*time.Second, "incarnations required and carried", func() error {
 		var accepted uint64
 		for _, n := range tc.nodes {
-			if v := n.ActiveVersion(); v != 2 {
+			if v := n.ActiveVersion(); v != ProtocolVersion {
 				return fmt.Errorf("%s runs %d", n.ID(), v)
 			}
 			s := n.mux.Stats()

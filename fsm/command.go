@@ -261,6 +261,11 @@ const (
 // LeaseID and an OpBatch whose mutations attach a lease.
 const VersionLeases = 2
 
+// VersionPrecopy is the cluster protocol version that brings the
+// pre-copy of a slot move (OpSyncSlots: the sync pass that follows it,
+// cluster/shardmove).
+const VersionPrecopy = 3
+
 // opSince maps an op to the cluster protocol version that brought it
 // (package cluster, version.go); an op not listed came with version 1.
 // A new op gets its version here, and a new field of an existing op that
@@ -278,6 +283,7 @@ var opSince = map[Op]int{
 	// The watch history came with the leases: a binary of version 1
 	// keeps none and would not know the op.
 	OpCompactHistory: VersionLeases,
+	OpSyncSlots:      VersionPrecopy,
 }
 
 // Since returns the protocol version the cluster must run before c may
@@ -681,7 +687,7 @@ func (c *Command) Validate(l Limits) error {
 			return fmt.Errorf("%w: op %s: retention needs a revision count or a positive age", ErrInvalidCommand, c.Op)
 		}
 		return nil
-	case OpFreezeSlots, OpUnfreezeSlots, OpIngestSlots, OpAdoptSlots, OpDropSlots, OpRestrictSlots:
+	case OpFreezeSlots, OpUnfreezeSlots, OpIngestSlots, OpAdoptSlots, OpDropSlots, OpRestrictSlots, OpSyncSlots:
 		return c.Move.validate(c.Op, l.WithDefaults())
 	case OpLeaseGrant, OpLeaseRevoke, OpLeaseExpire, OpLeaseCheckpoint:
 		return c.Lease.validate(c.Op)

@@ -115,6 +115,8 @@ func validCommands() []*Command {
 		{Op: OpAdoptSlots, Move: &SlotMove{ID: 1, Slots: ptr(shard.SlotSetOf(1, 2)), MapVersion: 2}},
 		{Op: OpDropSlots, Move: &SlotMove{ID: 1, Max: 100}},
 		{Op: OpRestrictSlots, Move: &SlotMove{Slots: ptr(shard.SlotSetOf(0, 7))}},
+		{Op: OpSyncSlots, Move: &SlotMove{ID: 1, Slots: ptr(shard.SlotSetOf(1, 2)), Peer: 1,
+			Pairs: []Pair{{Key: []byte("\x20a"), Value: []byte("1")}}, Deletes: [][]byte{[]byte("\x20b"), []byte("\x20c")}}},
 		// leases
 		{Op: OpLeaseGrant, Lease: &LeaseArgs{RoutingKey: []byte("alice"), TTLMs: 5000}, Time: 6},
 		{Op: OpLeaseRevoke, Lease: &LeaseArgs{ID: keys.LeaseIDOf(3, 1)}, Time: 6},

@@ -84,6 +84,7 @@
 //	adopt_slots            53  meta                                meta
 //	drop_slots             54  meta, every table                   meta, any table (deletes)
 //	restrict_slots         55  meta                                meta
+//	sync_slots             56  meta, the pairs' and deletes' keys  meta, any table (the pairs; deletes)
 //	lease_grant            60  lease_seq                           lease_seq, leases
 //	lease_revoke           61  leases, lease_keys, key_lease,      leases, lease_keys, key_lease, kv, runners
 //	                           the attached keys                   (deletes), agents, agents_by_status

@@ -65,6 +65,22 @@ const (
 	// slots. Idempotent: already owning exactly Slots succeeds; any other
 	// state is ErrMoveConflict.
 	OpRestrictSlots Op = 55
+	// OpSyncSlots (Move: ID, Slots, Pairs, Deletes; optional Peer,
+	// MapVersion) brings an incoming move's data here up to the source's
+	// frozen data, after a pre-copy ingested the slots while the source
+	// still served them (cluster/shardmove: the sync pass). It registers
+	// the move as OpIngestSlots does, deletes the keys of Deletes and
+	// writes Pairs. Unlike OpIngestSlots, a pair may replace a stored
+	// value when that value is of the move's slots: only this move wrote
+	// those here (the shard owns none of them and no other move may hold
+	// them, register). A stored value of another slot refuses the command
+	// like an ingest's collision. A delete of a key not stored here, or
+	// stored with a value of another slot, is skipped. Pairs and Deletes
+	// are each in strictly ascending key order and disjoint, at most
+	// Limits.MaxBatchOps keys in all and MaxMultiBytes of keys and values;
+	// MoveRecord.Pulled is left alone. It came with protocol version 3
+	// (VersionPrecopy).
+	OpSyncSlots Op = 56
 )
 
 // MaxDropKeys is the largest Max an OpDropSlots may carry.
@@ -79,6 +95,7 @@ type SlotMove struct {
 	MapVersion uint64         `cbor:"map_version,omitempty"`
 	Pairs      []Pair         `cbor:"pairs,omitempty"`
 	Max        uint32         `cbor:"max,omitempty"`
+	Deletes    [][]byte       `cbor:"deletes,omitempty"`
 }
 
 // Pair is one key and value an OpIngestSlots writes.
@@ -87,7 +104,7 @@ type Pair struct {
 	Value []byte `cbor:"v,omitempty"`
 }
 
-func isSlotOp(op Op) bool { return op >= OpFreezeSlots && op <= OpRestrictSlots }
+func isSlotOp(op Op) bool { return op >= OpFreezeSlots && op <= OpSyncSlots }
 
 // validate checks m for op (called by Command.Validate).
 func (m *SlotMove) validate(op Op, l Limits) error {
@@ -96,7 +113,7 @@ func (m *SlotMove) validate(op Op, l Limits) error {
 	}
 	if op == OpRestrictSlots {
 		switch {
-		case m.ID != 0 || m.Peer != 0 || m.MapVersion != 0 || m.Pairs != nil || m.Max != 0:
+		case m.ID != 0 || m.Peer != 0 || m.MapVersion != 0 || m.Pairs != nil || m.Max != 0 || m.Deletes != nil:
 			return bad("carries more than slots")
 		case m.Slots == nil || m.Slots.IsEmpty():
 			return bad("no slots")
@@ -106,7 +123,8 @@ func (m *SlotMove) validate(op Op, l Limits) error {
 	if m.ID == 0 {
 		return bad("move id 0")
 	}
-	wantSlots := op == OpFreezeSlots || op == OpIngestSlots || op == OpAdoptSlots
+	wantSlots := op == OpFreezeSlots || op == OpIngestSlots || op == OpAdoptSlots || op == OpSyncSlots
+	carriesData := op == OpIngestSlots || op == OpSyncSlots
 	switch {
 	case wantSlots && (m.Slots == nil || m.Slots.IsEmpty()):
 		return bad("no slots")
@@ -116,18 +134,20 @@ func (m *SlotMove) validate(op Op, l Limits) error {
 		return bad("map version 0")
 	case (op == OpUnfreezeSlots || op == OpDropSlots) && (m.Peer != 0 || m.MapVersion != 0):
 		return bad("carries peer or map version")
-	case op != OpIngestSlots && m.Pairs != nil:
+	case !carriesData && m.Pairs != nil:
 		return bad("carries pairs")
+	case op != OpSyncSlots && m.Deletes != nil:
+		return bad("carries deletes")
 	case op != OpDropSlots && m.Max != 0:
 		return bad("carries max")
 	case op == OpDropSlots && (m.Max == 0 || m.Max > MaxDropKeys):
 		return bad("max %d, want 1..%d", m.Max, MaxDropKeys)
 	}
-	if op != OpIngestSlots {
+	if !carriesData {
 		return nil
 	}
-	if len(m.Pairs) > l.MaxBatchOps {
-		return bad("%d pairs, limit %d", len(m.Pairs), l.MaxBatchOps)
+	if n := len(m.Pairs) + len(m.Deletes); n > l.MaxBatchOps {
+		return bad("%d pairs and deletes, limit %d", n, l.MaxBatchOps)
 	}
 	total := 0
 	for i := range m.Pairs {
@@ -142,6 +162,18 @@ func (m *SlotMove) validate(op Op, l Limits) error {
 			return bad("pair %d: keys not in strictly ascending order", i)
 		}
 		total += len(p.Key) + len(p.Value)
+	}
+	for i, k := range m.Deletes {
+		if err := validateKey(k, l); err != nil {
+			return bad("delete %d: %s", i, err)
+		}
+		if i > 0 && bytes.Compare(m.Deletes[i-1], k) >= 0 {
+			return bad("delete %d: keys not in strictly ascending order", i)
+		}
+		if _, found := slices.BinarySearchFunc(m.Pairs, k, func(p Pair, k []byte) int { return bytes.Compare(p.Key, k) }); found {
+			return bad("delete %d: key %x is also a pair", i, k)
+		}
+		total += len(k)
 	}
 	if total > MaxMultiBytes {
 		return bad("pairs total %d bytes, limit %d", total, MaxMultiBytes)
@@ -165,8 +197,8 @@ func (a *applier) applySlotOp(c *Command, index uint64, res *Result) error {
 		rej, err = a.freeze(m, rec, index, res)
 	case OpUnfreezeSlots:
 		rej, err = a.unfreeze(m, rec)
-	case OpIngestSlots:
-		rej, err = a.ingest(m, rec, index)
+	case OpIngestSlots, OpSyncSlots:
+		rej, err = a.ingest(c.Op, m, rec, index)
 	case OpAdoptSlots:
 		rej, err = a.adopt(m, rec, index)
 	case OpDropSlots:
@@ -271,20 +303,22 @@ func (a *applier) register(op Op, m *SlotMove) error {
 	return nil
 }
 
-func (a *applier) ingest(m *SlotMove, rec *MoveRecord, index uint64) (rej, err error) {
+func (a *applier) ingest(op Op, m *SlotMove, rec *MoveRecord, index uint64) (rej, err error) {
 	switch {
 	case rec == nil:
-		if rej := a.register(OpIngestSlots, m); rej != nil {
+		if rej := a.register(op, m); rej != nil {
 			return rej, nil
 		}
 	case rec.State != MoveIncoming:
-		return conflict(OpIngestSlots, m.ID, "is %s", rec.State), nil
+		return conflict(op, m.ID, "is %s", rec.State), nil
 	case rec.Slots != *m.Slots:
-		return conflict(OpIngestSlots, m.ID, "is of slots %s, not %s", rec.Slots.String(), m.Slots.String()), nil
+		return conflict(op, m.ID, "is of slots %s, not %s", rec.Slots.String(), m.Slots.String()), nil
 	}
-	// Check every pair before writing any: its slot (through the pairs
-	// before it for a sessions_by_agent entry), and no other value stored.
-	if rej, err := a.checkIngest(m); rej != nil || err != nil {
+	// Check every pair and delete before writing any: its slot (through
+	// the pairs before it for a sessions_by_agent entry), and no value of
+	// another slot stored (an ingest: no other value at all).
+	dels, rej, err := a.checkIngest(op, m)
+	if rej != nil || err != nil {
 		return rej, err
 	}
 	r := &MoveRecord{ID: m.ID, State: MoveIncoming, Slots: *m.Slots, Peer: m.Peer, MapVersion: m.MapVersion, Index: index}
@@ -292,7 +326,7 @@ func (a *applier) ingest(m *SlotMove, rec *MoveRecord, index uint64) (rej, err e
 		c := *rec
 		r = &c
 	}
-	if n := len(m.Pairs); n > 0 && bytes.Compare(m.Pairs[n-1].Key, r.Pulled) > 0 {
+	if n := len(m.Pairs); op == OpIngestSlots && n > 0 && bytes.Compare(m.Pairs[n-1].Key, r.Pulled) > 0 {
 		// The resume point of a pull cut off (MoveRecord.Pulled); a
 		// repeated chunk (a pull that restarted before this field
 		// existed, or an older binary's) moves it no further back.
@@ -303,6 +337,12 @@ func (a *applier) ingest(m *SlotMove, rec *MoveRecord, index uint64) (rej, err e
 		if err := a.setMove(r, a.st.owned); err != nil {
 			return nil, err
 		}
+	}
+	for _, k := range dels {
+		if err := a.b.Delete(k, nil); err != nil {
+			return nil, err
+		}
+		a.f.accounts.forget(k)
 	}
 	for i := range m.Pairs {
 		if k := m.Pairs[i].Key; k[0] == keys.TableKeyLease {
@@ -319,16 +359,34 @@ func (a *applier) ingest(m *SlotMove, rec *MoveRecord, index uint64) (rej, err e
 	return nil, nil
 }
 
-// checkIngest checks an ingest's pairs before any is written: each is in
-// the move's slots (a sessions_by_agent entry through the pairs before it,
-// found by binary search: the pairs are in strictly ascending key order,
-// Validate), and no key is stored here with another value. The stored
-// values are read with one iterator over the pairs' key range, sought
-// forward (cheaper than a point read per pair: round 17 of
-// docs/performance.md found that check a sixth of a move's CPU).
-func (a *applier) checkIngest(m *SlotMove) (rej, err error) {
+// checkIngest checks an ingest's or a sync's pairs before any is written:
+// each is in the move's slots (a sessions_by_agent entry through the pairs
+// before it, found by binary search: the pairs are in strictly ascending
+// key order, Validate), and no key is stored here with another value (a
+// sync: with a value of a slot outside the move). The stored values are
+// read with one iterator over the pairs' key range, sought forward
+// (cheaper than a point read per pair: round 17 of docs/performance.md
+// found that check a sixth of a move's CPU). It returns the deletes of a
+// sync that are stored here with a value of the move's slots: the ones to
+// delete.
+func (a *applier) checkIngest(op Op, m *SlotMove) (dels [][]byte, rej, err error) {
+	stored := readerGetter(a.b)
+	for _, k := range m.Deletes {
+		v, found, err := stored(k)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !found {
+			continue
+		}
+		if slot, ok, err := slotOfKey(stored, k, v); err != nil {
+			return nil, nil, err
+		} else if ok && m.Slots.Has(slot) {
+			dels = append(dels, k)
+		}
+	}
 	if len(m.Pairs) == 0 {
-		return nil, nil
+		return dels, nil, nil
 	}
 	var i int
 	get := func(key []byte) ([]byte, bool, error) {
@@ -341,32 +399,44 @@ func (a *applier) checkIngest(m *SlotMove) (rej, err error) {
 	last := m.Pairs[len(m.Pairs)-1].Key
 	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: m.Pairs[0].Key, UpperBound: append(bytes.Clone(last), 0)})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer it.Close()
 	for i = range m.Pairs {
 		p := &m.Pairs[i]
 		slot, ok, err := slotOfKey(get, p.Key, p.Value)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !ok || !m.Slots.Has(slot) {
-			return fmt.Errorf("%w: op %s: move %d: pair %d: key %x is not in the move's slots",
-				ErrInvalidCommand, OpIngestSlots, m.ID, i, p.Key), nil
+			return nil, fmt.Errorf("%w: op %s: move %d: pair %d: key %x is not in the move's slots",
+				ErrInvalidCommand, op, m.ID, i, p.Key), nil
 		}
 		if !it.SeekGE(p.Key) || !bytes.Equal(it.Key(), p.Key) {
 			continue
 		}
 		old, err := it.ValueAndErr()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if !bytes.Equal(old, p.Value) {
-			return fmt.Errorf("%w: op %s: move %d: key %x (table %s) exists here with another value",
-				ErrInvalidCommand, OpIngestSlots, m.ID, p.Key, keys.TableName(p.Key[0])), nil
+		if bytes.Equal(old, p.Value) {
+			continue
 		}
+		if op == OpSyncSlots {
+			// The stored value's own slot (a sessions_by_agent entry's
+			// through the stored session record).
+			slot, ok, err := slotOfKey(stored, p.Key, old)
+			if err != nil {
+				return nil, nil, err
+			}
+			if ok && m.Slots.Has(slot) {
+				continue
+			}
+		}
+		return nil, fmt.Errorf("%w: op %s: move %d: key %x (table %s) exists here with another value",
+			ErrInvalidCommand, op, m.ID, p.Key, keys.TableName(p.Key[0])), nil
 	}
-	return nil, it.Error()
+	return dels, nil, it.Error()
 }
 
 func (a *applier) adopt(m *SlotMove, rec *MoveRecord, index uint64) (rej, err error) {
@@ -499,6 +569,66 @@ func collectSlotKeys(r pebble.Reader, slots shard.SlotSet, after []byte, max int
 // (ExportChunks groups them). A non-nil after starts the export past that
 // key: a pull cut off resumes after the target's MoveRecord.Pulled.
 func (f *FSM) ExportSlots(ctx context.Context, moveID uint64, after []byte, fn func(key, value []byte) error) error {
+	return f.export(ctx, after, nil, func(st *slotState) (shard.SlotSet, error) {
+		rec := st.moves[moveID]
+		if rec == nil || rec.State != MoveFrozen {
+			return shard.SlotSet{}, fmt.Errorf("%w: export of move %d: %s here, not frozen", ErrMoveConflict, moveID, recState(rec))
+		}
+		return rec.Slots, nil
+	}, fn)
+}
+
+// ExportLive is ExportSlots for slots the replica still serves: the data
+// of slots, each owned here or frozen by a move, as one Pebble snapshot
+// holds it. Its data goes on changing: a move's pre-copy ships it as
+// OpIngestSlots commands before the freeze, and the sync pass after the
+// freeze (OpSyncSlots) brings the target up to the frozen data. A slot
+// neither owned nor frozen here is refused (ErrMoveConflict).
+func (f *FSM) ExportLive(ctx context.Context, slots shard.SlotSet, after []byte, fn func(key, value []byte) error) error {
+	return f.export(ctx, after, nil, func(st *slotState) (shard.SlotSet, error) {
+		held := st.owned
+		for _, r := range st.moves {
+			if r.State == MoveFrozen {
+				held = held.Union(r.Slots)
+			}
+		}
+		if missing := slots.Minus(held); !missing.IsEmpty() {
+			return shard.SlotSet{}, fmt.Errorf("%w: live export: slots %s are neither owned nor frozen here", ErrMoveConflict, missing.String())
+		}
+		return slots, nil
+	}, fn)
+}
+
+// ScanIncoming calls fn with every key and value this replica holds of the
+// slots of move moveID, incoming here, with a key after after (nil: from
+// the first) and up to upTo included (nil: to the last), in key order,
+// from one Pebble snapshot: what earlier ingests and syncs wrote. The sync
+// pass compares it with the source's data. An unknown move has nothing
+// here; a move neither unknown nor incoming is refused (ErrMoveConflict).
+func (f *FSM) ScanIncoming(ctx context.Context, moveID uint64, after, upTo []byte, fn func(key, value []byte) error) error {
+	return f.export(ctx, after, upTo, func(st *slotState) (shard.SlotSet, error) {
+		switch rec := st.moves[moveID]; {
+		case rec == nil:
+			return shard.SlotSet{}, nil // nothing of it here yet
+		case rec.State != MoveIncoming:
+			return shard.SlotSet{}, fmt.Errorf("%w: scan of move %d: %s here, not incoming", ErrMoveConflict, moveID, recState(rec))
+		default:
+			return rec.Slots, nil
+		}
+	}, fn)
+}
+
+func recState(r *MoveRecord) string {
+	if r == nil {
+		return "unknown"
+	}
+	return r.State.String()
+}
+
+// export calls fn with the keys and values of the slots check returns
+// (from the ownership state of the same snapshot) after after, up to upTo
+// included (nil: no bound).
+func (f *FSM) export(ctx context.Context, after, upTo []byte, check func(*slotState) (shard.SlotSet, error), fn func(key, value []byte) error) error {
 	if err := f.rlock(); err != nil {
 		return err
 	}
@@ -508,25 +638,24 @@ func (f *FSM) ExportSlots(ctx context.Context, moveID uint64, after []byte, fn f
 	}
 	snap := f.db.NewSnapshot()
 	defer snap.Close()
-	// The move's record as of the snapshot: an unfreeze applied since the
+	// The ownership as of the snapshot: an unfreeze applied since the
 	// caller looked is seen here.
 	st, _, err := loadSlots(snap, shard.AllSlots())
 	if err != nil {
 		return err
 	}
-	rec := st.moves[moveID]
-	if rec == nil || rec.State != MoveFrozen {
-		state := "unknown"
-		if rec != nil {
-			state = rec.State.String()
-		}
-		return fmt.Errorf("%w: export of move %d: %s here, not frozen", ErrMoveConflict, moveID, state)
+	slots, err := check(st)
+	if err != nil || slots.IsEmpty() {
+		return err
 	}
-	lower := dataStart
+	opts := &pebble.IterOptions{LowerBound: dataStart}
 	if bytes.Compare(after, dataStart) >= 0 {
-		lower = append(bytes.Clone(after), 0) // the first key after it
+		opts.LowerBound = append(bytes.Clone(after), 0) // the first key after it
 	}
-	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: lower})
+	if upTo != nil {
+		opts.UpperBound = append(bytes.Clone(upTo), 0)
+	}
+	it, err := snap.NewIter(opts)
 	if err != nil {
 		return err
 	}
@@ -550,13 +679,13 @@ func (f *FSM) ExportSlots(ctx context.Context, moveID uint64, after []byte, fn f
 		if err != nil {
 			return fmt.Errorf("fsm: export: %w", err)
 		}
-		if ok && rec.Slots.Has(slot) {
+		if ok && slots.Has(slot) {
 			if err := fn(it.Key(), v); err != nil {
 				return err
 			}
 		}
 	}
-	return nil
+	return it.Error()
 }
 
 // ExportChunks is ExportSlots in chunks that fit one OpIngestSlots each
@@ -564,13 +693,187 @@ func (f *FSM) ExportSlots(ctx context.Context, moveID uint64, after []byte, fn f
 // and values (0: MaxMultiBytes / 2). The chunk's pairs are copies fn may
 // keep.
 func (f *FSM) ExportChunks(ctx context.Context, moveID uint64, after []byte, l Limits, maxBytes int, fn func([]Pair) error) error {
+	return chunked(l, maxBytes, fn, func(add func(k, v []byte) error) error { return f.ExportSlots(ctx, moveID, after, add) })
+}
+
+// ExportLiveChunks is ExportLive in chunks, as ExportChunks.
+func (f *FSM) ExportLiveChunks(ctx context.Context, slots shard.SlotSet, after []byte, l Limits, maxBytes int, fn func([]Pair) error) error {
+	return chunked(l, maxBytes, fn, func(add func(k, v []byte) error) error { return f.ExportLive(ctx, slots, after, add) })
+}
+
+func chunked(l Limits, maxBytes int, fn func([]Pair) error, export func(add func(k, v []byte) error) error) error {
 	l = l.WithDefaults()
 	if maxBytes <= 0 || maxBytes > MaxMultiBytes {
 		maxBytes = MaxMultiBytes / 2
 	}
 	c := chunker{maxOps: l.MaxBatchOps, maxBytes: maxBytes, fn: fn}
-	if err := f.ExportSlots(ctx, moveID, after, c.add); err != nil {
+	if err := export(c.add); err != nil {
 		return err
 	}
 	return c.flush()
+}
+
+// SyncPart is the pairs and deletes of one OpSyncSlots.
+type SyncPart struct {
+	Pairs   []Pair
+	Deletes [][]byte
+}
+
+// DiffSlots returns what makes local (a target's data of a key range of
+// an incoming move, ScanIncoming) equal to remote (the source's data of
+// the same range): the remote pairs that local lacks or holds with another
+// value, and the local keys remote lacks, each in key order. Both inputs
+// are in strictly ascending key order.
+func DiffSlots(local, remote []Pair) (pairs []Pair, deletes [][]byte) {
+	i, j := 0, 0
+	for i < len(local) || j < len(remote) {
+		switch c := cmpNext(local, remote, i, j); {
+		case c < 0: // only here
+			deletes = append(deletes, local[i].Key)
+			i++
+		case c > 0: // only there
+			pairs = append(pairs, remote[j])
+			j++
+		default:
+			if !bytes.Equal(local[i].Value, remote[j].Value) {
+				pairs = append(pairs, remote[j])
+			}
+			i++
+			j++
+		}
+	}
+	return pairs, deletes
+}
+
+// SyncParts cuts pairs and deletes (each in strictly ascending key order,
+// disjoint) into the parts of OpSyncSlots commands, in key order: at most
+// l.MaxBatchOps keys and about maxBytes of keys and values each (0:
+// MaxMultiBytes / 2).
+func SyncParts(pairs []Pair, deletes [][]byte, l Limits, maxBytes int) []SyncPart {
+	l = l.WithDefaults()
+	if maxBytes <= 0 || maxBytes > MaxMultiBytes {
+		maxBytes = MaxMultiBytes / 2
+	}
+	var parts []SyncPart
+	var cur SyncPart
+	size := 0
+	for i, j := 0, 0; i < len(pairs) || j < len(deletes); {
+		pair := j >= len(deletes) || (i < len(pairs) && bytes.Compare(pairs[i].Key, deletes[j]) < 0)
+		n := 0
+		if pair {
+			n = len(pairs[i].Key) + len(pairs[i].Value)
+		} else {
+			n = len(deletes[j])
+		}
+		if k := len(cur.Pairs) + len(cur.Deletes); k > 0 && (k >= l.MaxBatchOps || size+n > maxBytes) {
+			parts = append(parts, cur)
+			cur, size = SyncPart{}, 0
+		}
+		if pair {
+			cur.Pairs = append(cur.Pairs, pairs[i])
+			i++
+		} else {
+			cur.Deletes = append(cur.Deletes, deletes[j])
+			j++
+		}
+		size += n
+	}
+	if len(cur.Pairs)+len(cur.Deletes) > 0 {
+		parts = append(parts, cur)
+	}
+	return parts
+}
+
+// SyncPass compares a source's export of a move's slots, chunk by chunk
+// in key order (Chunk), with what the target holds of them (Local, over
+// the chunk's key range), and proposes the difference as OpSyncSlots parts
+// (Propose, in order): the pairs at once; with Deletes (the sync pass
+// after the freeze), the keys the source no longer has at Finish, last,
+// sessions_by_agent entries first (an entry is routed through its session
+// or agent owner record, which must still be there when its delete is
+// checked). A pre-copy (Deletes false) leaves them to the sync pass. Run
+// again from the first chunk, a pass proposes only what is still
+// different: it is idempotent.
+type SyncPass struct {
+	Local    func(after, upTo []byte) ([]Pair, error)
+	Propose  func(SyncPart) error
+	Limits   Limits
+	MaxBytes int
+	Deletes  bool
+	// Compared and Written count the source's pairs seen and the pairs
+	// and deletes proposed.
+	Compared, Written uint64
+
+	last              []byte
+	entryDels, others [][]byte
+}
+
+// Chunk takes the source's next chunk (strictly ascending keys, after the
+// previous chunk's).
+func (s *SyncPass) Chunk(remote []Pair) error {
+	if len(remote) == 0 {
+		return nil
+	}
+	upTo := remote[len(remote)-1].Key
+	local, err := s.Local(s.last, upTo)
+	if err != nil {
+		return err
+	}
+	pairs, dels := DiffSlots(local, remote)
+	s.keep(dels)
+	s.last = upTo
+	s.Compared += uint64(len(remote))
+	return s.propose(pairs, nil)
+}
+
+// Finish proposes the deletes (with Deletes), after the last chunk.
+func (s *SyncPass) Finish() error {
+	if !s.Deletes {
+		return nil
+	}
+	local, err := s.Local(s.last, nil)
+	if err != nil {
+		return err
+	}
+	_, dels := DiffSlots(local, nil)
+	s.keep(dels)
+	if err := s.propose(nil, s.entryDels); err != nil {
+		return err
+	}
+	return s.propose(nil, s.others)
+}
+
+func (s *SyncPass) keep(dels [][]byte) {
+	if !s.Deletes {
+		return
+	}
+	for _, k := range dels {
+		if k[0] == keys.TableSessionsByAgent {
+			s.entryDels = append(s.entryDels, k)
+		} else {
+			s.others = append(s.others, k)
+		}
+	}
+}
+
+func (s *SyncPass) propose(pairs []Pair, deletes [][]byte) error {
+	for _, part := range SyncParts(pairs, deletes, s.Limits, s.MaxBytes) {
+		if err := s.Propose(part); err != nil {
+			return err
+		}
+		s.Written += uint64(len(part.Pairs) + len(part.Deletes))
+	}
+	return nil
+}
+
+// cmpNext compares local[i] and remote[j] by key, an exhausted side
+// sorting last.
+func cmpNext(local, remote []Pair, i, j int) int {
+	switch {
+	case i >= len(local):
+		return 1
+	case j >= len(remote):
+		return -1
+	}
+	return bytes.Compare(local[i].Key, remote[j].Key)
 }

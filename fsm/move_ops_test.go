@@ -426,6 +426,7 @@ func FuzzSlotMoves(f *testing.F) {
 	f.Add([]byte{2, 0, 7, 2, 1, 7, 3, 0, 7, 4, 0, 7, 4, 1, 7})
 	f.Add([]byte{0, 0, 0, 4, 0, 1, 4, 0, 1, 4, 0, 1, 1, 0, 0})
 	f.Add([]byte{5, 0, 9, 5, 0, 9, 0, 1, 9, 5, 0, 9, 1, 1, 9})
+	f.Add([]byte{0, 0, 9, 9, 1, 9, 6, 0, 9, 9, 1, 10, 3, 1, 9, 4, 1, 9})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 300 {
 			return
@@ -436,7 +437,7 @@ func FuzzSlotMoves(f *testing.F) {
 		}
 		r := newReplica(t, 1, initial)
 		for len(data) >= 3 {
-			op, id, arg := data[0]%9, uint64(data[1]%3)+1, data[2]
+			op, id, arg := data[0]%10, uint64(data[1]%3)+1, data[2]
 			data = data[3:]
 			slots := shard.SlotSetOf(shard.Slot(arg%8), shard.Slot(arg/8%8))
 			rk := rkInSlot(t, slots, false)
@@ -454,6 +455,8 @@ func FuzzSlotMoves(f *testing.F) {
 				c = dropCmd(id, uint32(arg%3)+1)
 			case 5:
 				c = restrictCmd(shard.AllSlots().Minus(slots))
+			case 9: // replace one key, delete another
+				c = syncCmd(id, slots, []Pair{kvPair(rk, "k", string(rune('a'+arg%3)))}, keys.KV([]byte(rk), []byte{arg % 4}))
 			default:
 				c = batchCmd(nil, Mutation{Kind: MutPut, Key: keys.KV([]byte(rk), []byte{arg}), Value: []byte{op}})
 			}

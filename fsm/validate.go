@@ -96,6 +96,7 @@ var opSpecs = map[Op]opSpec{
 	OpAdoptSlots:          {"adopt_slots", fMove, 0},
 	OpDropSlots:           {"drop_slots", fMove, 0},
 	OpRestrictSlots:       {"restrict_slots", fMove, 0},
+	OpSyncSlots:           {"sync_slots", fMove, 0},
 	OpLeaseGrant:          {"lease_grant", fLease | fTime, 0},
 	OpLeaseRevoke:         {"lease_revoke", fLease | fTime, 0},
 	OpLeaseExpire:         {"lease_expire", fLease | fTime, 0},

@@ -1279,7 +1279,11 @@ type ExportSlotsRequest struct {
 	MoveId uint64                 `protobuf:"varint,2,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
 	// Resume: only keys after this one (the target's last ingested key,
 	// fsm.MoveRecord.Pulled); empty from the first key.
-	After         []byte `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	After []byte `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	// live: export the slots named in slots, still served (owned or frozen
+	// here: fsm.ExportLive), for a pre-copy; move_id is then informative.
+	Live          bool   `protobuf:"varint,4,opt,name=live,proto3" json:"live,omitempty"`
+	Slots         string `protobuf:"bytes,5,opt,name=slots,proto3" json:"slots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1333,6 +1337,20 @@ func (x *ExportSlotsRequest) GetAfter() []byte {
 		return x.After
 	}
 	return nil
+}
+
+func (x *ExportSlotsRequest) GetLive() bool {
+	if x != nil {
+		return x.Live
+	}
+	return false
+}
+
+func (x *ExportSlotsRequest) GetSlots() string {
+	if x != nil {
+		return x.Slots
+	}
+	return ""
 }
 
 type SlotPair struct {
@@ -1438,8 +1456,16 @@ type PullSlotsRequest struct {
 	Source uint32                 `protobuf:"varint,2,opt,name=source,proto3" json:"source,omitempty"`
 	Target uint32                 `protobuf:"varint,3,opt,name=target,proto3" json:"target,omitempty"`
 	// The move's slots, text form.
-	Slots         string `protobuf:"bytes,4,opt,name=slots,proto3" json:"slots,omitempty"`
-	MapVersion    uint64 `protobuf:"varint,5,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	Slots      string `protobuf:"bytes,4,opt,name=slots,proto3" json:"slots,omitempty"`
+	MapVersion uint64 `protobuf:"varint,5,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	// precopy: before the freeze, copy the slots' live data (a diff against
+	// what the target holds, as fsm.OpSyncSlots writes; no adopt).
+	Precopy bool `protobuf:"varint,6,opt,name=precopy,proto3" json:"precopy,omitempty"`
+	// sync: after the freeze, bring the target's copy up to the frozen data
+	// (a diff: OpSyncSlots writes and deletes), then adopt. Without
+	// precopy or sync, the frozen data is ingested (OpIngestSlots) after
+	// the target's last ingested key, then adopted.
+	Sync          bool `protobuf:"varint,7,opt,name=sync,proto3" json:"sync,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1507,6 +1533,20 @@ func (x *PullSlotsRequest) GetMapVersion() uint64 {
 		return x.MapVersion
 	}
 	return 0
+}
+
+func (x *PullSlotsRequest) GetPrecopy() bool {
+	if x != nil {
+		return x.Precopy
+	}
+	return false
+}
+
+func (x *PullSlotsRequest) GetSync() bool {
+	if x != nil {
+		return x.Sync
+	}
+	return false
 }
 
 type PullSlotsResponse struct {
@@ -1984,23 +2024,27 @@ const file_admin_proto_rawDesc = "" +
 	"\x12SlotStatusResponse\x12\x14\n" +
 	"\x05owned\x18\x01 \x01(\tR\x05owned\x120\n" +
 	"\x05moves\x18\x02 \x03(\v2\x1a.swarmkv.v1.SlotMoveRecordR\x05moves\x12#\n" +
-	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"Y\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"\x83\x01\n" +
 	"\x12ExportSlotsRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x17\n" +
 	"\amove_id\x18\x02 \x01(\x04R\x06moveId\x12\x14\n" +
-	"\x05after\x18\x03 \x01(\fR\x05after\"2\n" +
+	"\x05after\x18\x03 \x01(\fR\x05after\x12\x12\n" +
+	"\x04live\x18\x04 \x01(\bR\x04live\x12\x14\n" +
+	"\x05slots\x18\x05 \x01(\tR\x05slots\"2\n" +
 	"\bSlotPair\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\">\n" +
 	"\x10ExportSlotsChunk\x12*\n" +
-	"\x05pairs\x18\x01 \x03(\v2\x14.swarmkv.v1.SlotPairR\x05pairs\"\x92\x01\n" +
+	"\x05pairs\x18\x01 \x03(\v2\x14.swarmkv.v1.SlotPairR\x05pairs\"\xc0\x01\n" +
 	"\x10PullSlotsRequest\x12\x17\n" +
 	"\amove_id\x18\x01 \x01(\x04R\x06moveId\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\rR\x06source\x12\x16\n" +
 	"\x06target\x18\x03 \x01(\rR\x06target\x12\x14\n" +
 	"\x05slots\x18\x04 \x01(\tR\x05slots\x12\x1f\n" +
 	"\vmap_version\x18\x05 \x01(\x04R\n" +
-	"mapVersion\"J\n" +
+	"mapVersion\x12\x18\n" +
+	"\aprecopy\x18\x06 \x01(\bR\aprecopy\x12\x12\n" +
+	"\x04sync\x18\a \x01(\bR\x04sync\"J\n" +
 	"\x11PullSlotsResponse\x12\x14\n" +
 	"\x05pairs\x18\x01 \x01(\x04R\x05pairs\x12\x1f\n" +
 	"\vadopt_index\x18\x02 \x01(\x04R\n" +

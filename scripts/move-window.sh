@@ -5,7 +5,8 @@
 # FILL puts first (random keys of a 1,000,000-key space, 256-byte values),
 # then runs `swarmnode shards split 0 --wait` and `swarmnode shards merge 0 1
 # --wait` and prints each move's window from the nodes' log ("move: slots
-# available again"). With LOAD=SECONDS it runs `bench mixed --read-ratio 0.5
+# available again"), the pairs the pre-copy wrote before the freeze
+# (protocol version 3) and those written after it. With LOAD=SECONDS it runs `bench mixed --read-ratio 0.5
 # --clients 50` and `bench ledger --clients 20` for that long instead of the
 # fill, the split a third of the way in and the merge at two thirds, and
 # prints the benches' errors (there should be none). With PROFILE=DIR it
@@ -23,7 +24,7 @@ admin=127.0.0.1:17102
 export SWARMNODE=$bin
 scripts/loopback-cluster.sh down "$dir" >/dev/null 2>&1 || true
 scripts/loopback-cluster.sh up 3 0 "$dir" >/dev/null
-trap 'scripts/loopback-cluster.sh down "$dir" >/dev/null 2>&1 || true' EXIT
+trap '[ -n "${LOGS:-}" ] && mkdir -p "$LOGS" && cp "$dir"/n*.log "$LOGS"/; scripts/loopback-cluster.sh down "$dir" >/dev/null 2>&1 || true' EXIT
 pids=()
 if [ -n "${LOAD:-}" ]; then
   echo "load: bench mixed (50 clients) and bench ledger (20 clients) for ${LOAD}s" >&2
@@ -51,7 +52,8 @@ echo "split 0" >&2
 echo "merge 0 1" >&2
 "$bin" shards merge 0 1 --wait --admin "$admin" >"$dir/merge.txt"
 for p in "${pids[@]}"; do wait "$p"; done
-grep -h "move: adopted" "$dir"/n*.log | sed -E 's/.* move=([0-9]+) .* pairs=([0-9]+).*/move \1: \2 pairs copied/'
+grep -h "move: pre-copied" "$dir"/n*.log | sed -E 's/.* move=([0-9]+) .* written=([0-9]+) took=([^ ]+).*/move \1: pre-copy wrote \2 pairs in \3, before the freeze/' || true
+grep -h "move: adopted" "$dir"/n*.log | sed -E 's/.* move=([0-9]+) .* pairs=([0-9]+).*/move \1: \2 pairs written after the freeze/'
 grep -h "move: slots available again" "$dir"/n*.log | sed -E 's/.* move=([0-9]+) unavailable=([^ ]+).*/move \1: unavailable \2/'
 if [ -n "${LOAD:-}" ]; then
   for f in "$dir"/bench-*.txt; do echo "$(basename "$f" .txt): $(grep -h ' ops ' "$f" | head -1 | sed 's/^ *//')"; done

@@ -154,7 +154,8 @@ echo "bench $workload: $ops ops in $(jq -r .seconds "$work/bench.json")s, $errs 
 final=$(status 1)
 printf '\n%s\n\n' "$final"
 # (no `status | grep -q`: with pipefail, grep's early exit fails the pipe)
-[[ $final == *"protocol version 2"* ]] || { echo "FAIL: the cluster did not reach protocol version 2" >&2; exit 1; }
+want=$(sed -n 's/^[[:space:]]*ProtocolVersion *= *\([0-9][0-9]*\)$/\1/p' "$root/cluster/config.go")
+[[ $final == *"protocol version $want"* ]] || { echo "FAIL: the cluster did not reach protocol version $want" >&2; exit 1; }
 [ "$n" = 3 ] || { echo "FAIL: $n of 3 nodes require group incarnations" >&2; exit 1; }
 if [ "$errs" != 0 ] && ! [[ $first == *"outcome unknown"* ]]; then
   echo "FAIL: the bench saw errors other than unknown outcomes" >&2

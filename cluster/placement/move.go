@@ -59,6 +59,10 @@ type Move struct {
 	Phase      string `json:"phase"`
 	// FreezeIndex is the source's log index of the freeze (PhaseFrozen on).
 	FreezeIndex uint64 `json:"freeze_index,omitempty"`
+	// Precopy is set before the target first pre-copies the slots
+	// (PhaseCreated, protocol version 3): from then on the target may hold
+	// data of the move, so an abort fences it and drops that data.
+	Precopy bool `json:"precopy,omitempty"`
 	// Error is why the move is aborting.
 	Error   string    `json:"error,omitempty"`
 	Created time.Time `json:"created"`
@@ -267,6 +271,23 @@ func Frozen(s *State, id uint64, index uint64, now time.Time) error {
 	}
 	m := s.Move(id)
 	m.FreezeIndex, m.FrozenAt = index, now
+	return nil
+}
+
+// MarkPrecopy records that move id's target may begin pre-copying its
+// slots (Move.Precopy); the move must be created, not frozen yet
+// (ErrNoChange when already marked).
+func MarkPrecopy(s *State, id uint64, now time.Time) error {
+	m := s.Move(id)
+	switch {
+	case m == nil:
+		return unknownMove(id)
+	case m.Precopy:
+		return ErrNoChange
+	case m.Phase != PhaseCreated:
+		return refused("move %d is %s, not created: no pre-copy", id, m.Phase)
+	}
+	m.Precopy, m.Updated = true, now
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package shardmove
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/cluster/placement"
+	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
@@ -29,7 +31,7 @@ func DecodeSlotCommand(b []byte, limits fsm.Limits) (*fsm.Command, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errInvalidArgument, err)
 	}
-	if c.Op < fsm.OpFreezeSlots || c.Op > fsm.OpRestrictSlots {
+	if c.Op < fsm.OpFreezeSlots || c.Op > fsm.OpSyncSlots {
 		return nil, fmt.Errorf("%w: op %s is not a slot move op", errInvalidArgument, c.Op)
 	}
 	if err := c.Validate(limits); err != nil {
@@ -92,15 +94,29 @@ func (mr *Mover) Export(req *rpc.ExportSlotsRequest, ss grpc.ServerStreamingServ
 	if r == nil {
 		return status.Errorf(codes.Unavailable, "cluster: node %s holds no replica of shard %d", h.ID, id)
 	}
-	err := r.FSM().ExportChunks(ctx, req.MoveId, req.After, h.Limits, moveChunkBytes, func(pairs []fsm.Pair) error {
+	send := func(pairs []fsm.Pair) error {
 		msg := &rpc.ExportSlotsChunk{Pairs: make([]*rpc.SlotPair, len(pairs))}
 		for i, p := range pairs {
 			msg.Pairs[i] = &rpc.SlotPair{Key: p.Key, Value: p.Value}
 		}
 		return ss.Send(msg)
-	})
+	}
+	var err error
+	if req.Live {
+		slots, perr := shard.ParseSlotSet(req.Slots)
+		if perr == nil && slots.IsEmpty() {
+			perr = errors.New("no slots")
+		}
+		if perr != nil {
+			return h.Status(fmt.Errorf("%w: live export: %v", errInvalidArgument, perr), id, nil)
+		}
+		err = r.FSM().ExportLiveChunks(ctx, slots, req.After, h.Limits, moveChunkBytes, send)
+	} else {
+		err = r.FSM().ExportChunks(ctx, req.MoveId, req.After, h.Limits, moveChunkBytes, send)
+	}
 	if errors.Is(err, fsm.ErrMoveConflict) {
-		// Not frozen here (yet): this replica may lag the freeze.
+		// Not frozen (or for a live export: not held) here (yet): this
+		// replica may lag the freeze.
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	return h.Status(err, id, nil)
@@ -139,6 +155,10 @@ func (mr *Mover) Pull(ctx context.Context, req *rpc.PullSlotsRequest) (*rpc.Pull
 		}
 		switch m.State {
 		case fsm.MoveAdopted:
+			if req.Precopy {
+				// Never before the freeze: say so, and change nothing.
+				return nil, status.Errorf(codes.Unavailable, "move %d: pre-copy: shard %d adopted the slots already", req.MoveId, dst)
+			}
 			return &rpc.PullSlotsResponse{AdoptIndex: m.Index}, nil
 		case fsm.MoveAborted:
 			return nil, h.Status(fmt.Errorf("%w: move %d is aborted on shard %d", ErrRefused, req.MoveId, dst), dst, nil)
@@ -146,22 +166,35 @@ func (mr *Mover) Pull(ctx context.Context, req *rpc.PullSlotsRequest) (*rpc.Pull
 			after, resumed = m.Pulled, m.PulledPairs
 		}
 	}
+	if req.Precopy || req.Sync {
+		return mr.pullDiff(ctx, req, r, src, dst, slots)
+	}
 	if after != nil {
 		h.Log.Info("move: pull resumes", "move", req.MoveId, "source", uint32(src), "target", uint32(dst), "pairs_before", resumed)
 	}
 	mv := func(pairs []fsm.Pair) *fsm.SlotMove {
 		return &fsm.SlotMove{ID: req.MoveId, Slots: &slots, Peer: src, MapVersion: req.MapVersion, Pairs: pairs}
 	}
-	propose := func(cmd *fsm.Command) (*fsm.Result, error) {
-		res, err := r.Propose(ctx, cmd)
-		if errors.Is(err, fsm.ErrInvalidCommand) || errors.Is(err, fsm.ErrMoveConflict) {
-			err = fmt.Errorf("%w: shard %d refused %s of move %d: %v", ErrRefused, dst, cmd.Op, req.MoveId, err)
-		}
-		return res, err
-	}
+	propose := func(cmd *fsm.Command) (*fsm.Result, error) { return proposeMove(ctx, r, dst, cmd) }
 	var total uint64
-	err = mr.onShardLeader(ctx, nil, src, func(ctx context.Context, c rpc.AdminClient) error {
-		stream, err := c.ExportSlots(ctx, &rpc.ExportSlotsRequest{Shard: uint32(src), MoveId: req.MoveId, After: after}, grpc.MaxCallRecvMsgSize(moveRecvBytes))
+	err = mr.export(ctx, src, &rpc.ExportSlotsRequest{Shard: uint32(src), MoveId: req.MoveId, After: after}, func(pairs []fsm.Pair) error {
+		if _, err := propose(&fsm.Command{Op: fsm.OpIngestSlots, Move: mv(pairs)}); err != nil {
+			return err
+		}
+		total += uint64(len(pairs))
+		return mr.afterIngest(req.MoveId, total)
+	})
+	if err != nil {
+		return nil, h.Status(err, dst, hint)
+	}
+	return mr.adopt(ctx, req, r, src, dst, slots, total)
+}
+
+// export streams req's chunks from shard src's leader to fn, in key
+// order (a chunk's pairs are fn's to keep).
+func (mr *Mover) export(ctx context.Context, src shard.ID, req *rpc.ExportSlotsRequest, fn func([]fsm.Pair) error) error {
+	return mr.onShardLeader(ctx, nil, src, func(ctx context.Context, c rpc.AdminClient) error {
+		stream, err := c.ExportSlots(ctx, req, grpc.MaxCallRecvMsgSize(moveRecvBytes))
 		if err != nil {
 			return err
 		}
@@ -180,32 +213,113 @@ func (mr *Mover) Pull(ctx context.Context, req *rpc.PullSlotsRequest) (*rpc.Pull
 					pairs[i].Value = nil
 				}
 			}
-			if _, err := propose(&fsm.Command{Op: fsm.OpIngestSlots, Move: mv(pairs)}); err != nil {
+			if err := fn(pairs); err != nil {
 				return err
-			}
-			total += uint64(len(pairs))
-			if hook := h.AfterIngest; hook != nil {
-				if err := hook(req.MoveId, total); err != nil {
-					return status.Error(codes.Unavailable, err.Error())
-				}
 			}
 		}
 	})
-	if err != nil {
-		return nil, h.Status(err, dst, hint)
+}
+
+// afterIngest runs the test hook Host.AfterIngest.
+func (mr *Mover) afterIngest(moveID, total uint64) error {
+	if hook := mr.h.AfterIngest; hook != nil {
+		if err := hook(moveID, total); err != nil {
+			return status.Error(codes.Unavailable, err.Error())
+		}
 	}
+	return nil
+}
+
+// proposeMove proposes a move command on replica r of shard dst; a
+// refusal of the state machine becomes ErrRefused.
+func proposeMove(ctx context.Context, r *replica.Replica, dst shard.ID, cmd *fsm.Command) (*fsm.Result, error) {
+	res, err := r.Propose(ctx, cmd)
+	if errors.Is(err, fsm.ErrInvalidCommand) || errors.Is(err, fsm.ErrMoveConflict) {
+		err = fmt.Errorf("%w: shard %d refused %s of move %d: %v", ErrRefused, dst, cmd.Op, cmd.Move.ID, err)
+	}
+	return res, err
+}
+
+// adopt proposes OpAdoptSlots of a pulled move (after the test hook
+// Host.BeforeAdopt).
+func (mr *Mover) adopt(ctx context.Context, req *rpc.PullSlotsRequest, r *replica.Replica, src, dst shard.ID, slots shard.SlotSet, total uint64) (*rpc.PullSlotsResponse, error) {
+	h := mr.h
 	if hook := h.BeforeAdopt; hook != nil {
 		if err := hook(req.MoveId); err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}
 	}
-	m := mv(nil)
-	res, err := propose(&fsm.Command{Op: fsm.OpAdoptSlots, Move: m})
+	res, err := proposeMove(ctx, r, dst, &fsm.Command{Op: fsm.OpAdoptSlots,
+		Move: &fsm.SlotMove{ID: req.MoveId, Slots: &slots, Peer: src, MapVersion: req.MapVersion}})
 	if err != nil {
-		return nil, h.Status(err, dst, hint)
+		return nil, h.Status(err, dst, func() (string, string) { return h.Hint(dst) })
 	}
 	h.Log.Info("move: slots pulled and adopted", "move", req.MoveId, "source", uint32(src), "target", uint32(dst), "pairs", total, "index", res.Index)
 	return &rpc.PullSlotsResponse{Pairs: total, AdoptIndex: res.Index}, nil
+}
+
+// pullDiff is a pull by difference (protocol version 3): the source's
+// data, live for a pre-copy (req.Precopy) or frozen for the sync pass
+// (req.Sync), streamed from its first key and compared chunk by chunk with
+// what the target holds of the move (fsm.ScanIncoming over the chunk's key
+// range), and only the difference proposed, as OpSyncSlots commands: the
+// pairs the target lacks or holds with another value and, in the sync
+// pass, the keys the source no longer has. A pre-copy leaves deletions to
+// the sync pass; the sync pass proposes them last, sessions_by_agent
+// entries first (they are routed through the session and agent owner
+// records, which must still be there), and then adopts. Both are
+// idempotent: a pass cut off is run again from the first key, and
+// proposes only what is still different.
+func (mr *Mover) pullDiff(ctx context.Context, req *rpc.PullSlotsRequest, r *replica.Replica, src, dst shard.ID, slots shard.SlotSet) (*rpc.PullSlotsResponse, error) {
+	h := mr.h
+	pass := &fsm.SyncPass{Limits: h.Limits, MaxBytes: moveChunkBytes, Deletes: req.Sync}
+	pass.Local = func(after, upTo []byte) ([]fsm.Pair, error) {
+		var out []fsm.Pair
+		err := r.FSM().ScanIncoming(ctx, req.MoveId, after, upTo, func(k, v []byte) error {
+			out = append(out, fsm.Pair{Key: bytes.Clone(k), Value: nilEmpty(v)})
+			return nil
+		})
+		if errors.Is(err, fsm.ErrMoveConflict) {
+			err = fmt.Errorf("%w: shard %d: %v", ErrRefused, dst, err)
+		}
+		return out, err
+	}
+	pass.Propose = func(part fsm.SyncPart) error {
+		_, err := proposeMove(ctx, r, dst, &fsm.Command{Op: fsm.OpSyncSlots, Move: &fsm.SlotMove{ID: req.MoveId, Slots: &slots,
+			Peer: src, MapVersion: req.MapVersion, Pairs: part.Pairs, Deletes: part.Deletes}})
+		if err != nil {
+			return err
+		}
+		return mr.afterIngest(req.MoveId, pass.Written+uint64(len(part.Pairs)+len(part.Deletes)))
+	}
+	exp := &rpc.ExportSlotsRequest{Shard: uint32(src), MoveId: req.MoveId, Live: req.Precopy}
+	if req.Precopy {
+		exp.Slots = slots.String()
+	}
+	err := mr.export(ctx, src, exp, pass.Chunk)
+	if err == nil {
+		err = pass.Finish()
+	}
+	if err != nil {
+		return nil, h.Status(err, dst, func() (string, string) { return h.Hint(dst) })
+	}
+	name := "pre-copy"
+	if req.Sync {
+		name = "sync"
+	}
+	h.Log.Info("move: "+name+" pass", "move", req.MoveId, "source", uint32(src), "target", uint32(dst), "compared", pass.Compared, "written", pass.Written)
+	if req.Precopy {
+		return &rpc.PullSlotsResponse{Pairs: pass.Written}, nil
+	}
+	return mr.adopt(ctx, req, r, src, dst, slots, pass.Written)
+}
+
+// nilEmpty is a copy of v, nil when empty (as exported pairs carry it).
+func nilEmpty(v []byte) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return bytes.Clone(v)
 }
 
 // MoveAdmin runs an operator's split, merge or cancel forwarded to the

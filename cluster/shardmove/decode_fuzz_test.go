@@ -24,6 +24,7 @@ func FuzzDecodeSlotCommand(f *testing.F) {
 		{Op: fsm.OpAdoptSlots, Move: &fsm.SlotMove{ID: 1, Slots: &s}},
 		{Op: fsm.OpDropSlots, Move: &fsm.SlotMove{ID: 1, Max: 10}},
 		{Op: fsm.OpRestrictSlots, Move: &fsm.SlotMove{Slots: &s}},
+		{Op: fsm.OpSyncSlots, Move: &fsm.SlotMove{ID: 1, Slots: &s, Pairs: []fsm.Pair{{Key: []byte("\x20a"), Value: []byte("v")}}, Deletes: [][]byte{[]byte("\x20b")}}},
 		{Op: fsm.OpNoop},
 	} {
 		b, err := fsm.EncodeCommand(c)
@@ -42,7 +43,7 @@ func FuzzDecodeSlotCommand(f *testing.F) {
 			}
 			return
 		}
-		if c.Op < fsm.OpFreezeSlots || c.Op > fsm.OpRestrictSlots || c.Move == nil {
+		if c.Op < fsm.OpFreezeSlots || c.Op > fsm.OpSyncSlots || c.Move == nil {
 			t.Fatalf("accepted op %s", c.Op)
 		}
 		if err := c.Validate(cluster.ApplyLimits()); err != nil {

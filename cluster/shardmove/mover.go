@@ -23,18 +23,28 @@ import (
 //	          which bootstrap it; wait for its leader, clear New
 //	created   narrow a group made at bootstrap (owning every slot in its
 //	          state machine) to its map's slots (OpRestrictSlots, once);
+//	          from protocol version 3, the target's leader pre-copies the
+//	          slots while the source still serves them (Move.Precopy set
+//	          first; Admin.PullSlots precopy: a live export, OpSyncSlots);
 //	          freeze the slots on the source (OpFreezeSlots)
 //	frozen    the target's leader pulls the frozen data from the source
 //	          (Admin.PullSlots: ExportSlots stream, OpIngestSlots in order,
+//	          OpAdoptSlots; from version 3 the sync pass instead: only
+//	          what changed since the pre-copy, OpSyncSlots, then
 //	          OpAdoptSlots)
 //	adopted   publish: one meta update gives the slots to the target and
 //	          sets the map version
 //	published the source drops the moved data (OpDropSlots until none is
 //	          left); then the move is removed (a merge's source group too)
-//	aborting  (a refused freeze or ingest, or the operator's cancel before
-//	          adoption) fence the target (register the move and drop what
-//	          it ingested), unfreeze the source, remove a split's group and
-//	          the move
+//	aborting  (a refused pre-copy, freeze or ingest, or the operator's
+//	          cancel before adoption) fence the target (register the move
+//	          and drop what it ingested), unfreeze the source, remove a
+//	          split's group and the move
+//
+// The pre-copy takes the copy of the slots' data out of the unavailable
+// window (freeze to publish): what is left in it is the sync pass, which
+// streams and compares the frozen data on two nodes and replicates only
+// the writes made during the pre-copy.
 //
 // Every step is a command the state machines make idempotent by the move
 // id, or a guarded meta update, so repeating one after a crash is safe.
@@ -139,6 +149,14 @@ func (mr *Mover) stepMove(ctx context.Context, st *placement.State, m placement.
 				return err
 			}
 		}
+		if st.ActiveVersion() >= fsm.VersionPrecopy {
+			if aborted, err := mr.precopy(ctx, st, m); aborted || err != nil {
+				return err
+			}
+		}
+		// The window runs from here (not from the step's start: the
+		// pre-copy above is outside it).
+		frozenAt := time.Now()
 		res, err := mr.slotCommand(ctx, st, m.Source, &fsm.Command{Op: fsm.OpFreezeSlots,
 			Move: &fsm.SlotMove{ID: m.ID, Slots: &slots, Peer: m.Target, MapVersion: m.MapVersion}})
 		if err != nil {
@@ -148,7 +166,7 @@ func (mr *Mover) stepMove(ctx context.Context, st *placement.State, m placement.
 			return fmt.Errorf("freeze on shard %d: %w", m.Source, err)
 		}
 		return mr.commitMove(ctx, m.ID, placement.PhaseFrozen, func(s *placement.State) error {
-			return placement.Frozen(s, m.ID, res.MoveIndex, now)
+			return placement.Frozen(s, m.ID, res.MoveIndex, frozenAt)
 		}, "source", uint32(m.Source), "slots", slots.String(), "freeze_index", res.MoveIndex)
 
 	case placement.PhaseFrozen:
@@ -158,7 +176,7 @@ func (mr *Mover) stepMove(ctx context.Context, st *placement.State, m placement.
 		var resp *rpc.PullSlotsResponse
 		err := mr.onShardLeader(ctx, st, m.Target, func(ctx context.Context, c rpc.AdminClient) (err error) {
 			resp, err = c.PullSlots(ctx, &rpc.PullSlotsRequest{MoveId: m.ID, Source: uint32(m.Source), Target: uint32(m.Target),
-				Slots: slots.String(), MapVersion: m.MapVersion})
+				Slots: slots.String(), MapVersion: m.MapVersion, Sync: st.ActiveVersion() >= fsm.VersionPrecopy})
 			return err
 		})
 		if err != nil {
@@ -197,6 +215,38 @@ func (mr *Mover) stepMove(ctx context.Context, st *placement.State, m placement.
 	return fmt.Errorf("unknown phase %q", m.Phase)
 }
 
+// precopy has the target's leader copy move m's slots from the source
+// while the source still serves them, after recording Move.Precopy (so
+// an abort fences the target). A refusal aborts the move (aborted: the
+// move is aborting, err is the abort's): a merge's collision is found
+// here, before the source is frozen.
+func (mr *Mover) precopy(ctx context.Context, st *placement.State, m placement.Move) (aborted bool, err error) {
+	if !m.Precopy {
+		err := mr.h.Update(ctx, func(s *placement.State) error { return placement.MarkPrecopy(s, m.ID, time.Now()) })
+		if err != nil {
+			return false, fmt.Errorf("record the pre-copy: %w", err)
+		}
+	}
+	start := time.Now()
+	var resp *rpc.PullSlotsResponse
+	err = mr.onShardLeader(ctx, st, m.Target, func(ctx context.Context, c rpc.AdminClient) (err error) {
+		resp, err = c.PullSlots(ctx, &rpc.PullSlotsRequest{MoveId: m.ID, Source: uint32(m.Source), Target: uint32(m.Target),
+			Slots: m.Slots.String(), MapVersion: m.MapVersion, Precopy: true})
+		return err
+	})
+	if err != nil {
+		if mr.refusal(err) {
+			return true, mr.abortMove(ctx, m, "pre-copy refused: "+status.Convert(err).Message())
+		}
+		return false, fmt.Errorf("pre-copy into shard %d: %w", m.Target, err)
+	}
+	mr.h.Log.Info("move: pre-copied", "move", m.ID, "target", uint32(m.Target), "written", resp.Pairs, "took", time.Since(start).String())
+	if hook := mr.h.AfterPrecopy; hook != nil {
+		hook(m.ID)
+	}
+	return false, nil
+}
+
 // abortMove records that move m is aborting (why); the next steps undo it.
 func (mr *Mover) abortMove(ctx context.Context, m placement.Move, why string) error {
 	mr.h.Log.Warn("move: aborting", "move", m.ID, "phase", m.Phase, "reason", why)
@@ -206,14 +256,14 @@ func (mr *Mover) abortMove(ctx context.Context, m placement.Move, why string) er
 }
 
 // stepAbort undoes move m: if the source may have been frozen (a pull may
-// have run), the target is fenced first (the move registered there and its
+// have run) or the target may have pre-copied, the target is fenced first (the move registered there and its
 // ingested data dropped, so a late pull can no longer adopt); then the
 // source is unfrozen and the move removed (with a split's new group). A
 // target that already adopted rolls the move forward instead: the source
 // is still frozen, so publishing is safe.
 func (mr *Mover) stepAbort(ctx context.Context, st *placement.State, m placement.Move) error {
 	slots := m.Slots
-	if m.FreezeIndex != 0 {
+	if m.FreezeIndex != 0 || m.Precopy {
 		_, err := mr.slotCommand(ctx, st, m.Target, &fsm.Command{Op: fsm.OpIngestSlots,
 			Move: &fsm.SlotMove{ID: m.ID, Slots: &slots, Peer: m.Source, MapVersion: m.MapVersion}})
 		if err != nil && mr.refusal(err) {

@@ -23,10 +23,11 @@ type Host struct {
 	// PolicyInterval and PolicyCooldown: cluster.Config's.
 	PolicyInterval, PolicyCooldown time.Duration
 	// The test hooks (cluster.Testing's AfterMovePhase, BeforeAdopt,
-	// AfterIngest).
+	// AfterIngest, AfterPrecopy).
 	AfterMovePhase func(moveID uint64, phase string) (halt bool)
 	BeforeAdopt    func(moveID uint64) error
 	AfterIngest    func(moveID uint64, pairs uint64) error
+	AfterPrecopy   func(moveID uint64)
 	// Unavailable records a move's unavailability window (the
 	// swarmkv_move_unavailable_seconds metric).
 	Unavailable func(time.Duration)

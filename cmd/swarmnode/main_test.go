@@ -485,7 +485,7 @@ func checkAdminCLI(ctx context.Context, t *testing.T, httpAddr string) {
 		return out, err
 	}
 	out, err := admin("members")
-	if err != nil || !strings.Contains(out, "NODE") || !regexp.MustCompile(`t1\s+active\s+alive\s+2\s+1\.\.2\s+2\s+2\s+leader`).MatchString(out) {
+	if err != nil || !strings.Contains(out, "NODE") || !regexp.MustCompile(fmt.Sprintf(`t1\s+active\s+alive\s+%[1]d\s+1\.\.%[1]d\s+2\s+2\s+leader`, cluster.ProtocolVersion)).MatchString(out) {
 		t.Fatalf("members = %v\n%s", err, out)
 	}
 	out, err = admin("members", "--json")
@@ -494,7 +494,7 @@ func checkAdminCLI(ctx context.Context, t *testing.T, httpAddr string) {
 		t.Fatalf("members --json = %v, %s", err, out)
 	}
 	out, err = admin("status")
-	if err != nil || !strings.Contains(out, "1 members  2 shards (3 of 3 groups settled)  replication factor 3  protocol version 2\n") || !strings.Contains(out, "t1:voter:0") {
+	if err != nil || !strings.Contains(out, fmt.Sprintf("1 members  2 shards (3 of 3 groups settled)  replication factor 3  protocol version %d\n", cluster.ProtocolVersion)) || !strings.Contains(out, "t1:voter:0") {
 		t.Fatalf("status = %v\n%s", err, out)
 	}
 	var st cluster.ClusterStatus

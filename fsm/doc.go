@@ -137,8 +137,9 @@
 // CheckSlot or CheckRoutingKey (RedisRead checks its keys itself, and its
 // listings leave other slots' keys out). An OpBatch whose keys' routing
 // keys fall in two slots is invalid. The slot move ops (move.go) freeze,
-// export (ExportSlots), ingest, adopt, drop and unfreeze slots: the state
-// machine's half of online split and merge; OpRestrictSlots narrows a
+// export (ExportSlots; ExportLive before the freeze), ingest, sync
+// (OpSyncSlots: the difference a pre-copy left, SyncPass), adopt, drop and
+// unfreeze slots: the state machine's half of online split and merge; OpRestrictSlots narrows a
 // shard that owns every slot (made at bootstrap) to its map's slots once,
 // before its first move. Ownership changes are
 // published with the commit of the batch that makes them, never before the

@@ -17,11 +17,13 @@ import (
 // move id, recorded in a MoveRecord of each side (see MoveState):
 //
 //	source: OpFreezeSlots -> (OpUnfreezeSlots: abort) | OpDropSlots ... until Remaining == 0
-//	target: OpIngestSlots ... -> OpAdoptSlots | (abort) OpDropSlots ... until Remaining == 0
+//	target: OpIngestSlots or OpSyncSlots ... -> OpAdoptSlots | (abort) OpDropSlots ... until Remaining == 0
 //
-// The cluster layer exports the frozen slots from the source with
-// ExportSlots and ships them to the target as OpIngestSlots commands, in
-// export order (a sessions_by_agent entry is routed through its session
+// From protocol version 3 the cluster layer copies the slots before the
+// freeze (ExportLive, shipped as OpSyncSlots) and after it ships only the
+// difference (SyncPass: OpSyncSlots writes and deletes). Before, it
+// exports the frozen slots from the source with ExportSlots and ships
+// them to the target as OpIngestSlots commands, in export order (a sessions_by_agent entry is routed through its session
 // record, which sorts before it). The first ingest registers the move on
 // the target (its Slots must be owned by no one here: not owned, and in no
 // frozen or incoming move, nor in a move whose drop is unfinished); an

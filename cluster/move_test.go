@@ -954,3 +954,90 @@ func TestPrecopySyncBringsWrites(t *testing.T) {
 		return nil
 	})
 }
+
+// TestCancelDuringPrecopy: a merge cancelled right after its pre-copy
+// (before the mover freezes the source) aborts: the receiver holds
+// nothing of the donor's slots any more (fenced and dropped, its move
+// record aborted), the donor owns and serves its slots, the map and both
+// shards are unchanged.
+func TestCancelDuringPrecopy(t *testing.T) {
+	var tcp atomic.Pointer[testCluster]
+	cancelled := make(chan error, 1)
+	var once sync.Once
+	tc := newTestCluster(t, 3, 2, func(c *Config) {
+		c.Testing.AfterPrecopy = func(id uint64) {
+			once.Do(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				_, err := tcp.Load().nodes[2].CancelMove(ctx, id)
+				cancelled <- err
+			})
+		}
+	})
+	tcp.Store(tc)
+	ctx := ctxT(t, 90*time.Second)
+	m0 := tc.anyMap()
+	from := shard.SlotSetOf(m0.SlotsOf(1)...)
+	rk, _ := rkInSlots(from, true, 0)
+	for i := range 20 {
+		if err := tc.putRouted(ctx, rk, fmt.Sprintf("k%d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st0, err := tc.nodes[0].ClusterState(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mv, err := tc.nodes[0].MergeShards(ctx, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.waitMovesDone(ctx, 60*time.Second)
+	select {
+	case err := <-cancelled:
+		if err != nil {
+			t.Fatalf("cancel after the pre-copy: %v", err)
+		}
+	default:
+		t.Fatal("no pre-copy ran")
+	}
+	st, err := tc.nodes[0].ClusterState(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.MapVersion != st0.MapVersion || st.Placement(1) == nil || len(st.Moves) != 0 {
+		t.Fatalf("state after the cancel: version %d (was %d), shards %+v, moves %+v", st.MapVersion, st0.MapVersion, st.Shards, st.Moves)
+	}
+	waitFor(t, 15*time.Second, "the receiver dropped what it pre-copied, the donor owns its slots", func() error {
+		for _, n := range tc.nodes {
+			r0, r1 := n.localReplica(0), n.localReplica(1)
+			if r0 == nil || r1 == nil {
+				return fmt.Errorf("%s lacks a replica", n.ID())
+			}
+			if r1.FSM().Owned() != from {
+				return fmt.Errorf("%s: the donor owns %v", n.ID(), r1.FSM().Owned())
+			}
+			for i := range 20 {
+				if _, err := r0.FSM().Get(kvKey(rk, fmt.Sprintf("k%d", i))); !errors.Is(err, fsm.ErrNotFound) {
+					return fmt.Errorf("%s: the receiver still holds k%d (%v)", n.ID(), i, err)
+				}
+			}
+			aborted := false
+			for _, rec := range r0.FSM().Moves() {
+				aborted = aborted || (rec.ID == mv.ID && rec.State == fsm.MoveAborted && rec.Dropped)
+			}
+			if !aborted {
+				return fmt.Errorf("%s: the receiver's records %+v", n.ID(), r0.FSM().Moves())
+			}
+		}
+		return nil
+	})
+	for i := range 20 {
+		if v, err := tc.getRouted(ctx, rk, fmt.Sprintf("k%d", i)); err != nil || string(v) != "v" {
+			t.Fatalf("k%d after the cancel: %q %v", i, v, err)
+		}
+	}
+	if err := tc.putRouted(ctx, rk, "after", []byte("w")); err != nil {
+		t.Fatalf("write after the cancel: %v", err)
+	}
+}

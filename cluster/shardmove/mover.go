@@ -219,7 +219,8 @@ func (mr *Mover) stepMove(ctx context.Context, st *placement.State, m placement.
 // while the source still serves them, after recording Move.Precopy (so
 // an abort fences the target). A refusal aborts the move (aborted: the
 // move is aborting, err is the abort's): a merge's collision is found
-// here, before the source is frozen.
+// here, before the source is frozen. aborted is also true for a move no
+// longer created once the pre-copy is done (cancelled meanwhile).
 func (mr *Mover) precopy(ctx context.Context, st *placement.State, m placement.Move) (aborted bool, err error) {
 	if !m.Precopy {
 		err := mr.h.Update(ctx, func(s *placement.State) error { return placement.MarkPrecopy(s, m.ID, time.Now()) })
@@ -243,6 +244,16 @@ func (mr *Mover) precopy(ctx context.Context, st *placement.State, m placement.M
 	mr.h.Log.Info("move: pre-copied", "move", m.ID, "target", uint32(m.Target), "written", resp.Pairs, "took", time.Since(start).String())
 	if hook := mr.h.AfterPrecopy; hook != nil {
 		hook(m.ID)
+	}
+	// The pre-copy took a while: freeze only a move still created (an
+	// operator may have cancelled it meanwhile; the next round aborts it
+	// without freezing the source for nothing).
+	now, err := mr.h.Read(ctx)
+	if err != nil {
+		return false, err
+	}
+	if cur := now.Move(m.ID); cur == nil || cur.Phase != placement.PhaseCreated {
+		return true, nil
 	}
 	return false, nil
 }

@@ -135,3 +135,25 @@ func FuzzSlotSetBinary(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseSlotSet: the slot list text of the Admin requests (split
+// --slots, a live export, a pull) either is refused or parses to a set
+// whose text form parses back to it.
+func FuzzParseSlotSet(f *testing.F) {
+	for _, s := range []string{"", "0", "0-255", "5,1-3,2", "3-1", "256", "01", "-", "1,,2", " 1", "7-7,9-12"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		s, err := ParseSlotSet(text)
+		if err != nil {
+			if s != (SlotSet{}) {
+				t.Fatalf("%q refused (%v) with a set %v", text, err, s)
+			}
+			return
+		}
+		back, err := ParseSlotSet(s.String())
+		if err != nil || back != s {
+			t.Fatalf("%q: %v prints %q, which parses to %v, %v", text, s, s.String(), back, err)
+		}
+	})
+}

@@ -99,7 +99,7 @@ func newAdminCmds() []*cobra.Command {
 		c := &cobra.Command{Use: a.use, Short: a.short, Long: a.short + ".\n\n" + adminLong, Args: nargs(a.min, a.max)}
 		f := addAdminFlags(c.Flags())
 		c.Flags().DurationVar(&f.timeout, "timeout", 10*time.Minute, "how long to wait (remove --wait, join --wait)")
-		c.Flags().BoolVar(&f.wait, "wait", true, "remove: wait until the node is removed; join: until it holds replicas")
+		c.Flags().BoolVar(&f.wait, "wait", true, "remove: wait until the node is removed; join: until it holds replicas, or 5s active with none placed")
 		run := a.run
 		c.RunE = func(c *cobra.Command, args []string) error { return run(c.Context(), f, args, c.OutOrStdout()) }
 		cmds = append(cmds, c)
@@ -286,10 +286,38 @@ type memberResult struct {
 }
 
 func join(ctx context.Context, f *adminFlags, args []string, stdout io.Writer) error {
-	// Waits until the reconciler has given the node replicas.
-	return memberChange(ctx, f, "join", args[0], stdout, func(id string, m cluster.MemberInfo) (bool, string) {
-		return m.Replicas > 0, fmt.Sprintf("%s: %d replicas, gossip %s", id, m.Replicas, m.Gossip)
-	})
+	w := joinWait{now: time.Now}
+	return memberChange(ctx, f, "join", args[0], stdout, w.done)
+}
+
+// joinSettle is how long join --wait gives the reconciler to place
+// replicas on a node once it is active before it reports that the cluster
+// placed none there.
+const joinSettle = 5 * time.Second
+
+// joinWait is join --wait's condition: the reconciler placed replicas on
+// the node, or the node has been active for joinSettle with none: every
+// shard has its replicas elsewhere and the counts are even within one (a
+// fourth node of a one-shard cluster of three), until the shard policy
+// adds a shard.
+type joinWait struct {
+	now    func() time.Time
+	active time.Time // when the node was first seen active
+}
+
+func (w *joinWait) done(id string, m cluster.MemberInfo) (bool, string) {
+	if m.Replicas > 0 {
+		return true, fmt.Sprintf("%s: %d replicas, gossip %s", id, m.Replicas, m.Gossip)
+	}
+	if m.Status == cluster.StatusActive {
+		if w.active.IsZero() {
+			w.active = w.now()
+		}
+		if w.now().Sub(w.active) >= joinSettle {
+			return true, fmt.Sprintf("%s: active, 0 replicas: every shard has its replicas on other nodes (the shard policy adds shards as members join: swarmnode shards)", id)
+		}
+	}
+	return false, fmt.Sprintf("%s: 0 replicas, gossip %s", id, m.Gossip)
 }
 
 func remove(ctx context.Context, f *adminFlags, args []string, stdout io.Writer) error {

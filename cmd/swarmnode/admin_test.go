@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/swarmkv/swarmkv/cluster"
 )
@@ -33,5 +34,40 @@ func TestPrintStatusVersion(t *testing.T) {
 				t.Errorf("%s: output lacks %q:\n%s", tc.name, w, b.String())
 			}
 		}
+	}
+}
+
+// TestJoinWait: join --wait is done once the node holds replicas, or once
+// it has been active for joinSettle with none placed on it (a fourth node
+// of a one-shard cluster of three gets none until the shard policy adds a
+// shard: waiting for replicas there hung for the whole --timeout); never
+// while the node is not active yet.
+func TestJoinWait(t *testing.T) {
+	now := time.Unix(1000, 0)
+	w := joinWait{now: func() time.Time { return now }}
+	pending := cluster.MemberInfo{ID: "n4", Status: cluster.StatusLeaving, Gossip: "alive"}
+	active := cluster.MemberInfo{ID: "n4", Status: cluster.StatusActive, Gossip: "alive"}
+	if ok, _ := w.done("n4", pending); ok {
+		t.Fatal("done before the node is active")
+	}
+	now = now.Add(time.Hour)
+	if ok, _ := w.done("n4", pending); ok {
+		t.Fatal("done before the node is active, an hour on")
+	}
+	if ok, _ := w.done("n4", active); ok {
+		t.Fatal("done as soon as the node is active, with no replica")
+	}
+	now = now.Add(joinSettle - time.Millisecond)
+	if ok, _ := w.done("n4", active); ok {
+		t.Fatal("done before joinSettle")
+	}
+	now = now.Add(time.Millisecond)
+	if ok, line := w.done("n4", active); !ok || !strings.Contains(line, "0 replicas: every shard has its replicas on other nodes") {
+		t.Fatalf("after joinSettle with no replica: %v, %q", ok, line)
+	}
+	placed := active
+	placed.Replicas = 2
+	if ok, line := (&joinWait{now: time.Now}).done("n4", placed); !ok || line != "n4: 2 replicas, gossip alive" {
+		t.Fatalf("placed: %v, %q", ok, line)
 	}
 }

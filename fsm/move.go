@@ -583,8 +583,9 @@ func (f *FSM) ExportSlots(ctx context.Context, moveID uint64, after []byte, fn f
 // ExportLive is ExportSlots for slots the replica still serves: the data
 // of slots, each owned here or frozen by a move, as one Pebble snapshot
 // holds it. Its data goes on changing: a move's pre-copy ships it as
-// OpIngestSlots commands before the freeze, and the sync pass after the
-// freeze (OpSyncSlots) brings the target up to the frozen data. A slot
+// OpSyncSlots commands before the freeze, and the sync pass after the
+// freeze (OpSyncSlots again, SyncPass) brings the target up to the frozen
+// data. A slot
 // neither owned nor frozen here is refused (ErrMoveConflict).
 func (f *FSM) ExportLive(ctx context.Context, slots shard.SlotSet, after []byte, fn func(key, value []byte) error) error {
 	return f.export(ctx, after, nil, func(st *slotState) (shard.SlotSet, error) {

@@ -398,6 +398,19 @@ func TestRemovedNodeReturns(t *testing.T) {
 	}
 	tc.cfgs[3].BootstrapExpect = 0
 	tc.start(3)
+	// It sees the cluster state (n4 removed) before anyone admits it: it
+	// waits to be admitted and does not refuse itself for good, which
+	// would outlive the join below (a jepsen remove-readd run hit that).
+	st, err := tc.nodes[0].fetchMeta(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.nodes[3].applyMeta(st); err == nil || errors.Is(err, errRefused) || !strings.Contains(err.Error(), "was removed; this data dir is new") {
+		t.Fatalf("the wiped n4 given the state before its join: %v, want it waiting to be admitted", err)
+	}
+	if err := tc.nodes[3].Ready(); errors.Is(err, errRefused) {
+		t.Fatalf("the wiped n4 refused itself: %v", err)
+	}
 	waitFor(t, 10*time.Second, "join the wiped node", func() error {
 		_, err := tc.nodes[1].JoinNode(ctx, "n4")
 		return err

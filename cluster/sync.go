@@ -151,6 +151,11 @@ func (n *Node) applyMeta(st *State) error {
 		return fmt.Errorf("waiting to be admitted into cluster %s: run `swarmnode join %s` against any member", st.ClusterID, n.cfg.ID)
 	case me == nil:
 		return n.refuse(fmt.Errorf("%w: node %s is not a member of cluster %s; wipe %s and join it again", errRefused, n.cfg.ID, st.ClusterID, n.cfg.DataDir))
+	case me.Status == StatusRemoved && local == nil && me.Incarnation != n.inc:
+		// A wiped data dir under a removed member's id, not admitted yet:
+		// it waits for its join like any new node (refusing here for
+		// good would outlive the join that admits it).
+		return fmt.Errorf("waiting to be admitted into cluster %s: node %s was removed; this data dir is new: run `swarmnode join %s` against any member", st.ClusterID, n.cfg.ID, n.cfg.ID)
 	case me.Status == StatusRemoved:
 		return n.refuse(fmt.Errorf("%w: node %s was removed from cluster %s; to add it again, wipe %s, start it and run `swarmnode join %s`", errRefused, n.cfg.ID, st.ClusterID, n.cfg.DataDir, n.cfg.ID))
 	case me.Incarnation != n.inc:

@@ -172,13 +172,10 @@ func (mr *Mover) Pull(ctx context.Context, req *rpc.PullSlotsRequest) (*rpc.Pull
 	if after != nil {
 		h.Log.Info("move: pull resumes", "move", req.MoveId, "source", uint32(src), "target", uint32(dst), "pairs_before", resumed)
 	}
-	mv := func(pairs []fsm.Pair) *fsm.SlotMove {
-		return &fsm.SlotMove{ID: req.MoveId, Slots: &slots, Peer: src, MapVersion: req.MapVersion, Pairs: pairs}
-	}
-	propose := func(cmd *fsm.Command) (*fsm.Result, error) { return proposeMove(ctx, r, dst, cmd) }
 	var total uint64
 	err = mr.export(ctx, src, &rpc.ExportSlotsRequest{Shard: uint32(src), MoveId: req.MoveId, After: after}, func(pairs []fsm.Pair) error {
-		if _, err := propose(&fsm.Command{Op: fsm.OpIngestSlots, Move: mv(pairs)}); err != nil {
+		mv := &fsm.SlotMove{ID: req.MoveId, Slots: &slots, Peer: src, MapVersion: req.MapVersion, Pairs: pairs}
+		if _, err := proposeMove(ctx, r, dst, &fsm.Command{Op: fsm.OpIngestSlots, Move: mv}); err != nil {
 			return err
 		}
 		total += uint64(len(pairs))

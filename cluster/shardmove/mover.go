@@ -173,12 +173,7 @@ func (mr *Mover) stepMove(ctx context.Context, st *placement.State, m placement.
 		// The pull is bounded by the round's 30 s; a pull that needs
 		// longer resumes in the next round after the last key the
 		// target ingested (fsm.MoveRecord.Pulled), so it finishes.
-		var resp *rpc.PullSlotsResponse
-		err := mr.onShardLeader(ctx, st, m.Target, func(ctx context.Context, c rpc.AdminClient) (err error) {
-			resp, err = c.PullSlots(ctx, &rpc.PullSlotsRequest{MoveId: m.ID, Source: uint32(m.Source), Target: uint32(m.Target),
-				Slots: slots.String(), MapVersion: m.MapVersion, Sync: st.ActiveVersion() >= fsm.VersionPrecopy})
-			return err
-		})
+		resp, err := mr.pull(ctx, st, m, false)
 		if err != nil {
 			if mr.refusal(err) {
 				return mr.abortMove(ctx, m, "pull refused: "+status.Convert(err).Message())
@@ -229,12 +224,7 @@ func (mr *Mover) precopy(ctx context.Context, st *placement.State, m placement.M
 		}
 	}
 	start := time.Now()
-	var resp *rpc.PullSlotsResponse
-	err = mr.onShardLeader(ctx, st, m.Target, func(ctx context.Context, c rpc.AdminClient) (err error) {
-		resp, err = c.PullSlots(ctx, &rpc.PullSlotsRequest{MoveId: m.ID, Source: uint32(m.Source), Target: uint32(m.Target),
-			Slots: m.Slots.String(), MapVersion: m.MapVersion, Precopy: true})
-		return err
-	})
+	resp, err := mr.pull(ctx, st, m, true)
 	if err != nil {
 		if mr.refusal(err) {
 			return true, mr.abortMove(ctx, m, "pre-copy refused: "+status.Convert(err).Message())
@@ -258,6 +248,20 @@ func (mr *Mover) precopy(ctx context.Context, st *placement.State, m placement.M
 	return false, nil
 }
 
+// pull has the target's leader pull move m's slots (Admin.PullSlots): a
+// pre-copy, or the pull after the freeze (the sync pass once the cluster
+// runs protocol version 3).
+func (mr *Mover) pull(ctx context.Context, st *placement.State, m placement.Move, precopy bool) (*rpc.PullSlotsResponse, error) {
+	req := &rpc.PullSlotsRequest{MoveId: m.ID, Source: uint32(m.Source), Target: uint32(m.Target), Slots: m.Slots.String(),
+		MapVersion: m.MapVersion, Precopy: precopy, Sync: !precopy && st.ActiveVersion() >= fsm.VersionPrecopy}
+	var resp *rpc.PullSlotsResponse
+	err := mr.onShardLeader(ctx, st, m.Target, func(ctx context.Context, c rpc.AdminClient) (err error) {
+		resp, err = c.PullSlots(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
 // abortMove records that move m is aborting (why); the next steps undo it.
 func (mr *Mover) abortMove(ctx context.Context, m placement.Move, why string) error {
 	mr.h.Log.Warn("move: aborting", "move", m.ID, "phase", m.Phase, "reason", why)
@@ -267,8 +271,9 @@ func (mr *Mover) abortMove(ctx context.Context, m placement.Move, why string) er
 }
 
 // stepAbort undoes move m: if the source may have been frozen (a pull may
-// have run) or the target may have pre-copied, the target is fenced first (the move registered there and its
-// ingested data dropped, so a late pull can no longer adopt); then the
+// have run) or the target may have pre-copied, the target is fenced first
+// (the move registered there and its ingested data dropped, so a late
+// pull can no longer adopt); then the
 // source is unfrozen and the move removed (with a split's new group). A
 // target that already adopted rolls the move forward instead: the source
 // is still frozen, so publishing is safe.

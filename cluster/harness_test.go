@@ -4,17 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/internal/freeport"
+	"github.com/swarmkv/swarmkv/internal/testlog"
 
 	"github.com/swarmkv/swarmkv/client"
 	"github.com/swarmkv/swarmkv/internal/faultnet"
@@ -72,12 +71,9 @@ func freePort(t testing.TB) string {
 	return a
 }
 
-func testLogger(t testing.TB) *slog.Logger {
-	if os.Getenv("SWARM_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
+// testLogger is test t's nodes' logger: their last lines are printed if
+// t fails (SWARM_TEST_LOG=1: everything, as it happens).
+func testLogger(t testing.TB) *slog.Logger { return testlog.New(t) }
 
 // newTestCluster starts n nodes with the given shard count; tweak may adjust
 // each node's config before start.

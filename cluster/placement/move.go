@@ -110,6 +110,43 @@ func (s *State) moving(id shard.ID) *Move {
 	return nil
 }
 
+// samePending returns the move in progress, not aborting, that a request
+// for a move of kind from source (into target, for a merge; of slots, for
+// a split: nil means the upper half by count, as PlanSplit computes it
+// from the map, which a pending split leaves as it is) would plan, or nil.
+// Planning is idempotent through it: a request retried after its commit's
+// outcome was lost (a leader change) finds its own move instead of being
+// refused for the shard being "already in a move", and an operator who
+// repeats a split or merge gets the one in progress.
+func (s *State) samePending(kind string, source, target shard.ID, slots *shard.SlotSet) *Move {
+	m := s.moving(source)
+	if m == nil || m.Kind != kind || m.Source != source || m.Phase == PhaseAborting {
+		return nil
+	}
+	switch kind {
+	case MoveMerge:
+		if m.Target != target {
+			return nil
+		}
+	case MoveSplit:
+		want := slots
+		if want == nil {
+			half := upperHalf(s.SlotsOf(source))
+			want = &half
+		}
+		if m.Slots != *want {
+			return nil
+		}
+	}
+	return m
+}
+
+// upperHalf is the upper half of slots by count (a split's default).
+func upperHalf(slots shard.SlotSet) shard.SlotSet {
+	all := slots.Slots()
+	return shard.SlotSetOf(all[len(all)-len(all)/2:]...)
+}
+
 // SlotsOf returns the slots the map of s gives shard id.
 func (s *State) SlotsOf(id shard.ID) shard.SlotSet {
 	var out shard.SlotSet
@@ -175,8 +212,12 @@ func (s *State) addMove(m Move) Move {
 // StartsEmpty, with the move's id as its Incarnation (the id may have
 // been another group's). It refuses (ErrMoveRefused, s unchanged) an unknown source,
 // a source with one slot, slots it does not own or that would leave it
-// none, and a source already in a move.
+// none, and a source already in another move. The same split already in
+// progress is returned with ErrNoChange (see samePending).
 func PlanSplit(s *State, source shard.ID, slots *shard.SlotSet, now time.Time) (Move, error) {
+	if m := s.samePending(MoveSplit, source, 0, slots); m != nil {
+		return *m, ErrNoChange
+	}
 	if err := s.checkMovable(source); err != nil {
 		return Move{}, err
 	}
@@ -186,8 +227,7 @@ func PlanSplit(s *State, source shard.ID, slots *shard.SlotSet, now time.Time) (
 	}
 	var move shard.SlotSet
 	if slots == nil {
-		all := owned.Slots()
-		move = shard.SlotSetOf(all[len(all)-len(all)/2:]...)
+		move = upperHalf(owned)
 	} else {
 		move = *slots
 		switch {
@@ -213,10 +253,14 @@ func PlanSplit(s *State, source shard.ID, slots *shard.SlotSet, now time.Time) (
 
 // PlanMerge records a merge in s: every slot of from goes to into, and
 // from is removed once done. It refuses (ErrMoveRefused, s unchanged) the
-// same shard twice, an unknown shard and a shard already in a move.
+// same shard twice, an unknown shard and a shard already in another move.
+// The same merge already in progress is returned with ErrNoChange.
 func PlanMerge(s *State, into, from shard.ID, now time.Time) (Move, error) {
 	if into == from {
 		return Move{}, refused("cannot merge shard %d into itself", into)
+	}
+	if m := s.samePending(MoveMerge, from, into, nil); m != nil {
+		return *m, ErrNoChange
 	}
 	for _, id := range []shard.ID{into, from} {
 		if err := s.checkMovable(id); err != nil {

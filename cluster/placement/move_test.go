@@ -81,7 +81,13 @@ func TestPlanRefusals(t *testing.T) {
 			_, err := PlanSplit(st, 0, &all, t0)
 			return err
 		}, "at least one slot"},
-		{"source moving", func(st *State) { PlanSplit(st, 0, nil, t0) }, func(st *State) error { _, err := PlanSplit(st, 0, nil, t0); return err }, "already in move 1"},
+		{"source moving", func(st *State) { PlanSplit(st, 0, nil, t0) }, func(st *State) error { _, err := PlanSplit(st, 0, s(0), t0); return err }, "already in move 1"},
+		{"source merging", func(st *State) { PlanMerge(st, 1, 0, t0) }, func(st *State) error { _, err := PlanSplit(st, 0, nil, t0); return err }, "already in move 1"},
+		{"other merge", func(st *State) { PlanMerge(st, 1, 0, t0) }, func(st *State) error { _, err := PlanMerge(st, 0, 1, t0); return err }, "already in move 1"},
+		{"source aborting", func(st *State) {
+			PlanSplit(st, 0, nil, t0)
+			Abort(st, 1, "test", t0)
+		}, func(st *State) error { _, err := PlanSplit(st, 0, nil, t0); return err }, "already in move 1"},
 		{"merge self", nil, func(st *State) error { _, err := PlanMerge(st, 1, 1, t0); return err }, "into itself"},
 		{"merge unknown", nil, func(st *State) error { _, err := PlanMerge(st, 0, 9, t0); return err }, "unknown shard 9"},
 		{"merge into split target", func(st *State) { PlanSplit(st, 0, nil, t0) }, func(st *State) error { _, err := PlanMerge(st, 2, 1, t0); return err }, "unknown shard 2"},
@@ -106,6 +112,46 @@ func TestPlanRefusals(t *testing.T) {
 
 // TestSplitLifecycle walks a split through every phase and checks the
 // state at each: the map changes only at the publish.
+// TestPlanRepeated: the same split or merge planned again while it is in
+// progress (a request retried after its commit's outcome was lost) gets
+// the move in progress back, with ErrNoChange and the state unchanged.
+func TestPlanRepeated(t *testing.T) {
+	st := moveState(t, 2)
+	half := upperHalf(st.SlotsOf(0))
+	first, err := PlanSplit(st, 0, nil, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, slots := range []*shard.SlotSet{nil, &half} {
+		m, err := PlanSplit(st, 0, slots, t0.Add(time.Second))
+		if !errors.Is(err, ErrNoChange) || m.ID != first.ID || m.Slots != first.Slots {
+			t.Fatalf("split again (slots %v): %+v, %v; want move %d, ErrNoChange", slots, m, err, first.ID)
+		}
+	}
+	if err := SetPhase(st, first.ID, PhasePlanned, PhaseCreated, t0); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := PlanSplit(st, 0, nil, t0); !errors.Is(err, ErrNoChange) || m.ID != first.ID {
+		t.Fatalf("split again once created: %+v, %v", m, err)
+	}
+	before := st.Clone()
+	if _, err := PlanSplit(st, 0, nil, t0); !reflect.DeepEqual(st, before) {
+		t.Fatalf("a repeated split changed the state: %v", err)
+	}
+
+	st = moveState(t, 2)
+	mm, err := PlanMerge(st, 0, 1, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := PlanMerge(st, 0, 1, t0); !errors.Is(err, ErrNoChange) || m.ID != mm.ID {
+		t.Fatalf("merge again: %+v, %v; want move %d, ErrNoChange", m, err, mm.ID)
+	}
+	if _, err := PlanMerge(st, 1, 0, t0); !errors.Is(err, ErrMoveRefused) {
+		t.Fatalf("the opposite merge: %v, want a refusal", err)
+	}
+}
+
 func TestSplitLifecycle(t *testing.T) {
 	st := moveState(t, 2)
 	m, err := PlanSplit(st, 1, nil, t0)

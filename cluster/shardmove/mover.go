@@ -144,14 +144,20 @@ func (mr *Mover) stepMove(ctx context.Context, st *placement.State, m placement.
 		}, "target", uint32(m.Target))
 
 	case placement.PhaseCreated:
-		for _, id := range []shard.ID{m.Source, m.Target} {
-			if err := mr.narrow(ctx, st, id, m.ID); err != nil {
-				return err
+		// A freeze that failed just after a pre-copy (a leader changed)
+		// is retried alone: the narrowing and the pre-copy before it are
+		// done, and what was written since is the sync pass's (so a round
+		// needs two leaders, not four, while leaderships move).
+		if !mr.recentlyPrecopied(m, now) {
+			for _, id := range []shard.ID{m.Source, m.Target} {
+				if err := mr.narrow(ctx, st, id, m.ID); err != nil {
+					return err
+				}
 			}
-		}
-		if st.ActiveVersion() >= fsm.VersionPrecopy {
-			if aborted, err := mr.precopy(ctx, st, m); aborted || err != nil {
-				return err
+			if st.ActiveVersion() >= fsm.VersionPrecopy {
+				if aborted, err := mr.precopy(ctx, st, m); aborted || err != nil {
+					return err
+				}
 			}
 		}
 		// The window runs from here (not from the step's start: the
@@ -232,6 +238,9 @@ func (mr *Mover) precopy(ctx context.Context, st *placement.State, m placement.M
 		return false, fmt.Errorf("pre-copy into shard %d: %w", m.Target, err)
 	}
 	mr.h.Log.Info("move: pre-copied", "move", m.ID, "target", uint32(m.Target), "written", resp.Pairs, "took", time.Since(start).String())
+	mr.mu.Lock()
+	mr.precopied[m.ID] = time.Now()
+	mr.mu.Unlock()
 	if hook := mr.h.AfterPrecopy; hook != nil {
 		hook(m.ID)
 	}
@@ -246,6 +255,24 @@ func (mr *Mover) precopy(ctx context.Context, st *placement.State, m placement.M
 		return true, nil
 	}
 	return false, nil
+}
+
+// precopyFresh is how long after a pre-copy a failed freeze is retried
+// without pre-copying again.
+const precopyFresh = 5 * time.Second
+
+// recentlyPrecopied reports whether move m's pre-copy finished on this
+// mover less than precopyFresh before now (and forgets older ones).
+func (mr *Mover) recentlyPrecopied(m placement.Move, now time.Time) bool {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	for id, at := range mr.precopied {
+		if now.Sub(at) >= precopyFresh {
+			delete(mr.precopied, id)
+		}
+	}
+	_, ok := mr.precopied[m.ID]
+	return ok && m.Precopy
 }
 
 // pull has the target's leader pull move m's slots (Admin.PullSlots): a

@@ -9,8 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/cluster/replica"
+	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
 )
@@ -132,5 +137,103 @@ func TestPolicyWaitsForMove(t *testing.T) {
 	d, err := mr.policyStep(context.Background(), &last)
 	if err != nil || d.Kind != "" || d.Reason != "a move is in progress" || last.IsZero() || f.updates != 0 {
 		t.Fatalf("policyStep = %+v, %v (last %v, %d updates); want no move while one is in progress", d, err, last, f.updates)
+	}
+}
+
+// moveAdmin is the Admin service of every node in a mover test: shards
+// own their map's slots, pulls succeed, and the first freezes fail
+// (a leader change).
+type moveAdmin struct {
+	rpc.AdminClient
+	st          *placement.State
+	statuses    int
+	pulls       []bool // each pull's precopy flag
+	freezes     int
+	failFreezes int
+}
+
+func (a *moveAdmin) SlotStatus(_ context.Context, req *rpc.SlotStatusRequest, _ ...grpc.CallOption) (*rpc.SlotStatusResponse, error) {
+	a.statuses++
+	return &rpc.SlotStatusResponse{Owned: a.st.SlotsOf(shard.ID(req.Shard)).String()}, nil
+}
+
+func (a *moveAdmin) PullSlots(_ context.Context, req *rpc.PullSlotsRequest, _ ...grpc.CallOption) (*rpc.PullSlotsResponse, error) {
+	a.pulls = append(a.pulls, req.Precopy)
+	return &rpc.PullSlotsResponse{}, nil
+}
+
+func (a *moveAdmin) SlotCommand(_ context.Context, req *rpc.SlotCommandRequest, _ ...grpc.CallOption) (*rpc.SlotCommandResponse, error) {
+	a.freezes++
+	if a.freezes <= a.failFreezes {
+		return nil, status.Error(codes.Aborted, "leadership lost, outcome unknown")
+	}
+	return &rpc.SlotCommandResponse{MoveIndex: 42}, nil
+}
+
+// TestFreezeRetriedWithoutPrecopy: a freeze that fails right after the
+// pre-copy is retried alone in the next rounds (no second narrowing, no
+// second pre-copy: the sync pass after the freeze brings what was
+// written since), and the move is frozen once it succeeds. Once the
+// pre-copy is older than precopyFresh, a round pre-copies again.
+func TestFreezeRetriedWithoutPrecopy(t *testing.T) {
+	st, mv := splitState(t)
+	st.ProtocolVersion = fsm.VersionPrecopy
+	if err := placement.SetPhase(st, mv.ID, placement.PhasePlanned, placement.PhaseCreated, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeNode{t: t, st: st}
+	admin := &moveAdmin{st: st, failFreezes: 2}
+	h := f.host()
+	h.Replica = func(shard.ID) *replica.Replica { return nil }
+	h.Leader = func(context.Context, placement.Group) *rpc.ReplicaStatusResponse {
+		return &rpc.ReplicaStatusResponse{NodeId: "a"}
+	}
+	h.Admin = func(string) (rpc.AdminClient, error) { return admin, nil }
+	h.Kind = func(err error) rpc.Kind {
+		if status.Code(err) == codes.Aborted {
+			return rpc.KindUnavailable
+		}
+		return rpc.KindUnknown
+	}
+	mr := New(h)
+	step := func() error { return mr.stepMove(context.Background(), f.st.Clone(), *f.st.Move(mv.ID)) }
+	for round := range 2 {
+		if err := step(); err == nil || !strings.Contains(err.Error(), "freeze on shard 0") {
+			t.Fatalf("round %d: %v, want the freeze's failure", round, err)
+		}
+	}
+	if len(admin.pulls) != 1 || !admin.pulls[0] || admin.statuses != 2 || admin.freezes != 2 {
+		t.Fatalf("after two failed freezes: pulls %v, %d slot statuses, %d freezes; want one pre-copy, two statuses (narrowing once), two freezes",
+			admin.pulls, admin.statuses, admin.freezes)
+	}
+	if err := step(); err != nil {
+		t.Fatalf("third round: %v", err)
+	}
+	if got := f.st.Move(mv.ID); got == nil || got.Phase != placement.PhaseFrozen || got.FreezeIndex != 42 || !got.Precopy {
+		t.Fatalf("move after the freeze: %+v", got)
+	}
+	if len(admin.pulls) != 1 {
+		t.Fatalf("pulls %v, want the one pre-copy", admin.pulls)
+	}
+
+	// A pre-copy older than precopyFresh is done again.
+	st2, mv2 := splitState(t)
+	st2.ProtocolVersion = fsm.VersionPrecopy
+	if err := placement.SetPhase(st2, mv2.ID, placement.PhasePlanned, placement.PhaseCreated, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	f.st = st2
+	admin.st, admin.pulls, admin.freezes, admin.failFreezes = st2, nil, 0, 1
+	if err := step(); err == nil {
+		t.Fatal("the first freeze should fail")
+	}
+	mr.mu.Lock()
+	mr.precopied[mv2.ID] = time.Now().Add(-precopyFresh)
+	mr.mu.Unlock()
+	if err := step(); err != nil {
+		t.Fatal(err)
+	}
+	if len(admin.pulls) != 2 {
+		t.Fatalf("pulls %v, want a second pre-copy once the first is stale", admin.pulls)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,10 +69,15 @@ type Mover struct {
 	h    Host
 	kick chan struct{} // wakes the mover
 	halt atomic.Bool   // stops it for good (Host.AfterMovePhase)
+
+	mu        sync.Mutex
+	precopied map[uint64]time.Time // move id: when its pre-copy last finished here
 }
 
 // New returns the Mover of the node h describes.
-func New(h Host) *Mover { return &Mover{h: h, kick: make(chan struct{}, 1)} }
+func New(h Host) *Mover {
+	return &Mover{h: h, kick: make(chan struct{}, 1), precopied: map[uint64]time.Time{}}
+}
 
 // The errors of the node's error table (package cluster).
 var (

@@ -50,9 +50,9 @@ func restoredCluster(t *testing.T, file string, n int, tweak func(*Config)) *tes
 	for i := range n {
 		name := fmt.Sprintf("r%d", i+1)
 		cfg := Config{ID: name, DataDir: filepath.Join(base, name), RaftAddr: freePort(t), GRPCAddr: freePort(t),
-			GossipAddr: freePort(t), HTTPAddr: freePort(t), HeartbeatTimeout: 200 * time.Millisecond,
+			GossipAddr: freePort(t), HTTPAddr: freePort(t), HeartbeatTimeout: testHeartbeat,
 			ReconcileInterval: 200 * time.Millisecond, // replicas placed sooner: a shorter test
-			ElectionTimeout:   200 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond, GossipProfile: "local",
+			ElectionTimeout:   testHeartbeat, LeaderLeaseTimeout: testHeartbeat / 2, GossipProfile: "local",
 			Logger: testLogger(t).With("test_node", name), Testing: Testing{Dial: tc.net.Dialer(name)}}
 		cfg.Testing.WrapRaftListener = func(ln net.Listener) net.Listener { return tc.net.Listen(name, ln) }
 		if i > 0 {

@@ -71,6 +71,19 @@ func freePort(t testing.TB) string {
 	return a
 }
 
+// testHeartbeat is the test clusters' Raft heartbeat and election timeout
+// (their leader lease is half of it): short, so failovers are quick,
+// and doubled under the race detector, which slows the nodes enough that
+// a 100 ms lease made leaders step down every second on a busy 2-core
+// machine ("failed to contact quorum"), and a move needing four leaders
+// at once could wait out its test's 45 s.
+var testHeartbeat = func() time.Duration {
+	if raceEnabled {
+		return 400 * time.Millisecond
+	}
+	return 200 * time.Millisecond
+}()
+
 // testLogger is test t's nodes' logger: their last lines are printed if
 // t fails (SWARM_TEST_LOG=1: everything, as it happens).
 func testLogger(t testing.TB) *slog.Logger { return testlog.New(t) }
@@ -91,9 +104,9 @@ func newTestCluster(t testing.TB, n, shards int, tweak func(*Config)) *testClust
 			GossipAddr:         freePort(t),
 			BootstrapExpect:    n,
 			Shards:             shards,
-			HeartbeatTimeout:   200 * time.Millisecond,
-			ElectionTimeout:    200 * time.Millisecond,
-			LeaderLeaseTimeout: 100 * time.Millisecond,
+			HeartbeatTimeout:   testHeartbeat,
+			ElectionTimeout:    testHeartbeat,
+			LeaderLeaseTimeout: testHeartbeat / 2,
 			GossipProfile:      "local",
 			Logger:             testLogger(t).With("test_node", name),
 			Testing:            Testing{Dial: tc.net.Dialer(name)},

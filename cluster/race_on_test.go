@@ -2,4 +2,5 @@
 
 package cluster
 
+// raceEnabled: the race detector slows the nodes several times over.
 const raceEnabled = true

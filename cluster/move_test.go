@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/swarmkv/swarmkv/cluster/placement"
+	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
@@ -53,59 +54,52 @@ func (tc *testCluster) putRouted(ctx context.Context, rk []byte, key string, val
 // writeRouted applies mutation m of routing key rk on the leader of the
 // shard the map names, retrying while the map moves.
 func (tc *testCluster) writeRouted(ctx context.Context, rk []byte, m fsm.Mutation) error {
-	for ctx.Err() == nil {
-		id := tc.anyMap().ShardOf(rk)
-		i := tc.currentLeaderOf(id)
-		if i < 0 {
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		r := tc.nodes[i].localReplica(id)
-		if r == nil {
-			continue
-		}
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := r.Propose(actx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{Mutations: []fsm.Mutation{m}}})
-		cancel()
-		if err == nil || !retryable(err) {
-			return err
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return ctx.Err()
+	return tc.onRoutedLeader(ctx, rk, func(ctx context.Context, r *replica.Replica) error {
+		_, err := r.Propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{Mutations: []fsm.Mutation{m}}})
+		return err
+	})
 }
 
 // getRouted reads rk/key linearizably from the owner the map names,
-// retrying (like writeRouted) while leaders change or the map moves.
-func (tc *testCluster) getRouted(ctx context.Context, rk []byte, key string) ([]byte, error) {
-	for {
-		v, err := tc.getRoutedOnce(ctx, rk, key)
-		if err == nil || !retryable(err) || ctx.Err() != nil {
-			return v, err
+// retrying while leaders change or the map moves.
+func (tc *testCluster) getRouted(ctx context.Context, rk []byte, key string) (v []byte, err error) {
+	err = tc.onRoutedLeader(ctx, rk, func(ctx context.Context, r *replica.Replica) error {
+		if err := r.ReadBarrier(ctx); err != nil {
+			return err
+		}
+		if err := r.FSM().CheckRoutingKey(rk); err != nil {
+			return err
+		}
+		v, err = r.FSM().Get(kvKey(rk, key))
+		return err
+	})
+	return v, err
+}
+
+// onRoutedLeader calls fn (bounded by 2 s) with the leader replica of the
+// shard the map names for routing key rk, again while it fails with a
+// retryable error or no leader is known, until ctx ends; it returns fn's
+// last error (ctx's if fn never ran).
+func (tc *testCluster) onRoutedLeader(ctx context.Context, rk []byte, fn func(context.Context, *replica.Replica) error) error {
+	err := ErrLeaderNotReady
+	for ctx.Err() == nil {
+		id := tc.anyMap().ShardOf(rk)
+		if i := tc.currentLeaderOf(id); i >= 0 {
+			if r := tc.nodes[i].localReplica(id); r != nil {
+				actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				err = fn(actx, r)
+				cancel()
+				if err == nil || !retryable(err) {
+					return err
+				}
+			}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-func (tc *testCluster) getRoutedOnce(ctx context.Context, rk []byte, key string) ([]byte, error) {
-	id := tc.anyMap().ShardOf(rk)
-	i := tc.currentLeaderOf(id)
-	if i < 0 {
-		return nil, ErrLeaderNotReady
+	if errors.Is(err, ErrLeaderNotReady) {
+		return ctx.Err()
 	}
-	r := tc.nodes[i].localReplica(id)
-	if r == nil {
-		return nil, ErrLeaderNotReady
-	}
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := r.ReadBarrier(rctx); err != nil {
-		return nil, err
-	}
-	if err := r.FSM().CheckRoutingKey(rk); err != nil {
-		return nil, err
-	}
-	return r.FSM().Get(kvKey(rk, key))
+	return err
 }
 
 // waitMovesDone waits until the cluster state has no move left.

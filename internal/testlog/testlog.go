@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -55,11 +56,11 @@ func New(t testing.TB) *slog.Logger {
 			delete(rings, t)
 			mu.Unlock()
 			if t.Failed() {
-				if out := r.raft.String(); out != "" {
-					t.Logf("hashicorp/raft's last %d log lines (INFO and above) in this test:\n%s", r.raft.count(), out)
+				if out, n := r.raft.lastLines(); n > 0 {
+					t.Logf("hashicorp/raft's last %d log lines (INFO and above) in this test:\n%s", n, out)
 				}
-				if out := r.own.String(); out != "" {
-					t.Logf("the last %d other log lines (INFO and above) of this test's nodes:\n%s", r.own.count(), out)
+				if out, n := r.own.lastLines(); n > 0 {
+					t.Logf("the last %d other log lines (INFO and above) of this test's nodes:\n%s", n, out)
 				}
 			}
 		})
@@ -90,29 +91,18 @@ func (r *ring) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (r *ring) count() int {
+// lastLines is the kept lines, oldest first, and how many there are.
+func (r *ring) lastLines() (string, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	kept := r.lines[:r.next]
 	if r.full {
-		return len(r.lines)
+		kept = append(slices.Clone(r.lines[r.next:]), kept...)
 	}
-	return r.next
-}
-
-// String is the kept lines, oldest first.
-func (r *ring) String() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	var b strings.Builder
-	if r.full {
-		for _, l := range r.lines[r.next:] {
-			b.WriteString(l)
-			b.WriteByte('\n')
-		}
-	}
-	for _, l := range r.lines[:r.next] {
+	for _, l := range kept {
 		b.WriteString(l)
 		b.WriteByte('\n')
 	}
-	return b.String()
+	return b.String(), len(kept)
 }

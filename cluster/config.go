@@ -24,7 +24,7 @@ import (
 // binary speaks; the cluster runs one of them, raised as its members are
 // upgraded (version.go; seed 004's handshake rule).
 const (
-	ProtocolVersion    = 3
+	ProtocolVersion    = 4
 	MinProtocolVersion = 1
 )
 

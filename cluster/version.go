@@ -54,6 +54,9 @@ const (
 	// OpSyncSlots, the live export and the pull by difference of
 	// Admin.PullSlots; the mover uses them only once the cluster runs 3,
 	// cluster/shardmove).
+
+	// Version 4 brings the second hardening round (fsm.VersionHardening:
+	// lease owners, cluster-wide transaction ids).
 )
 
 // defaultIncarnationGrace is Testing.IncarnationGrace's default.

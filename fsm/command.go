@@ -266,6 +266,11 @@ const VersionLeases = 2
 // cluster/shardmove).
 const VersionPrecopy = 3
 
+// VersionHardening is the cluster protocol version of the second
+// hardening round (issue 37): lease owners and cluster-wide transaction
+// ids. What it brings is listed in opSince and Since.
+const VersionHardening = 4
+
 // opSince maps an op to the cluster protocol version that brought it
 // (package cluster, version.go); an op not listed came with version 1.
 // A new op gets its version here, and a new field of an existing op that

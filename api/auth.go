@@ -16,9 +16,11 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// grpcPerms maps every gRPC method to the permission it needs. A method
-// missing here is refused (TestGRPCPermsCoverEveryMethod keeps it whole).
-// Redis/Exec is decided per request (redisPerm).
+// grpcPerms maps every gRPC method, unary or stream, to the permission it
+// needs (authorize, used by authUnary and authStream). A method missing
+// here is refused (TestGRPCPermsCoverEveryMethod walks the services a node
+// registers and keeps it whole). Redis/Exec is decided per request
+// (redisPerm).
 var grpcPerms = map[string]auth.Perm{
 	"/swarmkv.v1.Cluster/ClusterMap": {Keyspace: auth.Public},
 
@@ -75,14 +77,19 @@ var grpcPerms = map[string]auth.Perm{
 
 	"/swarmkv.v1.Redis/Exec": {Keyspace: auth.Assets, Write: true}, // reads: redisPerm
 
-	// A stream: its handler checks the table's keyspace (ValidateWatch).
-	"/swarmkv.v1.Watch/Watch":           {Keyspace: auth.KV},
+	// Streams that carry calls of other permissions: any authenticated
+	// caller (a member, for a node) opens them; the Pipeline authorizes
+	// each call it carries (authUnary), Watch the keyspace of the table
+	// its request names (ValidateWatch, watchServer.Watch).
+	"/swarmkv.v1.Pipeline/Calls": {Keyspace: auth.Public},
+	"/swarmkv.v1.Watch/Watch":    {Keyspace: auth.Public},
+
 	"/swarmkv.v1.Lease/TimeToLive":      {Keyspace: auth.Leases},
 	"/swarmkv.v1.Lease/List":            {Keyspace: auth.Leases},
 	"/swarmkv.v1.Lease/Grant":           {Keyspace: auth.Leases, Write: true},
 	"/swarmkv.v1.Lease/Revoke":          {Keyspace: auth.Leases, Write: true},
 	"/swarmkv.v1.Lease/KeepAlive":       {Keyspace: auth.Leases, Write: true},
-	"/swarmkv.v1.Lease/KeepAliveStream": {Keyspace: auth.Leases, Write: true}, // a stream: authStream checks it
+	"/swarmkv.v1.Lease/KeepAliveStream": {Keyspace: auth.Leases, Write: true}, // a stream
 
 	"/swarmkv.v1.Admin/MetaState":      {Keyspace: auth.Node},
 	"/swarmkv.v1.Admin/JoinNode":       {Keyspace: auth.Node},
@@ -91,8 +98,7 @@ var grpcPerms = map[string]auth.Perm{
 	"/swarmkv.v1.Admin/ChangeReplica":  {Keyspace: auth.Node},
 	"/swarmkv.v1.Admin/TransferLeader": {Keyspace: auth.Node},
 	"/swarmkv.v1.Admin/Snapshot":       {Keyspace: auth.Node},
-	// Elastic shards (cluster/shardmove). ExportSlots is a stream: the core
-	// checks its caller is a node itself (authStream only authenticates).
+	// Elastic shards (cluster/shardmove). ExportSlots is a stream.
 	"/swarmkv.v1.Admin/SlotCommand": {Keyspace: auth.Node},
 	"/swarmkv.v1.Admin/SlotStatus":  {Keyspace: auth.Node},
 	"/swarmkv.v1.Admin/ExportSlots": {Keyspace: auth.Node},
@@ -101,10 +107,46 @@ var grpcPerms = map[string]auth.Perm{
 	"/swarmkv.v1.Admin/ShardPolicy": {Keyspace: auth.Node},
 	// The console's counters (cluster/console.go).
 	"/swarmkv.v1.Console/NodeStats": {Keyspace: auth.Node},
-	"/swarmkv.v1.Admin/BackupShard": {Keyspace: auth.Node}, // a stream, checked as ExportSlots
+	"/swarmkv.v1.Admin/BackupShard": {Keyspace: auth.Node}, // a stream
 }
 
-// authUnary guards every unary gRPC call (see grpcPerms).
+// authorize is the one authorization of a gRPC call, unary or stream
+// (authUnary, authStream): it identifies the caller of method
+// (Authenticator.IdentifyGRPC) and checks it against perm, the method's
+// entry of grpcPerms (known: there is one; a method missing from the table
+// is refused), with the membership rule of node identities
+// (Authenticator.Allows: a node certificate or cluster-secret credential
+// counts only while the node is a member). The one exception: a node that
+// is not (or no longer) a member may call Admin/MetaState, which tells it
+// its own membership record only (adminServer.MetaState). A refusal is
+// audit-logged and answered PermissionDenied; nothing runs. Call it only
+// with auth on.
+func authorize(a *authn.Authenticator, ctx context.Context, method string, perm auth.Perm, known bool) (*authn.Identity, error) {
+	id, msg := a.IdentifyGRPC(ctx, method)
+	if !known {
+		a.Audit("grpc", id, method, false, "method not in the permission table")
+		return nil, status.Error(codes.PermissionDenied, "swarmkv: method not allowed")
+	}
+	if id == nil {
+		a.Audit("grpc", id, method, false, msg)
+		return nil, status.Error(codes.PermissionDenied, msg)
+	}
+	if allowed, why := a.Allows(id, perm); !allowed {
+		if id.IsNode() && method == rpc.Admin_MetaState_FullMethodName {
+			return id, nil
+		}
+		a.Audit("grpc", id, method, false, why)
+		if id.IsNode() {
+			return nil, status.Error(codes.PermissionDenied, why)
+		}
+		return nil, status.Errorf(codes.PermissionDenied, "swarmkv: %s may not call %s (needs %s)", id.Name(), method, perm)
+	}
+	return id, nil
+}
+
+// authUnary guards every unary gRPC call (authorize; a Redis Exec's
+// permission is its request's, redisPerm), and binds a Pools call's actor
+// to the caller (bindActor).
 func authUnary(n *cluster.Node, ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	a := n.Authn()
 	if !a.On() {
@@ -114,26 +156,9 @@ func authUnary(n *cluster.Node, ctx context.Context, req any, info *grpc.UnarySe
 	if r, isRedis := req.(*rpc.RedisExecRequest); isRedis {
 		perm = redisPerm(r)
 	}
-	id, msg := a.IdentifyGRPC(ctx, info.FullMethod)
-	if !ok {
-		a.Audit("grpc", id, info.FullMethod, false, "method not in the permission table")
-		return nil, status.Error(codes.PermissionDenied, "swarmkv: method not allowed")
-	}
-	if id == nil {
-		a.Audit("grpc", id, info.FullMethod, false, msg)
-		return nil, status.Error(codes.PermissionDenied, msg)
-	}
-	if allowed, why := a.Allows(id, perm); !allowed {
-		if id.IsNode() && info.FullMethod == rpc.Admin_MetaState_FullMethodName {
-			// A node that is not (or no longer) a member learns its own
-			// membership record only (adminServer.MetaState).
-			return handler(authn.WithCaller(ctx, id), req)
-		}
-		a.Audit("grpc", id, info.FullMethod, false, why)
-		if id.IsNode() {
-			return nil, status.Error(codes.PermissionDenied, why)
-		}
-		return nil, status.Errorf(codes.PermissionDenied, "swarmkv: %s may not call %s (needs %s)", id.Name(), info.FullMethod, perm)
+	id, err := authorize(a, ctx, info.FullMethod, perm, ok)
+	if err != nil {
+		return nil, err
 	}
 	if info.FullMethod == rpc.Admin_MetaState_FullMethodName {
 		ctx = authn.WithCaller(ctx, id) // adminServer.MetaState tells non-members less
@@ -146,6 +171,39 @@ func authUnary(n *cluster.Node, ctx context.Context, req any, info *grpc.UnarySe
 	}
 	return handler(ctx, req)
 }
+
+// authStream guards every stream when it opens, as authUnary guards a
+// unary call: the same table and rule (authorize), so a caller without
+// the method's permission, and a node that is not a member, is refused
+// before the handler runs. A node stream granted (a method of keyspace
+// auth.Node: Admin.BackupShard, Admin.ExportSlots, which carry a shard's
+// records) is audit-logged as well. The handler finds the caller in its
+// stream's context (authn.CallerOf). Streams whose permission depends on
+// what they carry check that themselves besides: the Pipeline authorizes
+// each call with authUnary, Watch its request's table (watchServer.Watch).
+func authStream(n *cluster.Node, srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	a := n.Authn()
+	if !a.On() {
+		return handler(srv, ss)
+	}
+	perm, ok := grpcPerms[info.FullMethod]
+	id, err := authorize(a, ss.Context(), info.FullMethod, perm, ok)
+	if err != nil {
+		return err
+	}
+	if perm.Keyspace == auth.Node {
+		a.Audit("grpc", id, info.FullMethod, true, "")
+	}
+	return handler(srv, &callerStream{ServerStream: ss, ctx: authn.WithCaller(ss.Context(), id)})
+}
+
+// callerStream is a stream whose context carries its caller (authStream).
+type callerStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *callerStream) Context() context.Context { return s.ctx }
 
 // poolsMethodPrefix is the prefix of the Pools service's methods, whose
 // requests carry an actor (bindActor).

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/rpc"
 )
 
@@ -380,28 +379,4 @@ func (p *pipelineServer) call(ctx context.Context, call *rpc.PipelineCall) (any,
 		return nil
 	}
 	return m.handler(m.impl, ctx, dec, p.intercept)
-}
-
-// authStream refuses to open a stream (the Pipeline) without valid
-// credentials when authentication is on. Every pipelined call is
-// authorized on its own as well, by authUnary.
-func authStream(n *cluster.Node, srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	a := n.Authn()
-	if a.On() {
-		id, msg := a.IdentifyGRPC(ss.Context(), info.FullMethod)
-		if id == nil {
-			a.Audit("grpc", nil, info.FullMethod, false, msg)
-			return status.Error(codes.PermissionDenied, msg)
-		}
-		// A stream that is a service call of its own (the Lease service's
-		// keep-alive stream) needs its method's permission; the Pipeline
-		// checks each call it carries, ExportSlots its caller is a node.
-		if info.FullMethod == rpc.Lease_KeepAliveStream_FullMethodName {
-			if allowed, why := a.Allows(id, grpcPerms[info.FullMethod]); !allowed {
-				a.Audit("grpc", id, info.FullMethod, false, why)
-				return status.Errorf(codes.PermissionDenied, "swarmkv: %s may not call %s (needs %s)", id.Name(), info.FullMethod, grpcPerms[info.FullMethod])
-			}
-		}
-	}
-	return handler(srv, ss)
 }

@@ -1,11 +1,15 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 
+	"github.com/swarmkv/swarmkv/auth"
 	"github.com/swarmkv/swarmkv/auth/authn"
 )
 
@@ -30,6 +34,28 @@ import (
 // Authn returns the node's authenticator: whether auth is on, who a
 // caller is, what it may do, and the audit log.
 func (n *Node) Authn() *authn.Authenticator { return n.authn }
+
+// checkNodeStream is the node-to-node streams' own check (Admin.BackupShard,
+// Admin.ExportSlots: they carry a shard's records), behind package api's
+// stream guard, which authorizes every stream with the unary calls' table
+// and rule and puts the caller in the stream's context (authn.WithCaller).
+// Defence in depth: with auth on, the caller must be there and be a node
+// the authenticator allows (a member), or the stream is refused, should
+// the guard be missing or the table give the method a weaker permission.
+func (n *Node) checkNodeStream(ctx context.Context, method string) error {
+	a := n.authn
+	if !a.On() {
+		return nil
+	}
+	id := authn.CallerOf(ctx)
+	if id == nil || !id.IsNode() {
+		return status.Errorf(codes.PermissionDenied, "swarmkv: %s is node-to-node", method)
+	}
+	if ok, why := a.Allows(id, auth.Perm{Keyspace: auth.Node}); !ok {
+		return status.Error(codes.PermissionDenied, why)
+	}
+	return nil
+}
 
 // newAuthn builds the node's authenticator (after n.tls, n.secret and n.log).
 func (n *Node) newAuthn() *authn.Authenticator {

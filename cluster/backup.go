@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -140,14 +139,13 @@ func (n *Node) exportShard(ctx context.Context, r *replica.Replica, begin func(u
 	})
 }
 
-// BackupShard is Admin.BackupShard: node-to-node only, on the shard's
+// BackupShard is Admin.BackupShard: node-to-node only (a member's node
+// identity: api's stream guard, and checkNodeStream), on the shard's
 // leader.
 func (s *adminServer) BackupShard(req *rpc.BackupShardRequest, ss grpc.ServerStreamingServer[rpc.BackupShardChunk]) error {
 	n := s.node
-	if a := n.authn; a.On() { // the api's stream guard authenticates only
-		if id, msg := a.IdentifyGRPC(ss.Context(), rpc.Admin_BackupShard_FullMethodName); id == nil || !id.IsNode() {
-			return status.Error(codes.PermissionDenied, cmp.Or(msg, "swarmkv: BackupShard is node-to-node"))
-		}
+	if err := n.checkNodeStream(ss.Context(), rpc.Admin_BackupShard_FullMethodName); err != nil {
+		return err
 	}
 	id := shard.ID(req.Shard)
 	hint := func() (string, string) { return n.leaderHint(id) }

@@ -1,14 +1,11 @@
 package cluster
 
 import (
-	"cmp"
 	"context"
 	"time"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/cluster/shardmove"
@@ -54,10 +51,8 @@ func (s *adminServer) SlotStatus(ctx context.Context, req *rpc.SlotStatusRequest
 }
 
 func (s *adminServer) ExportSlots(req *rpc.ExportSlotsRequest, ss grpc.ServerStreamingServer[rpc.ExportSlotsChunk]) error {
-	if a := s.node.authn; a.On() { // the api's stream guard authenticates only
-		if id, msg := a.IdentifyGRPC(ss.Context(), rpc.Admin_ExportSlots_FullMethodName); id == nil || !id.IsNode() {
-			return status.Error(codes.PermissionDenied, cmp.Or(msg, "swarmkv: ExportSlots is node-to-node"))
-		}
+	if err := s.node.checkNodeStream(ss.Context(), rpc.Admin_ExportSlots_FullMethodName); err != nil {
+		return err // node-to-node only: a member's node identity
 	}
 	return s.node.mover.Export(req, ss)
 }

@@ -39,8 +39,8 @@ import (
 // only as that actor, an unbound one needs pools:impersonate (or admin, or
 // a node certificate) to name any. A caller without credentials, or with an unknown or
 // revoked token, or without the role, gets PermissionDenied (HTTP 401/403,
-// RESP NOAUTH/NOPERM) before anything runs. Admin calls and every denial
-// are audit-logged (slog attribute audit=true: who, what, allowed; never a
+// RESP NOAUTH/NOPERM) before anything runs. Admin calls, every denial and
+// every grant of a node-to-node stream are audit-logged (slog attribute audit=true: who, what, allowed; never a
 // secret). Without auth every caller may do everything (the loopback
 // default).
 

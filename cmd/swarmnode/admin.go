@@ -53,8 +53,7 @@ func (f *adminFlags) addSecretFlag(fs *pflag.FlagSet) {
 // with --cluster-secret-file, else the bearer token, if any.
 func (f *adminFlags) authorize(req *http.Request) error {
 	if f.secretFile == "" {
-		f.conn.authorize(req)
-		return nil
+		return f.conn.authorize(req)
 	}
 	if *f.conn.ca != "" {
 		return usageError{errors.New("--cluster-secret-file is for a node with --auth without TLS; with TLS use a client certificate (--tls-cert, --tls-key)")}

@@ -2,7 +2,10 @@ package main
 
 import (
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -59,25 +62,62 @@ func (f *connFlags) clientConfig(endpoints string) (client.Config, error) {
 	return client.Config{Endpoints: eps, TLS: tc, Token: *f.token}, nil
 }
 
-// httpClient returns an HTTP client and the URL scheme to use.
+// httpClient returns an HTTP client and the URL scheme to use. It follows
+// a redirect only where a request may carry its credential
+// (plaintextToken).
 func (f *connFlags) httpClient(timeout time.Duration) (*http.Client, string, error) {
 	tc, err := f.tlsConfig()
 	if err != nil {
 		return nil, "", err
 	}
+	hc := &http.Client{Timeout: timeout, CheckRedirect: checkRedirect}
 	if tc == nil {
-		return &http.Client{Timeout: timeout}, "http", nil
+		return hc, "http", nil
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = tc
-	return &http.Client{Timeout: timeout, Transport: tr}, "https", nil
+	hc.Transport = tr
+	return hc, "https", nil
 }
 
-// authorize adds the bearer token to an HTTP request.
-func (f *connFlags) authorize(req *http.Request) {
-	if *f.token != "" {
-		req.Header.Set("Authorization", "Bearer "+*f.token)
+// checkRedirect is net/http's default redirect policy (at most 10), and
+// refuses a redirect that would carry the request's Authorization header
+// in plaintext off loopback (net/http keeps the header on a redirect to
+// the same host, https to http included).
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
 	}
+	if req.Header.Get("Authorization") != "" {
+		return plaintextToken(req.URL)
+	}
+	return nil
+}
+
+// authorize adds the bearer token to an HTTP request; refused before
+// anything is sent when it would cross the network in plaintext
+// (plaintextToken).
+func (f *connFlags) authorize(req *http.Request) error {
+	if *f.token == "" {
+		return nil
+	}
+	if err := plaintextToken(req.URL); err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+*f.token)
+	return nil
+}
+
+// plaintextToken applies the Go client's rule (client.ErrPlaintextToken,
+// client.IsLoopback) to a request of the admin HTTP API that carries a
+// credential: over http, only to a loopback address (localhost,
+// 127.0.0.0/8, ::1); anywhere else only over https (--tls-ca).
+func plaintextToken(u *url.URL) error {
+	if u.Scheme == "https" || client.IsLoopback(u.Hostname()) {
+		return nil
+	}
+	return usageError{fmt.Errorf("%w to %s over http, which is not a loopback address: give the cluster CA with --tls-ca "+
+		"(or SWARM_TLS_CA) to talk https, or reach the admin API through 127.0.0.1", client.ErrPlaintextToken, u.Host)}
 }
 
 type errString string

@@ -198,9 +198,38 @@ func TestRoutes(t *testing.T) {
 			t.Errorf("GET %s: Cache-Control %q", path, cc)
 		}
 	}
+	// Every response of the page's routes carries the security headers:
+	// its own files only, no inline script or style, never framed.
+	for _, path := range []string{"/ui/", "/ui/app.js", "/ui/style.css", "/ui/nope.js", "/ui", "/"} {
+		resp, _ := get(path)
+		csp := resp.Header.Get("Content-Security-Policy")
+		for _, want := range []string{"default-src 'self'", "script-src 'self'", "style-src 'self'", "frame-ancestors 'none'", "form-action 'none'"} {
+			if !strings.Contains(csp, want) {
+				t.Errorf("GET %s: Content-Security-Policy %q, want %s", path, csp, want)
+			}
+		}
+		if strings.Contains(csp, "unsafe-") {
+			t.Errorf("GET %s: Content-Security-Policy %q allows unsafe sources", path, csp)
+		}
+		if xfo := resp.Header.Get("X-Frame-Options"); xfo != "DENY" {
+			t.Errorf("GET %s: X-Frame-Options %q, want DENY", path, xfo)
+		}
+		if ns := resp.Header.Get("X-Content-Type-Options"); ns != "nosniff" {
+			t.Errorf("GET %s: X-Content-Type-Options %q, want nosniff", path, ns)
+		}
+	}
 	// Nothing but the page's own files: no script, style or font from
-	// elsewhere.
+	// elsewhere, and nothing inline the policy would block (a script or
+	// style element with content, a style attribute, an event handler).
 	_, page := get("/ui/")
+	for _, inline := range []string{"<style", " style=", " onclick=", " onload=", " onsubmit=", " onerror=", "javascript:"} {
+		if strings.Contains(strings.ToLower(page), inline) {
+			t.Errorf("the page has %q, which its policy blocks", inline)
+		}
+	}
+	if strings.Count(page, "<script") != strings.Count(page, "<script src=") {
+		t.Error("the page has an inline script, which its policy blocks")
+	}
 	for _, ref := range []string{"http://", "https://", "//cdn"} {
 		if strings.Contains(page, ref) {
 			t.Errorf("the page refers to %q", ref)

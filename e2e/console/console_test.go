@@ -34,6 +34,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/swarmkv/swarmkv/client"
@@ -229,6 +231,11 @@ func get(url, token string) (int, string, error) {
 	return resp.StatusCode, string(b), nil
 }
 
+// cspRecorder records the page's Content-Security-Policy violations
+// (directive and what was blocked) in window.__cspViolations.
+const cspRecorder = `window.__cspViolations = [];
+document.addEventListener('securitypolicyviolation', (e) => window.__cspViolations.push(e.violatedDirective + ' ' + e.blockedURI));`
+
 // page is what the console shows, read from its DOM.
 type page struct {
 	Login   bool   `json:"login"`
@@ -293,6 +300,18 @@ func TestConsoleShowsDeadNode(t *testing.T) {
 	// Over plain HTTP: the page is open, its data needs the token.
 	if code, body, err := get("http://"+n1.http+"/ui/", ""); err != nil || code != 200 || !strings.Contains(body, "swarmkv console") {
 		t.Fatalf("GET /ui/ without a token: %d %v", code, err)
+	}
+	// The page runs under its Content-Security-Policy (own files only, no
+	// inline script or style, never framed): what follows checks that it
+	// still works so.
+	if resp, err := http.Get("http://" + n1.http + "/ui/"); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") ||
+			resp.Header.Get("X-Frame-Options") != "DENY" {
+			t.Fatalf("GET /ui/: Content-Security-Policy %q, X-Frame-Options %q", csp, resp.Header.Get("X-Frame-Options"))
+		}
 	}
 	if code, _, err := get("http://"+n1.http+"/v1/console", ""); err != nil || code != http.StatusUnauthorized {
 		t.Fatalf("GET /v1/console without a token: %d %v, want 401", code, err)
@@ -359,6 +378,15 @@ func TestConsoleShowsDeadNode(t *testing.T) {
 			err = os.WriteFile(path, png, 0o644)
 		}
 		t.Logf("screenshot %s (%d bytes)", path, len(png))
+	}
+
+	// Every violation of the page's policy is recorded (a DevTools script,
+	// itself outside the policy, run before the page's own).
+	if err := chromedp.Do(bctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, cdppage.AddScriptToEvaluateOnNewDocument, cdppage.AddScriptToEvaluateOnNewDocumentParams{Source: cspRecorder})
+		return err
+	})); err != nil {
+		t.Fatal(err)
 	}
 
 	// The page asks for the token, then shows the cluster.
@@ -457,6 +485,25 @@ func TestConsoleShowsDeadNode(t *testing.T) {
 		t.Error("no recent events shown")
 	}
 	shot("console-dead-node.png")
+
+	// The page did all that under its policy without one violation; and
+	// the policy is in force: an inline script added now is blocked.
+	violations := func() ([]string, error) {
+		return chromedp.Run(bctx, chromedp.Evaluate[[]string](`window.__cspViolations || []`))
+	}
+	if v, err := violations(); err != nil || len(v) != 0 {
+		t.Fatalf("policy violations of the page: %q %v", v, err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`(() => { const s = document.createElement('script'); s.textContent = 'window.__inline = 1'; document.body.append(s); return true })()`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the inline script refused", func() error {
+		v, err := violations()
+		if err == nil && (len(v) != 1 || !strings.HasPrefix(v[0], "script-src")) {
+			err = fmt.Errorf("violations %q", v)
+		}
+		return err
+	})
 	out, _ := json.Marshal(p.Leaders)
 	t.Logf("after the kill: leaders %s, %d events shown, state %q", out, p.Events, p.State)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,4 +124,31 @@ func TestCheckRedirectKeepsTokenOffPlaintext(t *testing.T) {
 			t.Errorf("redirect to %s (Authorization %v): %v, want refused %v", tc.url, tc.header, err, tc.refuse)
 		}
 	}
+}
+
+// FuzzPlaintextToken: the admin CLI's check of where a credential may go
+// never panics, and lets a request through only over https or to an
+// address the Go client counts as loopback; a refusal is always
+// ErrPlaintextToken and never quotes more than the URL's host.
+func FuzzPlaintextToken(f *testing.F) {
+	for _, s := range []string{"http://127.0.0.1:7102/v1/members", "http://10.0.0.5:7102", "https://10.0.0.5:7102",
+		"http://[::1]:7102", "http://localhost./x", "http://127.0.0.1.example.com", "HTTP://10.0.0.1", "http://%31%30.0.0.1", "//x", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		u, err := url.Parse(raw)
+		if err != nil {
+			return
+		}
+		err = plaintextToken(u)
+		if err == nil {
+			if u.Scheme != "https" && !client.IsLoopback(u.Hostname()) {
+				t.Fatalf("%q let through: scheme %q, host %q", raw, u.Scheme, u.Hostname())
+			}
+			return
+		}
+		if !errors.Is(err, client.ErrPlaintextToken) || u.Scheme == "https" || client.IsLoopback(u.Hostname()) {
+			t.Fatalf("%q: %v", raw, err)
+		}
+	})
 }

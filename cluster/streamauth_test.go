@@ -126,8 +126,10 @@ func streamPairs(ctx context.Context, admin rpc.AdminClient, method string, id s
 // issued after the cluster formed) is refused on the node-to-node streams
 // that carry whole shards, Admin.BackupShard and Admin.ExportSlots, as on
 // unary calls: PermissionDenied "not a member", and not one record. A
-// member's certificate streams the records. The denials and the member's
-// grants are audit-logged.
+// member's certificate streams the records; a client certificate, even an
+// admin's, does not. The denials and the member's grants are audit-logged.
+// Behind the guard, the handlers' own check (checkNodeStream) refuses a
+// stream whose context carries no caller.
 func TestNonMemberCertificateStreamsNothing(t *testing.T) {
 	ca := newTestCA(t)
 	var audit *auditCapture
@@ -173,6 +175,12 @@ func TestNonMemberCertificateStreamsNothing(t *testing.T) {
 		return rpc.NewAdminClient(cc)
 	}
 	member, stranger := dial("n1"), dial("n9")
+	cc, err := grpc.NewClient(n1.Addrs().GRPCAddr, grpc.WithTransportCredentials(credentials.NewTLS(ca.client("ops", "admin", "*:write"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	operator := rpc.NewAdminClient(cc) // a client certificate: no node, whatever its roles
 
 	for _, method := range []string{rpc.Admin_BackupShard_FullMethodName, rpc.Admin_ExportSlots_FullMethodName} {
 		got, err := streamPairs(ctx, stranger, method, id, slots.String())
@@ -181,6 +189,13 @@ func TestNonMemberCertificateStreamsNothing(t *testing.T) {
 		}
 		if recs := audit.find("node:n9", method); len(recs) == 0 || recs[0]["allowed"] != "false" {
 			t.Errorf("%s as n9: audit records %v, want a denial", method, recs)
+		}
+		got, err = streamPairs(ctx, operator, method, id, slots.String())
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "needs node") || got != 0 {
+			t.Errorf("%s as client cert:ops (admin): %d records, %v; want PermissionDenied (needs node) and none", method, got, err)
+		}
+		if recs := audit.find("cert:ops", method); len(recs) == 0 || recs[0]["allowed"] != "false" {
+			t.Errorf("%s as cert:ops: audit records %v, want a denial", method, recs)
 		}
 		// The member's certificate streams the shard (the test's control:
 		// the stream itself works).
@@ -191,5 +206,8 @@ func TestNonMemberCertificateStreamsNothing(t *testing.T) {
 		if recs := audit.find("node:n1", method); len(recs) == 0 || recs[0]["allowed"] != "true" {
 			t.Errorf("%s as n1: audit records %v, want a grant", method, recs)
 		}
+	}
+	if err := n1.checkNodeStream(ctx, rpc.Admin_BackupShard_FullMethodName); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("checkNodeStream without a caller: %v, want PermissionDenied", err)
 	}
 }

@@ -22,7 +22,10 @@ import (
 // returns its records; after the last section Next checks the manifest
 // and the end of the file and returns io.EOF, and Manifest returns it.
 // Memory stays bounded by one record. Errors wrap ErrCorrupt (or
-// ErrTruncated, ErrNewerFormat) or are the underlying reader's.
+// ErrTruncated, ErrBadToken, ErrNewerFormat, ErrUnsigned, ErrSignature)
+// or are the underlying reader's. The signature is checked last, so a
+// caller that acts on the records before Next returns io.EOF (a node
+// writing its seed's replicas) must have checked the file whole first.
 type Reader struct {
 	d        *decoder
 	o        ReadOptions

@@ -21,6 +21,20 @@ import (
 
 type kv struct{ k, v []byte }
 
+// testKeys sign the test files; testRead checks them.
+var (
+	testKeys = mustKeys("0123456789abcdef0123456789abcdef-test")
+	testRead = ReadOptions{Keys: testKeys}
+)
+
+func mustKeys(lines ...string) *Keys {
+	k, err := ParseKeys([]byte(strings.Join(lines, "\n")))
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
 // testState is a cluster state of shards 0, 1 and 3 (2 was merged away).
 func testState() *placement.State {
 	m, _ := shard.DefaultMap(2)
@@ -38,7 +52,7 @@ func testState() *placement.State {
 			{Shard: 3, Voters: []string{"n1"}, Incarnation: 5, StartsEmpty: true},
 			{Shard: 0, Voters: []string{"n1"}}, {Shard: 1, Voters: []string{"n2"}},
 		},
-		Tokens:     []placement.Token{{ID: "t1", Name: "ci", Roles: []string{"admin"}, Hash: strings.Repeat("ab", 32), Created: time.Unix(1, 0).UTC()}},
+		Tokens:     []placement.Token{{ID: "0123456789abcdef", Name: "ci", Roles: []string{"admin"}, Hash: strings.Repeat("ab", 32), Created: time.Unix(1, 0).UTC()}},
 		NextMoveID: 6, Policy: &pol,
 	}
 }
@@ -92,7 +106,7 @@ func (d testData) section(t testing.TB, id shard.ID) []byte {
 // file returns a whole backup file of d.
 func (d testData) file(t testing.TB) []byte {
 	var b bytes.Buffer
-	w, err := NewWriter(&b)
+	w, err := NewWriter(&b, testKeys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +123,7 @@ func (d testData) file(t testing.TB) []byte {
 
 // readAll reads a file into records per shard.
 func readAll(r io.Reader) (testData, *Manifest, error) {
-	br, err := NewReader(r)
+	br, err := NewReader(r, testRead)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -175,7 +189,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("shards %+v", m.Shards)
 	}
 	var b2 bytes.Buffer
-	w, _ := NewWriter(&b2)
+	w, _ := NewWriter(&b2, testKeys)
 	for _, id := range []shard.ID{0, 1, 3} {
 		s := w.Section(id, index(id))
 		for _, r := range d[id] {
@@ -193,7 +207,7 @@ func TestRoundTrip(t *testing.T) {
 	if !bytes.Equal(b, b2.Bytes()) {
 		t.Fatal("the two writers' files differ")
 	}
-	if vm, err := Verify(bytes.NewReader(b)); err != nil || !reflect.DeepEqual(vm, m) {
+	if vm, err := Verify(bytes.NewReader(b), testRead); err != nil || !reflect.DeepEqual(vm, m) {
 		t.Fatalf("Verify: %v", err)
 	}
 }
@@ -203,11 +217,11 @@ func TestRoundTrip(t *testing.T) {
 func TestEveryTruncationRefused(t *testing.T) {
 	b := newTestData(20).file(t)
 	for n := range len(b) {
-		if _, err := Verify(bytes.NewReader(b[:n])); !errors.Is(err, ErrTruncated) {
+		if _, err := Verify(bytes.NewReader(b[:n]), testRead); !errors.Is(err, ErrTruncated) {
 			t.Fatalf("prefix of %d of %d bytes: %v", n, len(b), err)
 		}
 	}
-	if _, err := Verify(bytes.NewReader(append(slices.Clone(b), 0))); !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrTruncated) {
+	if _, err := Verify(bytes.NewReader(append(slices.Clone(b), 0)), testRead); !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrTruncated) {
 		t.Fatalf("a byte after the end: %v", err)
 	}
 }
@@ -218,8 +232,10 @@ func TestEveryCorruptionRefused(t *testing.T) {
 	for i := range b {
 		c := slices.Clone(b)
 		c[i] ^= 0x41
-		_, err := Verify(bytes.NewReader(c))
-		if !errors.Is(err, ErrCorrupt) && !(i < 12 && errors.Is(err, ErrNewerFormat)) {
+		_, err := Verify(bytes.NewReader(c), testRead)
+		ok := errors.Is(err, ErrCorrupt) || errors.Is(err, ErrSignature) && i >= len(b)-sigLen+1 ||
+			i >= 8 && i < 12 && (errors.Is(err, ErrNewerFormat) || errors.Is(err, ErrUnsigned))
+		if !ok {
 			t.Fatalf("byte %d changed: %v", i, err)
 		}
 	}
@@ -229,11 +245,11 @@ func TestEveryCorruptionRefused(t *testing.T) {
 func TestNewerFormat(t *testing.T) {
 	b := newTestData(5).file(t)
 	b[11] = FormatVersion + 1
-	_, err := Verify(bytes.NewReader(b))
-	if !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), "format version 2") {
+	_, err := Verify(bytes.NewReader(b), testRead)
+	if !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), "format version 3") {
 		t.Fatalf("%v", err)
 	}
-	if _, err := Verify(strings.NewReader("PK\x03\x04 not a backup at all")); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "not a swarmkv backup") {
+	if _, err := Verify(strings.NewReader("PK\x03\x04 not a backup at all"), testRead); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "not a swarmkv backup") {
 		t.Fatalf("other file: %v", err)
 	}
 }
@@ -252,14 +268,14 @@ func TestWriterRefuses(t *testing.T) {
 		t.Fatal("a replica-local meta record taken")
 	}
 	d := newTestData(3)
-	w, _ := NewWriter(io.Discard)
+	w, _ := NewWriter(io.Discard, testKeys)
 	if _, err := w.CopySection(bytes.NewReader(d.section(t, 1))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.CopySection(bytes.NewReader(d.section(t, 0))); err == nil {
 		t.Fatal("section out of order taken")
 	}
-	w, _ = NewWriter(io.Discard)
+	w, _ = NewWriter(io.Discard, testKeys)
 	if _, err := w.CopySection(bytes.NewReader(d.section(t, 0))); err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +283,7 @@ func TestWriterRefuses(t *testing.T) {
 		t.Fatal("a manifest of 3 shards over 1 section taken")
 	}
 	sec := d.section(t, 0)
-	w, _ = NewWriter(io.Discard)
+	w, _ = NewWriter(io.Discard, testKeys)
 	if _, err := w.CopySection(bytes.NewReader(sec[:len(sec)-1])); !errors.Is(err, ErrTruncated) {
 		t.Fatalf("truncated section: %v", err)
 	}
@@ -336,7 +352,7 @@ func TestSave(t *testing.T) {
 	path := filepath.Join(dir, "b.swkvbak")
 	var last Progress
 	m, err := Save(context.Background(), &fakeSource{t: t, d: d, states: []*placement.State{testState()}}, path,
-		Options{Progress: func(p Progress) { last = p }})
+		Options{Keys: testKeys, Progress: func(p Progress) { last = p }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +380,7 @@ func TestSave(t *testing.T) {
 		"map changed":      {t: t, d: d, states: []*placement.State{testState(), changed}},
 		"move ran between": {t: t, d: d, states: []*placement.State{testState(), planned}},
 	} {
-		_, err := Save(context.Background(), src, path, Options{})
+		_, err := Save(context.Background(), src, path, Options{Keys: testKeys})
 		if err == nil {
 			t.Fatalf("%s: saved", name)
 		}
@@ -388,7 +404,7 @@ func TestSave(t *testing.T) {
 	}
 	// A temporary file left by a killed backup is not overwritten.
 	os.WriteFile(path+".tmp", []byte("x"), 0o600)
-	if _, err := Save(context.Background(), &fakeSource{t: t, d: d, states: []*placement.State{testState()}}, path, Options{}); err == nil || !strings.Contains(err.Error(), "exists") {
+	if _, err := Save(context.Background(), &fakeSource{t: t, d: d, states: []*placement.State{testState()}}, path, Options{Keys: testKeys}); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Fatalf("over a temporary file: %v", err)
 	}
 }
@@ -399,7 +415,7 @@ func TestSaveMaxRate(t *testing.T) {
 	size := len(d.file(t))
 	start := time.Now()
 	if _, err := Save(context.Background(), &fakeSource{t: t, d: d, states: []*placement.State{testState()}},
-		filepath.Join(t.TempDir(), "b"), Options{MaxRate: int64(size) * 4}); err != nil {
+		filepath.Join(t.TempDir(), "b"), Options{Keys: testKeys, MaxRate: int64(size) * 4}); err != nil {
 		t.Fatal(err)
 	}
 	// At 4 files a second the copy takes about 250 ms: at least the
@@ -415,7 +431,7 @@ func TestSeed(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "b")
 	os.WriteFile(src, b, 0o600)
 	for _, dir := range []string{filepath.Join(t.TempDir(), "new"), t.TempDir()} {
-		m, err := Seed(src, dir)
+		m, err := Seed(src, dir, testRead)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -465,7 +481,7 @@ func TestSeedRefusals(t *testing.T) {
 		if statErr == nil {
 			before = dirNames(t, c.dir)
 		}
-		_, err := Seed(c.from, c.dir)
+		_, err := Seed(c.from, c.dir, testRead)
 		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.msg) {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -484,7 +500,7 @@ func TestSeedRefusals(t *testing.T) {
 func FuzzRead(f *testing.F) {
 	d := testData{0: testRecords(1, 3), 3: testRecords(2, 1)}
 	var b bytes.Buffer
-	w, _ := NewWriter(&b)
+	w, _ := NewWriter(&b, testKeys)
 	for _, id := range []shard.ID{0, 3} {
 		w.CopySection(bytes.NewReader(d.section(f, id)))
 	}
@@ -495,17 +511,17 @@ func FuzzRead(f *testing.F) {
 	w.Finish(ManifestOf(st, time.Unix(5, 0)))
 	f.Add(b.Bytes())
 	f.Add(b.Bytes()[:40])
-	f.Add([]byte(magic + "\x00\x00\x00\x01M\x00\x00\x00\x02{}"))
+	f.Add([]byte(magic + "\x00\x00\x00\x02M\x00\x00\x00\x02{}"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, m, err := readAll(bytes.NewReader(data))
 		if err != nil {
-			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrNewerFormat) {
+			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrNewerFormat) && !errors.Is(err, ErrSignature) && !errors.Is(err, ErrUnsigned) {
 				t.Fatalf("error of another kind: %v", err)
 			}
 			return
 		}
 		var out bytes.Buffer
-		w, _ := NewWriter(&out)
+		w, _ := NewWriter(&out, testKeys)
 		for _, s := range m.Shards {
 			fs := w.Section(s.Shard, s.Index)
 			for _, r := range got[s.Shard] {

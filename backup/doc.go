@@ -6,10 +6,11 @@
 //
 // Usage:
 //
+//	keys, err := backup.LoadKeys("backup.key") // the operator's key file (MakeKeyFile)
 //	src := &backup.HTTPSource{Client: http.DefaultClient, BaseURL: "http://127.0.0.1:7102"}
-//	m, err := backup.Save(ctx, src, "cluster.swkvbak", backup.Options{})
-//	m, err = backup.Verify(f)                           // no cluster needed
-//	m, err = backup.Seed("cluster.swkvbak", "/var/lib/swarmkv") // then: swarmnode serve --data-dir ...
+//	m, err := backup.Save(ctx, src, "cluster.swkvbak", backup.Options{Keys: keys})
+//	m, err = backup.Verify(f, backup.ReadOptions{Keys: keys}) // no cluster needed
+//	m, err = backup.Seed("cluster.swkvbak", "/var/lib/swarmkv", backup.ReadOptions{Keys: keys}) // then: swarmnode serve --data-dir ...
 //
 // # Consistency
 //
@@ -32,11 +33,12 @@
 // All integers are big-endian; uvarints are encoding/binary's, in their
 // shortest form.
 //
-//	file     = header section* manifest
-//	header   = "SWKVBKUP" | format version u32                  (12 bytes)
-//	section  = 'S' | shard u32 | index u64 | record* | 'E' | records u64 | sha256 [32]
-//	record   = 'R' | key length uvarint | key | value length uvarint | value
-//	manifest = 'M' | length u32 | manifest JSON [length] | sha256 [32]
+//	file      = header section* manifest signature
+//	header    = "SWKVBKUP" | format version u32 (2)              (12 bytes)
+//	section   = 'S' | shard u32 | index u64 | record* | 'E' | records u64 | sha256 [32]
+//	record    = 'R' | key length uvarint | key | value length uvarint | value
+//	manifest  = 'M' | length u32 | manifest JSON [length] | sha256 [32]
+//	signature = 'G' | key id [8] | HMAC-SHA256(key, "swarmkv backup signature" 0 | format version u32 | manifest's sha256) [32]
 //
 // A section holds one shard's state at its index: every record a
 // snapshot of the shard's state machine holds (package fsm: its
@@ -50,11 +52,32 @@
 // tokens with their secrets' hashes, the shard policy, the next move id,
 // each shard's incarnation) and, per shard, the index, record count, key
 // and value bytes and the section's sha256; its own sha256 is over every
-// byte of the file before it (the whole-file checksum). Nothing follows
-// it. The reader checks all of it: magic, version (a newer one is
-// ErrNewerFormat), framing, lengths, key order, each record, each
-// checksum, the manifest against the sections, and the end of the file;
-// any shortfall is ErrTruncated, anything else ErrCorrupt.
+// byte of the file before it (the whole-file checksum). The signature
+// follows; nothing follows it. The reader checks all of it: magic,
+// version (a newer one is ErrNewerFormat), framing, lengths, key order,
+// each record, each checksum, the manifest against the sections, every
+// token against the rules of token create (CheckToken; ErrBadToken), the
+// signature, and the end of the file; any shortfall is ErrTruncated, a
+// signature that does not verify ErrSignature, anything else ErrCorrupt.
+//
+// # Signature
+//
+// The checksums find damage, not forgery: anyone can recompute them (the
+// attack of issue 37: a file rewritten with this package's writer, an
+// admin token planted, verified and restored). So the writer signs the
+// whole-file checksum, which covers every byte before it (the header,
+// each section with its checksum, the manifest with each section's
+// checksum and the tokens), with HMAC-SHA256 under the first key of the
+// operator's backup key file (Keys: one key a line, at least 32 bytes,
+// owner-only mode); the key id is the first 8 bytes of SHA-256("swarmkv
+// backup key id" 0 key), so the reader picks the key among its own
+// without the file revealing it. A key file with several keys verifies a
+// file signed by any of them: rotation is putting the new key first. The
+// command that writes the file signs it (not the nodes, which hold no
+// backup key: the sections come from them over the authenticated admin
+// API). A file of format version 1 (before signatures) is ErrUnsigned
+// unless ReadOptions.TrustUnsigned; a signed file without a key or with
+// another key is ErrSignature.
 //
 // Bot-token ciphertexts (seed 004) are records of their shard like any
 // other: they come back as they were, sealed under the key ring the

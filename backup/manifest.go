@@ -7,13 +7,19 @@ import (
 	"slices"
 	"time"
 
+	"github.com/swarmkv/swarmkv/auth"
+	"github.com/swarmkv/swarmkv/auth/authn"
 	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/shard"
 )
 
 // FormatVersion is the version of the files this release writes, and the
-// newest it reads.
-const FormatVersion = 1
+// newest it reads: 2, signed. Version 1 (unsigned) is read only with
+// ReadOptions.TrustUnsigned.
+const FormatVersion = 2
+
+// firstSigned is the first format version whose files end in a signature.
+const firstSigned = 2
 
 // magic opens every backup file.
 const magic = "SWKVBKUP"
@@ -29,6 +35,10 @@ const (
 // maxManifest bounds the manifest JSON (a cluster state of 1000 tokens
 // and 256 shards is far below it).
 const maxManifest = 16 << 20
+
+// maxTokens bounds the tokens of a manifest (the cluster state keeps at
+// most 1000).
+const maxTokens = 1000
 
 // SeedFile is the name of the seed Seed writes into a data dir; a node
 // that finds it at its first start restores the backup (package cluster).
@@ -47,6 +57,9 @@ var (
 	ErrMoveInProgress = errors.New("backup: a split or merge is in progress")
 	// ErrMapChanged: the cluster's shard map changed during the backup.
 	ErrMapChanged = errors.New("backup: the shard map changed during the backup")
+	// ErrBadToken is a token of the manifest that token create would
+	// refuse; it wraps ErrCorrupt.
+	ErrBadToken = fmt.Errorf("%w: invalid token", ErrCorrupt)
 	// ErrNotEmpty is Seed's refusal of a data dir that holds anything.
 	ErrNotEmpty = errors.New("backup: data dir not empty")
 )
@@ -71,6 +84,10 @@ type Manifest struct {
 	Tokens            []placement.Token      `json:"tokens,omitempty"`
 	// Shards are the sections, in ascending shard order.
 	Shards []ShardInfo `json:"shards"`
+	// SignedBy is the id (hex) of the key whose signature was checked
+	// (by the reader) or made (by the writer); "" when none was. Not in
+	// the file's manifest: the signature block follows it.
+	SignedBy string `json:"-"`
 }
 
 // ShardInfo describes one shard's section.
@@ -127,6 +144,40 @@ func (m *Manifest) Records() uint64 {
 	return n
 }
 
+// CheckToken validates a token of a backup with the rules of token
+// create (authn.CheckTokenRequest: a name of 1-64 printable characters
+// without surrounding space, roles that parse, at least one, a valid
+// actor, and no pools:impersonate on a token bound to an actor) and
+// the form the cluster gives it (an id of 16 hex digits, the hex SHA-256
+// of its secret). Errors wrap ErrBadToken and name the token by id.
+func CheckToken(t placement.Token) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w %s: %s", ErrBadToken, clip(t.ID), fmt.Sprintf(format, args...))
+	}
+	if !auth.ValidID(t.ID) {
+		return bad("id: want 16 hex digits")
+	}
+	if b, err := hex.DecodeString(t.Hash); err != nil || len(b) != 32 || hex.EncodeToString(b) != t.Hash {
+		return bad("hash: want the hex SHA-256 of its secret")
+	}
+	name, _, err := authn.CheckTokenRequest(t.Name, t.Roles, t.Actor)
+	if err != nil {
+		return bad("%v (the rules of token create)", err)
+	}
+	if name != t.Name {
+		return bad("name %s has surrounding space", clip(t.Name))
+	}
+	return nil
+}
+
+// clip quotes at most 20 bytes of s in an error.
+func clip(s string) string {
+	if len(s) > 20 {
+		return fmt.Sprintf("%q...", s[:20])
+	}
+	return fmt.Sprintf("%q", s)
+}
+
 // check reports what makes m unusable as the manifest of a file of
 // format version version whose sections are got (nil: do not compare):
 // its errors wrap ErrCorrupt.
@@ -152,10 +203,18 @@ func (m *Manifest) check(version int, got []ShardInfo) error {
 			return bad("%v", err)
 		}
 	}
+	if len(m.Tokens) > maxTokens {
+		return bad("%d tokens, over %d", len(m.Tokens), maxTokens)
+	}
+	seen := make(map[string]bool, len(m.Tokens))
 	for i, t := range m.Tokens {
-		if t.ID == "" || t.Hash == "" {
-			return bad("token %d has no id or hash", i)
+		if err := CheckToken(t); err != nil {
+			return fmt.Errorf("%w (manifest, token %d)", err, i)
 		}
+		if seen[t.ID] {
+			return bad("token %d: id %s twice", i, t.ID)
+		}
+		seen[t.ID] = true
 	}
 	if len(m.Shards) == 0 {
 		return bad("no shards")

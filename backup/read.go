@@ -22,9 +22,13 @@ import (
 // returns its records; after the last section Next checks the manifest
 // and the end of the file and returns io.EOF, and Manifest returns it.
 // Memory stays bounded by one record. Errors wrap ErrCorrupt (or
-// ErrTruncated, ErrNewerFormat) or are the underlying reader's.
+// ErrTruncated, ErrBadToken, ErrNewerFormat, ErrUnsigned, ErrSignature)
+// or are the underlying reader's. The signature is checked last, so a
+// caller that acts on the records before Next returns io.EOF (a node
+// writing its seed's replicas) must have checked the file whole first.
 type Reader struct {
 	d        *decoder
+	o        ReadOptions
 	version  int
 	sum      hash.Hash // of every byte read
 	sections []ShardInfo
@@ -33,9 +37,27 @@ type Reader struct {
 	err      error
 }
 
-// NewReader reads and checks the header.
-func NewReader(r io.Reader) (*Reader, error) {
-	br := &Reader{d: newDecoder(r), sum: sha256.New()}
+// ReadOptions say how a reader treats a file's signature.
+type ReadOptions struct {
+	// Keys check a signed file's signature (nil: none; a signed file is
+	// then refused, ErrSignature, unless SkipSignature).
+	Keys *Keys
+	// TrustUnsigned accepts a file without a signature (format version 1,
+	// written before backups were signed): the operator's explicit trust
+	// in where the file came from (swarmnode: --trust-unsigned).
+	TrustUnsigned bool
+	// SkipSignature does not check a signed file's signature, only its
+	// checksums and contents: for a file whose signature was checked
+	// before it was copied where only its owner writes (a node's seed,
+	// which Seed checked), or a reader of records only (backupdiff).
+	SkipSignature bool
+}
+
+// NewReader reads and checks the header: a file of format version 1 is
+// refused (ErrUnsigned) unless o.TrustUnsigned, a signed one without a
+// key (ErrSignature) unless o.SkipSignature.
+func NewReader(r io.Reader, o ReadOptions) (*Reader, error) {
+	br := &Reader{d: newDecoder(r), o: o, sum: sha256.New()}
 	br.d.sinks = append(br.d.sinks, br.sum)
 	var hdr [len(magic) + 4]byte
 	if err := br.d.full(hdr[:], "header"); err != nil {
@@ -50,6 +72,11 @@ func NewReader(r io.Reader) (*Reader, error) {
 		return nil, fmt.Errorf("%w: the file is of format version %d, this swarmnode reads up to %d: use a newer swarmnode", ErrNewerFormat, v, FormatVersion)
 	case v == 0:
 		return nil, fmt.Errorf("%w: format version 0", ErrCorrupt)
+	case v < firstSigned && !o.TrustUnsigned:
+		return nil, fmt.Errorf("%w: format version %d, written before backups were signed, so nothing shows it was not changed since: "+
+			"if you trust where it came from, pass --trust-unsigned (then take a new, signed backup)", ErrUnsigned, v)
+	case v >= firstSigned && o.Keys == nil && !o.SkipSignature:
+		return nil, fmt.Errorf("%w: the file is signed and no backup key was given to check it: pass the key file it was signed with (--backup-key-file)", ErrSignature)
 	}
 	br.version = int(v)
 	return br, nil
@@ -122,6 +149,23 @@ func (r *Reader) readManifest() error {
 	if !bytes.Equal(got[:], want) {
 		return fmt.Errorf("%w: file checksum mismatch: stored %x, computed %x", ErrCorrupt, got, want)
 	}
+	signedBy := ""
+	if r.version >= firstSigned {
+		var b [sigLen]byte
+		if err := r.d.full(b[:], "signature"); err != nil {
+			return err
+		}
+		sig, err := parseSignature(b[:])
+		if err != nil {
+			return err
+		}
+		if !r.o.SkipSignature {
+			if err := r.o.Keys.verify(sig, uint32(r.version), want); err != nil {
+				return err
+			}
+			signedBy = hex.EncodeToString(sig.keyID[:])
+		}
+	}
 	if err := r.d.end(); err != nil {
 		return err
 	}
@@ -132,6 +176,7 @@ func (r *Reader) readManifest() error {
 	if err := m.check(r.version, r.sections); err != nil {
 		return err
 	}
+	m.SignedBy = signedBy
 	r.m = &m
 	return io.EOF
 }
@@ -166,9 +211,10 @@ func (s *Section) Next() (key, value []byte, err error) {
 	return key, value, err
 }
 
-// Verify reads all of r and returns its manifest if the file checks out.
-func Verify(r io.Reader) (*Manifest, error) {
-	br, err := NewReader(r)
+// Verify reads all of r and returns its manifest if the file checks out
+// (its signature as o says).
+func Verify(r io.Reader, o ReadOptions) (*Manifest, error) {
+	br, err := NewReader(r, o)
 	if err != nil {
 		return nil, err
 	}

@@ -28,6 +28,8 @@ type Source interface {
 
 // Options tune Save.
 type Options struct {
+	// Keys sign the file (their first key; required).
+	Keys *Keys
 	// Progress, if set, is called as each shard's bytes arrive (at most
 	// every 256 KiB and at each shard's end).
 	Progress func(Progress)
@@ -51,10 +53,13 @@ type Progress struct {
 // (which must not exist: another backup may be writing it), the header,
 // every shard's section in ascending order (each checked as it arrives),
 // then, if the cluster state still has the same shard map and no move was
-// planned meanwhile, the manifest; it syncs the file, renames it to path
+// planned meanwhile, the manifest and the signature (o.Keys); it syncs the file, renames it to path
 // (replacing a file there) and syncs the directory. On any error or
 // cancellation it removes the temporary file and leaves path as it was.
 func Save(ctx context.Context, src Source, path string, o Options) (_ *Manifest, err error) {
+	if o.Keys == nil {
+		return nil, fmt.Errorf("%w: no key to sign the backup with", ErrKeyFile)
+	}
 	now := o.Now
 	if now == nil {
 		now = time.Now
@@ -81,7 +86,7 @@ func Save(ctx context.Context, src Source, path string, o Options) (_ *Manifest,
 			os.Remove(tmp)
 		}
 	}()
-	w, err := NewWriter(f)
+	w, err := NewWriter(f, o.Keys)
 	if err != nil {
 		return nil, fmt.Errorf("backup: write %s: %w", tmp, err)
 	}

@@ -18,11 +18,17 @@ import (
 // starts a new cluster alone, with the backup's shard map, data and
 // tokens, which other nodes then join.
 //
+// The file's signature is checked as o says (the node that consumes the
+// seed checks everything again but the signature: it holds no backup
+// key, and trusts what is in its owner-only data dir).
+//
 // A dataDir that holds anything is refused (ErrNotEmpty), as is a file
-// that is not a whole, intact backup (ErrCorrupt, ErrTruncated) or of a
-// newer format (ErrNewerFormat); then, as on any error, dataDir is left
-// as it was (absent if it was).
-func Seed(from, dataDir string) (_ *Manifest, err error) {
+// that is not a whole, intact backup (ErrCorrupt, ErrTruncated), holds a
+// token token create would refuse (ErrBadToken), is unsigned
+// (ErrUnsigned) or wrongly signed (ErrSignature), or of a newer format
+// (ErrNewerFormat); then, as on any error, dataDir is left as it was
+// (absent if it was).
+func Seed(from, dataDir string, o ReadOptions) (_ *Manifest, err error) {
 	created, err := checkEmpty(dataDir)
 	if err != nil {
 		return nil, err
@@ -32,7 +38,7 @@ func Seed(from, dataDir string) (_ *Manifest, err error) {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
 	defer f.Close()
-	m, err := Verify(f)
+	m, err := Verify(f, o)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", from, err)
 	}
@@ -57,7 +63,7 @@ func Seed(from, dataDir string) (_ *Manifest, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
-	m2, err := Verify(io.TeeReader(f, out))
+	m2, err := Verify(io.TeeReader(f, out), o)
 	if err == nil && m2.Created != m.Created {
 		err = fmt.Errorf("%w: %s changed while it was copied", ErrCorrupt, from)
 	}

@@ -85,6 +85,7 @@ func (s *SectionWriter) Finish() (ShardInfo, error) {
 // CopySection, or record by record, Section), then the manifest (Finish).
 // It buffers; Finish flushes. The caller syncs and closes the file.
 type Writer struct {
+	keys     *Keys
 	out      *bufio.Writer
 	sum      hash.Hash // of every byte written
 	w        io.Writer // out and sum
@@ -93,10 +94,14 @@ type Writer struct {
 	err      error
 }
 
-// NewWriter writes the header to w.
-func NewWriter(w io.Writer) (*Writer, error) {
+// NewWriter writes the header to w; Finish signs the file with keys'
+// first key.
+func NewWriter(w io.Writer, keys *Keys) (*Writer, error) {
+	if keys == nil {
+		return nil, fmt.Errorf("%w: no key to sign the backup with", ErrKeyFile)
+	}
 	out := bufio.NewWriterSize(w, 256<<10)
-	fw := &Writer{out: out, sum: sha256.New()}
+	fw := &Writer{keys: keys, out: out, sum: sha256.New()}
 	fw.w = io.MultiWriter(out, fw.sum)
 	hdr := binary.BigEndian.AppendUint32([]byte(magic), FormatVersion)
 	if _, err := fw.w.Write(hdr); err != nil {
@@ -166,8 +171,8 @@ func (w *Writer) add(info ShardInfo) error {
 }
 
 // Finish fills m's shards' figures in from the sections written (m must
-// list exactly their shards), writes the manifest and the file's
-// checksum, and flushes.
+// list exactly their shards), writes the manifest, the file's checksum
+// and the signature, and flushes.
 func (w *Writer) Finish(m *Manifest) error {
 	if w.err != nil {
 		return w.err
@@ -199,8 +204,13 @@ func (w *Writer) Finish(m *Manifest) error {
 	if _, err := w.w.Write(append(b, js...)); err != nil {
 		return err
 	}
-	if _, err := w.out.Write(w.sum.Sum(nil)); err != nil {
+	sum := w.sum.Sum(nil)
+	if _, err := w.out.Write(sum); err != nil {
 		return err
 	}
+	if _, err := w.out.Write(w.keys.sign(FormatVersion, sum)); err != nil {
+		return err
+	}
+	m.SignedBy = w.keys.SigningKeyID()
 	return w.out.Flush()
 }

@@ -27,6 +27,12 @@ import (
 	"github.com/swarmkv/swarmkv/shard"
 )
 
+// backupKeys sign the tests' backups; backupRead checks them.
+var (
+	backupKeys, _ = backup.ParseKeys([]byte("0123456789abcdef0123456789abcdef-cluster-tests"))
+	backupRead    = backup.ReadOptions{Keys: backupKeys}
+)
+
 // backupSource is node i's admin API as a backup source, with bearer
 // token tok ("": none).
 func (tc *testCluster) backupSource(i int, tok string) *backup.HTTPSource {
@@ -64,7 +70,7 @@ func restoredCluster(t *testing.T, file string, n int, tweak func(*Config)) *tes
 		tc.cfgs = append(tc.cfgs, cfg)
 	}
 	t.Cleanup(tc.closeAll)
-	if _, err := backup.Seed(file, tc.cfgs[0].DataDir); err != nil {
+	if _, err := backup.Seed(file, tc.cfgs[0].DataDir, backupRead); err != nil {
 		t.Fatal(err)
 	}
 	tc.start(0)
@@ -132,7 +138,7 @@ func backupRecords(t *testing.T, file string) (map[shard.ID][]record, *backup.Ma
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, err := backup.NewReader(f)
+	r, err := backup.NewReader(f, backupRead)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +324,7 @@ func TestBackupRestore(t *testing.T) {
 	}
 	file := filepath.Join(t.TempDir(), "cluster.swkvbak")
 	started.Store(true)
-	m, err := backup.Save(ctx, src.backupSource(0, tok.Token), file, backup.Options{})
+	m, err := backup.Save(ctx, src.backupSource(0, tok.Token), file, backup.Options{Keys: backupKeys})
 	close(stop)
 	wg.Wait()
 	if err != nil {
@@ -441,7 +447,7 @@ func TestBackupLeaderCrash(t *testing.T) {
 	os.WriteFile(file, []byte("an older backup"), 0o600)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := backup.Save(ctx, tc.backupSource(via, ""), file, backup.Options{})
+		_, err := backup.Save(ctx, tc.backupSource(via, ""), file, backup.Options{Keys: backupKeys})
 		errc <- err
 	}()
 	select {
@@ -474,7 +480,7 @@ func TestBackupLeaderCrash(t *testing.T) {
 	hold.Store(false)
 	tc.start(leader)
 	tc.waitReady()
-	if _, err := backup.Save(ctx, tc.backupSource(leader, ""), file, backup.Options{}); err != nil {
+	if _, err := backup.Save(ctx, tc.backupSource(leader, ""), file, backup.Options{Keys: backupKeys}); err != nil {
 		t.Fatalf("a backup after the restart: %v", err)
 	}
 
@@ -486,7 +492,7 @@ func TestBackupLeaderCrash(t *testing.T) {
 		return err
 	})
 	before, _ := os.ReadFile(file)
-	_, err = backup.Save(ctx, tc.backupSource(via, ""), file, backup.Options{})
+	_, err = backup.Save(ctx, tc.backupSource(via, ""), file, backup.Options{Keys: backupKeys})
 	if !errors.Is(err, backup.ErrMoveInProgress) || !strings.Contains(err.Error(), "split of shard 0") {
 		t.Fatalf("a backup during a split: %v", err)
 	}

@@ -37,6 +37,14 @@ import (
 // (the replica folders it left are deleted first), a finished one removes
 // the seed.
 
+// seedRead is how a node reads its seed: everything is checked again (the
+// checksums, the records, every token against the rules of token create)
+// but the signature, which swarmnode restore (backup.Seed) checked with
+// the operator's backup key before it wrote the seed into this owner-only
+// data dir: the node holds no backup key, and whoever can write its data
+// dir can write its cluster state as well.
+var seedRead = backup.ReadOptions{SkipSignature: true, TrustUnsigned: true}
+
 // restoreSeed consumes the data dir's seed, if any (nil, nil without
 // one); the caller found no cluster state there.
 func (n *Node) restoreSeed() (*State, error) {
@@ -50,7 +58,7 @@ func (n *Node) restoreSeed() (*State, error) {
 	}
 	defer f.Close()
 	start := time.Now()
-	m, err := backup.Verify(f)
+	m, err := backup.Verify(f, seedRead)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: restore from %s: %w (nothing was restored; seed the data dir again with swarmnode restore)", path, err)
 	}
@@ -92,7 +100,7 @@ func (n *Node) removeSeed() {
 // seedShards writes every section of the backup in r (checked again as it
 // is read) as a replica folder with its snapshot.
 func (n *Node) seedShards(r io.Reader, m *backup.Manifest) error {
-	br, err := backup.NewReader(r)
+	br, err := backup.NewReader(r, seedRead)
 	if err != nil {
 		return err
 	}

@@ -83,8 +83,9 @@ func TestBackupSIGKILL(t *testing.T) {
 	})
 	dir := t.TempDir()
 	file := filepath.Join(dir, "cluster.swkvbak")
+	keyFile := filepath.Join(t.TempDir(), "backup.key") // made by the first backup
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(c.bin, "backup", "--admin", via.http, "--out", file, "--max-rate", "4MiB")
+	cmd := exec.Command(c.bin, "backup", "--admin", via.http, "--out", file, "--max-rate", "4MiB", "--backup-key-file", keyFile)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -141,13 +142,13 @@ func TestBackupSIGKILL(t *testing.T) {
 		}
 		return string(out)
 	}
-	t.Log(strings.TrimSpace(run("backup", "--admin", leader.http, "--out", file)))
-	if out := run("backup", "verify", file); !strings.Contains(out, ": ok") || !strings.Contains(out, "1 shards") {
+	t.Log(strings.TrimSpace(run("backup", "--admin", leader.http, "--out", file, "--backup-key-file", keyFile)))
+	if out := run("backup", "verify", file, "--backup-key-file", keyFile); !strings.Contains(out, ": ok (signature ok") || !strings.Contains(out, "1 shards") {
 		t.Fatalf("verify: %s", out)
 	}
 	r := &proc{id: "r1", dir: filepath.Join(t.TempDir(), "r1"), grpc: freePort(t), raft: freePort(t), http: freePort(t), gossip: freePort(t)}
-	run("restore", "--from", file, "--data-dir", r.dir)
-	if out, err := exec.Command(c.bin, "restore", "--from", file, "--data-dir", r.dir).CombinedOutput(); err == nil || !strings.Contains(string(out), "not empty") {
+	run("restore", "--from", file, "--data-dir", r.dir, "--backup-key-file", keyFile)
+	if out, err := exec.Command(c.bin, "restore", "--from", file, "--data-dir", r.dir, "--backup-key-file", keyFile).CombinedOutput(); err == nil || !strings.Contains(string(out), "not empty") {
 		t.Fatalf("a second restore into the seeded dir: %v %s", err, out)
 	}
 	r.args = []string{"serve", "--id", r.id, "--data-dir", r.dir, "--grpc-addr", r.grpc, "--raft-addr", r.raft,

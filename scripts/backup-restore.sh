@@ -73,7 +73,7 @@ echo "== backup under a put load (20 clients for ${LOAD_SECONDS:-20} s)"
 load=$!
 sleep 2
 t=$(now)
-"$bin" backup --admin "127.0.0.1:$(port 2 2)" --out "$dir/cluster.swkvbak"
+"$bin" backup --admin "127.0.0.1:$(port 2 2)" --out "$dir/cluster.swkvbak" --backup-key-file "$dir/backup.key" # made here
 backup_s=$(since "$t")
 kill -0 $load 2>/dev/null || echo "warning: the load ended before the backup did (raise LOAD_SECONDS)" >&2
 wait $load
@@ -82,14 +82,14 @@ size=$(stat -c %s "$dir/cluster.swkvbak")
 
 echo "== verify"
 t=$(now)
-"$bin" backup verify "$dir/cluster.swkvbak" | tail -n +1 | head -3
+"$bin" backup verify "$dir/cluster.swkvbak" --backup-key-file "$dir/backup.key" | tail -n +1 | head -3
 verify_s=$(since "$t")
-records=$("$bin" backup verify "$dir/cluster.swkvbak" | awk '$1 == "total" { print $2 }')
+records=$("$bin" backup verify "$dir/cluster.swkvbak" --backup-key-file "$dir/backup.key" | awk '$1 == "total" { print $2 }')
 
 echo "== restore into a fresh cluster"
 for i in 1 2 3; do kill "${pids[$((i - 1))]}" 2>/dev/null || true; done # the source is done
 t=$(now)
-"$bin" restore --from "$dir/cluster.swkvbak" --data-dir "$dir/r1"
+"$bin" restore --from "$dir/cluster.swkvbak" --data-dir "$dir/r1" --backup-key-file "$dir/backup.key"
 restore_s=$(since "$t")
 t=$(now)
 start r1 11
@@ -108,7 +108,7 @@ settled 11 || { echo "the restored cluster did not settle on 3 voters in 120s" >
 voters_s=$(since "$t")
 
 echo "== compare: a backup of the restored cluster against the first"
-"$bin" backup --admin "127.0.0.1:$(port 13 2)" --out "$dir/restored.swkvbak" >/dev/null
+"$bin" backup --admin "127.0.0.1:$(port 13 2)" --out "$dir/restored.swkvbak" --backup-key-file "$dir/backup.key" >/dev/null
 go run ./scripts/backupdiff "$dir/cluster.swkvbak" "$dir/restored.swkvbak" | tail -1 | tee "$dir/diff.txt"
 compared=$(awk '{ print $2 }' "$dir/diff.txt")
 

@@ -123,7 +123,8 @@ func newRestoreCmd() *cobra.Command {
 // that reads a backup file; the function it returns gives their options.
 func addReadFlags(c *cobra.Command) func() (backup.ReadOptions, error) {
 	keyFile := c.Flags().String("backup-key-file", "", "check the file's signature with this key file (any of its keys; also SWARM_BACKUP_KEY_FILE)")
-	trust := c.Flags().Bool("trust-unsigned", false, "accept an unsigned file (written before backups were signed): only one you trust")
+	trust := c.Flags().Bool("trust-unsigned", false, "accept an unsigned file (written before backups were signed): only one you trust (command line only, no SWARM_ variable)")
+	_ = c.Flags().SetAnnotation("trust-unsigned", noEnv, []string{"true"})
 	return func() (backup.ReadOptions, error) {
 		o := backup.ReadOptions{TrustUnsigned: *trust}
 		if *keyFile != "" {

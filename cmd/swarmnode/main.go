@@ -258,12 +258,19 @@ func group(name, short, long, what, noun string, verbs []verb, run verbRun) *cob
 	return g
 }
 
+// noEnv is the annotation of a flag that only the command line sets
+// (envDefaults skips it): one that lowers a safety check, such as
+// --trust-unsigned, must be asked for on each command, never inherited
+// from a shell profile.
+const noEnv = "swarmkv-no-env"
+
 // envDefaults sets every flag not given on the command line from
-// SWARM_<NAME> (dashes become underscores), and reports bad values.
+// SWARM_<NAME> (dashes become underscores), and reports bad values. A
+// flag annotated noEnv is left alone.
 func envDefaults(fs *pflag.FlagSet) error {
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Changed || f.Name == "help" || err != nil {
+		if f.Changed || f.Name == "help" || err != nil || f.Annotations[noEnv] != nil {
 			return
 		}
 		env := "SWARM_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))

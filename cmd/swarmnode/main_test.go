@@ -226,6 +226,19 @@ func TestEnvDefaults(t *testing.T) {
 		return fs, fs.String("data-dir", "./data", ""), fs.Int("shards", 8, ""),
 			fs.Duration("election-timeout", time.Second, ""), fs.Bool("verbose", false, "")
 	}
+	// A flag annotated noEnv (--trust-unsigned) is never set from the
+	// environment.
+	t.Run("noEnv flag", func(t *testing.T) {
+		t.Setenv("SWARM_TRUST_UNSIGNED", "true")
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		trust := fs.Bool("trust-unsigned", false, "")
+		if err := fs.SetAnnotation("trust-unsigned", noEnv, []string{"true"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := envDefaults(fs); err != nil || *trust {
+			t.Fatalf("envDefaults = %v, trust-unsigned %t: want it left false", err, *trust)
+		}
+	})
 	for _, tc := range []struct {
 		name     string
 		args     []string

@@ -113,7 +113,7 @@ func TestLeaseOwnersTwoTokens(t *testing.T) {
 	for _, k := range []string{"a", "b", "c"} {
 		putLeased(ctx, t, victim, rk, k, l2)
 	}
-	if err := victim.Put(ctx, rk, []byte("d"), []byte("v"), client.WithLease(l2)); err == nil || !strings.Contains(err.Error(), "lease holds the most keys it may") {
+	if err := victim.Put(ctx, rk, []byte("d"), []byte("v"), client.WithLease(l2)); !errors.Is(err, client.ErrLeaseFull) || !strings.Contains(err.Error(), "holds 3 keys") {
 		t.Fatalf("a fourth key: %v", err)
 	}
 	if present(ctx, t, victim, rk, "d") {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -177,4 +178,30 @@ func (s *server) checkLeaseKinds(c leaseCaller, method string, sid shard.ID, r *
 		verb = "ending"
 	}
 	return s.refuseLease(c, method, fmt.Sprintf("lease %016x holds %s: %s them needs %s", id, fsm.LeaseKindNames(kinds&miss), verb, kindRoles(kinds&miss, write)))
+}
+
+// proposeAttaching is proposeRouted of an OpBatch whose puts may attach
+// keys to leases: each lease must be open to the caller (checkLeaseUse),
+// so that no identity fills another's lease up to its key bound.
+func (s *server) proposeAttaching(ctx context.Context, method string, rk []byte, cmd *fsm.Command) (*fsm.Result, error) {
+	id, r, err := s.route(rk)
+	if err != nil {
+		return nil, err
+	}
+	var c *leaseCaller
+	var checked []uint64
+	for _, m := range cmd.Batch.Mutations {
+		if m.Lease == 0 || slices.Contains(checked, m.Lease) {
+			continue
+		}
+		if c == nil {
+			lc := s.leaseCallerOf(ctx, method)
+			c = &lc
+		}
+		if _, err := s.checkLeaseUse(ctx, *c, method, id, r, m.Lease); err != nil {
+			return nil, err
+		}
+		checked = append(checked, m.Lease)
+	}
+	return s.proposeTo(ctx, id, r, cmd)
 }

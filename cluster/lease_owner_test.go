@@ -17,7 +17,8 @@ import (
 // gRPC API with authentication on: a victim token grants a lease and puts
 // secret-doc under it; a second token holding only leases:write (or
 // leases:read) may not revoke it, keep it alive (unary or streamed), read
-// its TTL or list its keys, nor see it in List; the refusals are
+// its TTL or list its keys, nor see it in List, and a token with kv:write
+// may not put a key under it; the refusals are
 // PermissionDenied, name their reason and are audit-logged, and the key
 // survives. The owner and an admin may. A lease without an owner (granted
 // as before protocol version 4) is ended only by a caller with the write
@@ -85,8 +86,12 @@ func TestLeaseOwnersTwoTokens(t *testing.T) {
 	if ls, err := peeker.Leases().List(ctx); err != nil || len(ls) != 0 {
 		t.Fatalf("peeker's list: %v %v, want none", ls, err)
 	}
-	if !present(ctx, t, victim, rk, "secret-doc") {
-		t.Fatal("secret-doc deleted by another identity")
+	// Nor may another identity attach its keys to the lease (filling it
+	// up to its bound).
+	err = kvWriter.Put(ctx, rk, []byte("intruder"), []byte("v"), client.WithLease(l))
+	denied("another identity's put under the lease", err, "belongs to another identity")
+	if !present(ctx, t, victim, rk, "secret-doc") || present(ctx, t, victim, rk, "intruder") {
+		t.Fatal("secret-doc deleted, or intruder written, by another identity")
 	}
 	for _, why := range []string{"/swarmkv.v1.Lease/Revoke", "/swarmkv.v1.Lease/KeepAlive", "/swarmkv.v1.Lease/KeepAliveStream", "/swarmkv.v1.Lease/TimeToLive"} {
 		if !strings.Contains(logs.String(), "what="+why+" allowed=false why=\"lease "+l.String()+" belongs to another identity") {

@@ -160,9 +160,10 @@ func authUnary(n *cluster.Node, ctx context.Context, req any, info *grpc.UnarySe
 	if err != nil {
 		return nil, err
 	}
-	if info.FullMethod == rpc.Admin_MetaState_FullMethodName {
-		ctx = authn.WithCaller(ctx, id) // adminServer.MetaState tells non-members less
-	}
+	// adminServer.MetaState tells non-members less; the Lease service and
+	// the heartbeats that keep a lease alive check its owner
+	// (leaseauth.go).
+	ctx = authn.WithCaller(ctx, id)
 	if strings.HasPrefix(info.FullMethod, poolsMethodPrefix) {
 		if err := bindActor(callerOf(id), req); err != nil {
 			a.Audit("grpc", id, info.FullMethod, false, "actor not bound to the credential")

@@ -7,6 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
@@ -121,7 +124,8 @@ func (s *leaseServer) Grant(ctx context.Context, req *rpc.LeaseGrantRequest) (*r
 	if r.Leases() == nil {
 		return nil, s.notLeader(id)
 	}
-	lease, err := r.Leases().Grant(ctx, req.GetRoutingKey(), time.Duration(req.GetTtlMs())*time.Millisecond)
+	c := s.leaseCallerOf(ctx, rpc.Lease_Grant_FullMethodName)
+	lease, err := r.Leases().GrantOwned(ctx, req.GetRoutingKey(), time.Duration(req.GetTtlMs())*time.Millisecond, c.grantOwner())
 	if err != nil {
 		return nil, s.statusErr(id, err)
 	}
@@ -136,17 +140,34 @@ func (s *leaseServer) Revoke(ctx context.Context, req *rpc.LeaseRevokeRequest) (
 	if err != nil {
 		return nil, err
 	}
-	n, err := r.Leases().Revoke(ctx, req.GetId())
+	// The owner, then the keyspaces of the attached keys (checked here,
+	// and again by the state machine as the revoke applies: Deny).
+	const method = rpc.Lease_Revoke_FullMethodName
+	c := s.leaseCallerOf(ctx, method)
+	if _, err := s.checkLeaseUse(ctx, c, method, id, r, req.GetId()); err != nil {
+		return nil, err
+	}
+	if err := s.checkLeaseKinds(c, method, id, r, req.GetId(), true); err != nil {
+		return nil, err
+	}
+	n, err := r.Leases().RevokeDenying(ctx, req.GetId(), c.missing(true))
+	if errors.Is(err, fsm.ErrLeaseDenied) {
+		return nil, s.refuseLease(c, method, err.Error())
+	}
 	if err != nil {
 		return nil, s.statusErr(id, err)
 	}
 	return &rpc.LeaseRevokeResponse{Deleted: uint32(n)}, nil
 }
 
-// keepAlive renews lease on this node's replica of its shard.
-func (s *leaseServer) keepAlive(ctx context.Context, lease uint64) (time.Duration, error) {
+// keepAlive renews lease on this node's replica of its shard, for its
+// owner (checkLeaseUse).
+func (s *leaseServer) keepAlive(ctx context.Context, c leaseCaller, lease uint64) (time.Duration, error) {
 	id, r, err := s.lessorOf(lease)
 	if err != nil {
+		return 0, err
+	}
+	if _, err := s.checkLeaseUse(ctx, c, rpc.Lease_KeepAlive_FullMethodName, id, r, lease); err != nil {
 		return 0, err
 	}
 	ttl, err := r.Leases().KeepAlive(ctx, lease)
@@ -160,7 +181,7 @@ func (s *leaseServer) KeepAlive(ctx context.Context, req *rpc.LeaseKeepAliveRequ
 	if err := ValidateLeaseID(req.GetId()); err != nil {
 		return nil, s.statusErr(0, err)
 	}
-	ttl, err := s.keepAlive(ctx, req.GetId())
+	ttl, err := s.keepAlive(ctx, s.leaseCallerOf(ctx, rpc.Lease_KeepAlive_FullMethodName), req.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +196,9 @@ const maxStreamKeepAlives = 1024
 // KeepAliveStream answers each keep-alive of the stream with the new TTL,
 // 0 for a lease that no longer exists; the answers name their lease and
 // come as they are ready (up to maxStreamKeepAlives are answered
-// concurrently, so not necessarily in the order asked). Any other error
+// concurrently, so not necessarily in the order asked). A lease of
+// another identity is answered 0 too, as if it did not exist (the refusal
+// is audited; leaseauth.go). Any other error
 // ends the stream with its status (the client reconnects to the shard's
 // leader) once the keep-alives in flight have ended. Each keep-alive is
 // bounded by the request timeout.
@@ -187,6 +210,7 @@ const maxStreamKeepAlives = 1024
 func (s *leaseServer) KeepAliveStream(st rpc.Lease_KeepAliveStreamServer) error {
 	ctx, cancel := context.WithCancel(st.Context())
 	defer cancel()
+	caller := s.leaseCallerOf(ctx, rpc.Lease_KeepAliveStream_FullMethodName)
 	reqs := make(chan uint64)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -261,7 +285,18 @@ func (s *leaseServer) KeepAliveStream(st rpc.Lease_KeepAliveStreamServer) error 
 				return
 			}
 			kctx, kcancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-			ttl, err := r.Leases().KeepAlive(kctx, id)
+			defer kcancel()
+			// Another identity's lease is answered as one that does not
+			// exist (the refusal is audited): the stream carries the
+			// caller's other leases.
+			var ttl time.Duration
+			_, err = s.checkLeaseUse(kctx, caller, rpc.Lease_KeepAliveStream_FullMethodName, sid, r, id)
+			switch {
+			case status.Code(err) == codes.PermissionDenied:
+				err = nil
+			case err == nil:
+				ttl, err = r.Leases().KeepAlive(kctx, id)
+			}
 			kcancel()
 			if err != nil && !errors.Is(err, fsm.ErrLeaseNotFound) {
 				fail(s.statusErr(sid, err))
@@ -290,6 +325,18 @@ func (s *leaseServer) TimeToLive(ctx context.Context, req *rpc.LeaseTimeToLiveRe
 	st, err := r.Leases().TimeToLive(ctx, req.GetId())
 	if err != nil {
 		return nil, s.statusErr(id, err)
+	}
+	// Another identity's lease is refused; the keys of a lease without an
+	// owner are listed to a caller with the read role of their keyspaces.
+	const method = rpc.Lease_TimeToLive_FullMethodName
+	c := s.leaseCallerOf(ctx, method)
+	if !c.open(st.Record) {
+		return nil, s.refuseLease(c, method, notOwner(req.GetId()))
+	}
+	if req.GetKeys() && st.Record.Owner != c.owner {
+		if err := s.checkLeaseKinds(c, method, id, r, req.GetId(), false); err != nil {
+			return nil, err
+		}
 	}
 	limit := int(req.GetMaxKeys())
 	if limit == 0 {
@@ -326,7 +373,10 @@ func (s *leaseServer) List(ctx context.Context, req *rpc.LeaseListRequest) (*rpc
 	if limit == 0 {
 		limit = s.cfg.MaxScanPage
 	}
-	sts, err := r.Leases().List(ctx, req.GetAfter(), limit+1)
+	// A caller sees its own leases and those without an owner (any lease
+	// when privileged or without authentication).
+	c := s.leaseCallerOf(ctx, rpc.Lease_List_FullMethodName)
+	sts, err := r.Leases().List(ctx, req.GetAfter(), limit+1, c.open)
 	if err != nil {
 		return nil, s.statusErr(id, err)
 	}
@@ -373,6 +423,11 @@ func renewFor(ctx context.Context, s *server, id shard.ID, r *replica.Replica, l
 	}
 	if r.Leases() == nil {
 		return s.notLeader(id)
+	}
+	// A heartbeat keeps its lease alive: only for the lease's owner.
+	c := s.leaseCallerOf(ctx, "heartbeat")
+	if _, err := s.checkLeaseUse(ctx, c, "heartbeat of a lease", id, r, lease); err != nil {
+		return err
 	}
 	if _, err := r.Leases().KeepAlive(ctx, lease); err != nil {
 		return s.statusErr(id, err)

@@ -52,9 +52,10 @@ func (s *server) Put(ctx context.Context, req *rpc.PutRequest) (*rpc.PutResponse
 	if err := ValidatePut(req, s.cfg.Limits); err != nil {
 		return nil, s.statusErr(0, err)
 	}
-	res, err := s.proposeRouted(ctx, req.GetRoutingKey(), &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
+	cmd := &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{
 		Mutations: []fsm.Mutation{{Kind: fsm.MutPut, Key: keys.KV(req.GetRoutingKey(), req.GetKey()), Value: req.GetValue(), Lease: req.GetLease()}},
-	}})
+	}}
+	res, err := s.proposeAttaching(ctx, rpc.KV_Put_FullMethodName, req.GetRoutingKey(), cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +79,7 @@ func (s *server) Batch(ctx context.Context, req *rpc.BatchRequest) (*rpc.BatchRe
 	if err := ValidateBatch(req, s.cfg.Limits); err != nil {
 		return nil, s.statusErr(0, err)
 	}
-	res, err := s.proposeRouted(ctx, req.GetRoutingKey(), batchCommand(req))
+	res, err := s.proposeAttaching(ctx, rpc.KV_Batch_FullMethodName, req.GetRoutingKey(), batchCommand(req))
 	if err != nil {
 		return nil, err
 	}

@@ -169,6 +169,9 @@ func kindError(err error, st *status.Status, k rpc.Kind, detail proto.Message) e
 	if s := kindErrors[k]; s != nil {
 		return fmt.Errorf("%w: %s", s, st.Message())
 	}
+	if k == rpc.KindFailedPrecondition && strings.Contains(st.Message(), leaseFullText) {
+		return fmt.Errorf("%w: %s", ErrLeaseFull, st.Message())
+	}
 	return err
 }
 

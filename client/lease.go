@@ -43,10 +43,20 @@ var (
 	// ErrLeaseLost: a KeepAlive could not renew its lease within the
 	// lease's TTL (no leader answered in time): it may have expired.
 	ErrLeaseLost = errors.New("swarmkv: lease lost")
+	// ErrLeaseFull: a write that attaches a key to a lease was refused
+	// because the lease holds the most keys it may (the node's
+	// --max-keys-per-lease when the lease was granted); nothing was
+	// written.
+	ErrLeaseFull = errors.New("swarmkv: lease full")
 )
 
-// LeaseID identifies a lease: its slot (the top 8 bits) and the slot's
-// sequence number. Its text form is 16 hex digits.
+// leaseFullText is what a node's refusal of an attachment over a lease's
+// bound says (fsm.ErrLeaseFull, a FailedPrecondition).
+const leaseFullText = "lease holds the most keys it may"
+
+// LeaseID identifies a lease: its slot (the top 8 bits) and 56 random
+// bits (the slot's sequence number for a lease granted before protocol
+// version 4). Its text form is 16 hex digits.
 type LeaseID uint64
 
 func (id LeaseID) String() string { return fmt.Sprintf("%016x", uint64(id)) }
@@ -156,7 +166,12 @@ func (l *Leases) Grant(ctx context.Context, routingKey []byte, ttl time.Duration
 // Revoke ends lease id now: its kv keys and runners are deleted, its
 // running agents become failed, in one command. It returns the number of
 // keys (and runners) deleted. It is not retried once its outcome is
-// unknown.
+// unknown. With authentication, ErrPermissionDenied (nothing changed)
+// when the lease belongs to another identity, or when the caller lacks
+// the write role of a keyspace its keys live in (docs/security.md, "Lease
+// owners"); KeepAliveOnce and TimeToLive refuse another identity's lease
+// alike, and List returns only the caller's leases and those without an
+// owner.
 func (l *Leases) Revoke(ctx context.Context, id LeaseID) (int, error) {
 	var resp *rpc.LeaseRevokeResponse
 	err := l.onLease(ctx, id, writeOnce, func(ctx context.Context, lc rpc.LeaseClient) (err error) {

@@ -148,6 +148,14 @@ type Config struct {
 	// is refused (FailedPrecondition, nothing granted). Default 100000;
 	// 1..10000000.
 	MaxLeasesPerShard int
+	// MaxKeysPerLease caps the keys (kv keys, runners, agents) one lease
+	// holds: recorded with each lease a shard leader grants once the
+	// cluster runs protocol version 4 (fsm.LeaseRecord.MaxKeys, so every
+	// replica refuses the same attachments), an attachment over it is
+	// refused (FailedPrecondition, nothing written), and ending the lease
+	// is one apply of at most that many deletes. Default 10000;
+	// 1..fsm.MaxLeaseKeysBound (1000000).
+	MaxKeysPerLease int
 	// LeaseCheckpointInterval is how often a shard leader checkpoints the
 	// remaining TTLs of the leases not kept alive (docs/architecture.md,
 	// "Leases"). Default 1s; 10ms..1m.
@@ -517,6 +525,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxLeasesPerShard == 0 {
 		c.MaxLeasesPerShard = 100000
 	}
+	if c.MaxKeysPerLease == 0 {
+		c.MaxKeysPerLease = 10000 // replica.DefaultMaxKeysPerLease
+	}
 	if c.LeaseCheckpointInterval == 0 {
 		c.LeaseCheckpointInterval = time.Second
 	}
@@ -701,6 +712,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxLeasesPerShard < 1 || c.MaxLeasesPerShard > 10_000_000 {
 		return bad("max leases per shard %d: want 1..10000000", c.MaxLeasesPerShard)
+	}
+	if c.MaxKeysPerLease < 1 || c.MaxKeysPerLease > fsm.MaxLeaseKeysBound {
+		return bad("max keys per lease %d: want 1..%d", c.MaxKeysPerLease, fsm.MaxLeaseKeysBound)
 	}
 	if c.LeaseCheckpointInterval < 10*time.Millisecond || c.LeaseCheckpointInterval > time.Minute {
 		return bad("lease checkpoint interval %v: want 10ms..1m", c.LeaseCheckpointInterval)

@@ -53,6 +53,10 @@ var errKinds = []struct {
 	{fsm.ErrNotFound, rpc.KindNotFound, "not found"},
 	{fsm.ErrLeaseNotFound, rpc.KindNotFound, ""},
 	{replica.ErrLeaseLimit, rpc.KindFailedPrecondition, ""},
+	// An attachment over the lease's key bound (Config.MaxKeysPerLease).
+	{fsm.ErrLeaseFull, rpc.KindFailedPrecondition, ""},
+	// A grant whose random id was taken, three times: send it again.
+	{fsm.ErrLeaseIDTaken, rpc.KindUnavailable, ""},
 	// A lease command of an earlier term: that leadership is over.
 	{fsm.ErrStaleLeaseCommand, rpc.KindUnavailable, ""},
 	{fsm.ErrPermissionDenied, rpc.KindPermissionDenied, ""},

@@ -598,7 +598,7 @@ func (n *Node) openShard(st *State, p Placement, bootstrap bool) error {
 	// The leader of the pools shard ensures the default pool (seed 004).
 	rc.OnReady, rc.OnLeader = n.shardReady, n.onLeader(p.Shard)
 	rc.Admit = n.CheckCommand // the protocol version gate, for every proposer
-	rc.Leases = &replica.LeaseConfig{MaxLeases: n.cfg.MaxLeasesPerShard, CheckpointInterval: n.cfg.LeaseCheckpointInterval}
+	rc.Leases = &replica.LeaseConfig{MaxLeases: n.cfg.MaxLeasesPerShard, MaxKeysPerLease: n.cfg.MaxKeysPerLease, CheckpointInterval: n.cfg.LeaseCheckpointInterval}
 	r, err := replica.Open(rc)
 	if err != nil {
 		layer.Close()

@@ -293,10 +293,15 @@ var opSince = map[Op]int{
 
 // Since returns the protocol version the cluster must run before c may
 // be proposed: its op's (opSince), or the version of a field it carries
-// (a lease on a runner heartbeat or a batch's mutation: VersionLeases);
+// (a lease on a runner heartbeat or a batch's mutation: VersionLeases; an
+// owner, nonce or key bound on a grant, a deny on a revoke:
+// VersionHardening);
 // an OpMulti needs the highest of the commands it carries (those that do
 // not decode count as 1); 1 for everything older than versions.
 func (c *Command) Since() int {
+	if (c.Op == OpLeaseGrant || c.Op == OpLeaseRevoke) && c.Lease.hardening() {
+		return VersionHardening // lease owners, random ids, key bounds, deny
+	}
 	if v := opSince[c.Op]; v > 1 {
 		return v
 	}

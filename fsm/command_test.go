@@ -123,6 +123,9 @@ func validCommands() []*Command {
 		{Op: OpLeaseExpire, Lease: &LeaseArgs{IDs: []uint64{keys.LeaseIDOf(3, 1), keys.LeaseIDOf(3, 2)}, Term: 4}, Time: 6},
 		{Op: OpLeaseCheckpoint, Lease: &LeaseArgs{Checkpoints: []LeaseCheckpoint{{ID: keys.LeaseIDOf(3, 1), RemainingMs: 10}, {ID: keys.LeaseIDOf(3, 2)}}, Term: 4}},
 		{Op: OpAgentHeartbeat, UserID: ptr(uid(1)), AgentID: ptr(aid(2)), Time: 7},
+		// lease owners, random ids, key bounds, deny (VersionHardening)
+		{Op: OpLeaseGrant, Lease: &LeaseArgs{RoutingKey: []byte("alice"), TTLMs: 5000, Owner: "token:0123456789abcdef", Nonce: 0xabcdef012345, MaxKeys: 10}, Time: 6},
+		{Op: OpLeaseRevoke, Lease: &LeaseArgs{ID: keys.LeaseIDOf(3, 1), Deny: LeaseKindKV | LeaseKindAgent}, Time: 6},
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -33,6 +34,18 @@ import (
 // its kv keys and runners are deleted, its running or provisioning agents
 // become failed (updated_at = the command's Time, the status index moved),
 // and its record and attachments are deleted.
+//
+// Owners and bounds (protocol version 4, VersionHardening; docs/security.md,
+// "Lease owners"): a grant may carry the granting identity (Owner, kept in
+// the record: package api refuses another identity's revoke, keep-alive and
+// time-to-live), a random Nonce (the id is then slot<<56 | the nonce's low
+// 56 bits, not the slot's next sequence number, so ids cannot be guessed)
+// and MaxKeys, the most keys the lease may hold (the record then counts
+// them: Keys; an attachment over it is refused with ErrLeaseFull). A revoke
+// may carry Deny, the kinds of attached keys its caller may not end
+// (LeaseKindKV...): a lease holding any of them is not revoked
+// (ErrLeaseDenied). Leases granted before (no owner, no bound) keep
+// working as they did.
 const (
 	// OpLeaseGrant (Lease: RoutingKey, TTLMs; Time) creates a lease in the
 	// routing key's slot; Result.LeaseID is its id. TTLMs is within
@@ -65,12 +78,48 @@ const (
 	// MaxLeaseBatch is the most ids an OpLeaseExpire, and the most
 	// checkpoints an OpLeaseCheckpoint, may carry.
 	MaxLeaseBatch = 1024
+	// MaxLeaseKeysBound is the highest LeaseArgs.MaxKeys a grant may carry.
+	MaxLeaseKeysBound = 1_000_000
+	// MaxLeaseOwner is the longest LeaseArgs.Owner, in bytes.
+	MaxLeaseOwner = 256
 )
+
+// Kinds of keys attached to a lease (LeaseArgs.Deny, FSM.LeaseKinds).
+const (
+	LeaseKindKV     uint8 = 1 << iota // kv keys (keyspace kv)
+	LeaseKindRunner                   // pool runners (keyspace pools)
+	LeaseKindAgent                    // registry agents (keyspace registry)
+
+	leaseKindsAll = LeaseKindKV | LeaseKindRunner | LeaseKindAgent
+)
+
+// LeaseKindOf is the kind of an attached key of table t (0: none).
+func LeaseKindOf(t byte) uint8 {
+	switch t {
+	case keys.TableKV:
+		return LeaseKindKV
+	case keys.TableRunners:
+		return LeaseKindRunner
+	case keys.TableAgents:
+		return LeaseKindAgent
+	}
+	return 0
+}
 
 var (
 	// ErrLeaseNotFound is the Result.Err of a revoke of an absent lease and
 	// of an attachment to one.
 	ErrLeaseNotFound = errors.New("fsm: lease not found")
+	// ErrLeaseFull is the Result.Err of an attachment to a lease that
+	// holds LeaseRecord.MaxKeys keys already. Nothing was written.
+	ErrLeaseFull = errors.New("fsm: lease holds the most keys it may")
+	// ErrLeaseDenied (it wraps ErrPermissionDenied) is the Result.Err of a
+	// revoke whose Deny names the kind of a key the lease holds. Nothing
+	// was written.
+	ErrLeaseDenied = fmt.Errorf("%w: lease", ErrPermissionDenied)
+	// ErrLeaseIDTaken is the Result.Err of a grant whose Nonce makes the id
+	// of a lease that exists: the proposer grants again with another one.
+	ErrLeaseIDTaken = errors.New("fsm: lease id taken")
 	// ErrStaleLeaseCommand is the Result.Err of an OpLeaseExpire or
 	// OpLeaseCheckpoint applied in an entry of another term than the one
 	// it was decided in. Nothing was written.
@@ -86,6 +135,20 @@ type LeaseArgs struct {
 	IDs         []uint64          `cbor:"ids,omitempty"`
 	Checkpoints []LeaseCheckpoint `cbor:"cps,omitempty"`
 	Term        uint64            `cbor:"term,omitempty"`
+	// Since VersionHardening. Grant: Owner, the granting identity ("":
+	// none); Nonce, the random low bits of the id (0: the slot's next
+	// sequence number); MaxKeys, the most keys the lease may hold (0: no
+	// bound). Revoke: Deny, the kinds (LeaseKind...) the caller may not
+	// end.
+	Owner   string `cbor:"owner,omitempty"`
+	Nonce   uint64 `cbor:"nonce,omitempty"`
+	MaxKeys int64  `cbor:"max_keys,omitempty"`
+	Deny    uint8  `cbor:"deny,omitempty"`
+}
+
+// hardening reports whether a carries a field of VersionHardening.
+func (a *LeaseArgs) hardening() bool {
+	return a != nil && (a.Owner != "" || a.Nonce != 0 || a.MaxKeys != 0 || a.Deny != 0)
 }
 
 // LeaseCheckpoint is one lease's remaining TTL in an OpLeaseCheckpoint.
@@ -103,6 +166,14 @@ type LeaseRecord struct {
 	GrantedAt int64 `cbor:"granted_at"`
 	// RemainingMs is the last checkpointed remaining TTL, 0 when none.
 	RemainingMs int64 `cbor:"rem,omitempty"`
+	// Owner is the identity that granted the lease ("": none, a lease
+	// granted without authentication or before VersionHardening).
+	Owner string `cbor:"owner,omitempty"`
+	// MaxKeys is the most keys the lease may hold (0: no bound, a lease
+	// granted before VersionHardening); Keys counts those it holds, kept
+	// only when MaxKeys is set.
+	MaxKeys int64 `cbor:"max_keys,omitempty"`
+	Keys    int64 `cbor:"keys,omitempty"`
 }
 
 // TTL is the lease's granted TTL.
@@ -139,6 +210,20 @@ func (a *LeaseArgs) validate(op Op) error {
 		want = struct{ id, rk, ttl, ids, cps, term bool }{ids: true, term: true}
 	case OpLeaseCheckpoint:
 		want = struct{ id, rk, ttl, ids, cps, term bool }{cps: true, term: true}
+	}
+	switch {
+	case (a.Owner != "" || a.Nonce != 0 || a.MaxKeys != 0) && op != OpLeaseGrant:
+		return bad("owner, nonce and max_keys are arguments of a grant")
+	case a.Deny != 0 && op != OpLeaseRevoke:
+		return bad("deny is an argument of a revoke")
+	case len(a.Owner) > MaxLeaseOwner:
+		return bad("owner of %d bytes, limit %d", len(a.Owner), MaxLeaseOwner)
+	case a.Nonce != 0 && !keys.ValidLeaseID(a.Nonce):
+		return bad("nonce %016x has no low 56 bits", a.Nonce)
+	case a.MaxKeys < 0 || a.MaxKeys > MaxLeaseKeysBound:
+		return bad("max_keys %d: want 0..%d", a.MaxKeys, MaxLeaseKeysBound)
+	case a.Deny&^leaseKindsAll != 0:
+		return bad("deny %#x: unknown kinds", a.Deny)
 	}
 	if has != want {
 		return bad("lease arguments: want %s", map[Op]string{
@@ -245,7 +330,7 @@ func (a *applier) applyLeaseOp(c *Command, term uint64, res *Result) error {
 	case OpLeaseGrant:
 		res.LeaseID, err = ch.grant(c.Lease, c.Time)
 	case OpLeaseRevoke:
-		err = ch.revoke(c.Lease.ID, c.Time, res)
+		err = ch.revoke(c.Lease.ID, c.Lease.Deny, c.Time, res)
 	case OpLeaseExpire, OpLeaseCheckpoint:
 		if c.Lease.Term != term {
 			err = reject(fmt.Errorf("%w: %s decided in term %d, applied in an entry of term %d", ErrStaleLeaseCommand, c.Op, c.Lease.Term, term))
@@ -309,6 +394,18 @@ func (ch *change) grant(a *LeaseArgs, now int64) (uint64, error) {
 			return 0, reject(err)
 		}
 	}
+	if a.Nonce != 0 {
+		id := keys.LeaseIDOf(byte(slot), a.Nonce)
+		if old, err := ch.getLease(id); err != nil {
+			return 0, err
+		} else if old != nil {
+			return 0, reject(fmt.Errorf("%w: %016x", ErrLeaseIDTaken, id))
+		}
+		ch.set(keys.Lease(id), encodeLease(&LeaseRecord{ID: id, RoutingKey: bytes.Clone(a.RoutingKey), TTLMs: a.TTLMs, GrantedAt: now,
+			Owner: a.Owner, MaxKeys: a.MaxKeys}))
+		ch.leases.noteLease(id)
+		return id, nil
+	}
 	seqKey := keys.LeaseSeq(byte(slot))
 	var seq uint64
 	v, found, err := ch.pending(seqKey)
@@ -326,12 +423,13 @@ func (ch *change) grant(a *LeaseArgs, now int64) (uint64, error) {
 	seq++
 	id := keys.LeaseIDOf(byte(slot), seq)
 	ch.set(seqKey, binary.BigEndian.AppendUint64(nil, seq))
-	ch.set(keys.Lease(id), encodeLease(&LeaseRecord{ID: id, RoutingKey: bytes.Clone(a.RoutingKey), TTLMs: a.TTLMs, GrantedAt: now}))
+	ch.set(keys.Lease(id), encodeLease(&LeaseRecord{ID: id, RoutingKey: bytes.Clone(a.RoutingKey), TTLMs: a.TTLMs, GrantedAt: now,
+		Owner: a.Owner, MaxKeys: a.MaxKeys}))
 	ch.leases.noteLease(id)
 	return id, nil
 }
 
-func (ch *change) revoke(id uint64, now int64, res *Result) error {
+func (ch *change) revoke(id uint64, deny uint8, now int64, res *Result) error {
 	if err := ch.ownsLease(id); err != nil {
 		return reject(err)
 	}
@@ -342,7 +440,46 @@ func (ch *change) revoke(id uint64, now int64, res *Result) error {
 	if r == nil {
 		return reject(fmt.Errorf("%w: %016x", ErrLeaseNotFound, id))
 	}
+	if deny != 0 {
+		kinds, err := leaseKinds(ch.b, id)
+		if err != nil {
+			return err
+		}
+		if k := kinds & deny; k != 0 {
+			return reject(fmt.Errorf("%w %016x holds %s the revoker may not delete", ErrLeaseDenied, id, LeaseKindNames(k)))
+		}
+	}
 	return ch.endLease(id, now, res)
+}
+
+// LeaseKindNames names the kinds in k ("kv keys, agents").
+func LeaseKindNames(k uint8) string {
+	var names []string
+	for _, n := range []struct {
+		k    uint8
+		name string
+	}{{LeaseKindKV, "kv keys"}, {LeaseKindRunner, "runners"}, {LeaseKindAgent, "agents"}} {
+		if k&n.k != 0 {
+			names = append(names, n.name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// leaseKinds returns the kinds of the keys attached to lease id in r.
+func leaseKinds(r pebble.Reader, id uint64) (uint8, error) {
+	prefix := keys.LeaseKeysPrefix(id)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: keys.PrefixEnd(prefix)})
+	if err != nil {
+		return 0, err
+	}
+	var kinds uint8
+	for ok := it.First(); ok && kinds != leaseKindsAll; ok = it.Next() {
+		if k := it.Key(); len(k) > len(prefix) {
+			kinds |= LeaseKindOf(k[len(prefix)])
+		}
+	}
+	return kinds, it.Close()
 }
 
 func (ch *change) expire(ids []uint64, now int64, res *Result) error {
@@ -459,9 +596,10 @@ func (ch *change) failAgent(key []byte, now int64) error {
 // setLease queues attaching the stored key key to lease (0: detaching it
 // from any). Attaching needs the lease (ErrLeaseNotFound otherwise).
 func (ch *change) setLease(key []byte, lease uint64) error {
+	var r *LeaseRecord
 	if lease != 0 {
-		r, err := ch.getLease(lease)
-		if err != nil {
+		var err error
+		if r, err = ch.getLease(lease); err != nil {
 			return err
 		}
 		if r == nil {
@@ -472,8 +610,23 @@ func (ch *change) setLease(key []byte, lease uint64) error {
 	if err != nil || old == lease {
 		return err
 	}
+	if r != nil && r.MaxKeys > 0 {
+		if r.Keys >= r.MaxKeys {
+			return reject(fmt.Errorf("%w: lease %016x holds %d keys, its bound", ErrLeaseFull, lease, r.Keys))
+		}
+		r.Keys++
+		ch.set(keys.Lease(lease), encodeLease(r))
+	}
 	if old != 0 {
 		ch.del(keys.LeaseKey(old, key))
+		o, err := ch.getLease(old)
+		if err != nil {
+			return err
+		}
+		if o != nil && o.MaxKeys > 0 && o.Keys > 0 {
+			o.Keys--
+			ch.set(keys.Lease(old), encodeLease(o))
+		}
 	}
 	if lease == 0 {
 		ch.del(keys.KeyLease(key))
@@ -533,21 +686,62 @@ type batchLeases struct {
 
 // check returns the rejection of a batch whose mutations attach a lease
 // that does not exist.
+//
+// It also refuses a batch that would attach more keys to a bounded lease
+// than it may still hold (ErrLeaseFull): it counts, for each lease, the
+// distinct keys its puts attach that are not attached to it before the
+// batch (a detach in the same batch is not counted back: a batch near the
+// bound may be refused that would fit).
 func (bl batchLeases) check(bt *Batch) (rej, storage error) {
+	type bounded struct {
+		rec   *LeaseRecord
+		added [][]byte
+	}
 	var checked []uint64
+	var bounds map[uint64]*bounded
 	for i := range bt.Mutations {
-		id := bt.Mutations[i].Lease
-		if id == 0 || slices.Contains(checked, id) {
+		m := &bt.Mutations[i]
+		id := m.Lease
+		if id == 0 {
 			continue
 		}
-		_, found, err := getView(bl.a.b, keys.Lease(id), false)
-		if err != nil {
-			return nil, err
+		if !slices.Contains(checked, id) {
+			v, found, err := getView(bl.a.b, keys.Lease(id), true)
+			if err != nil {
+				return nil, err
+			}
+			if !found {
+				return fmt.Errorf("%w: %016x (mutation %d)", ErrLeaseNotFound, id, i), nil
+			}
+			checked = append(checked, id)
+			r, err := decodeLease(keys.Lease(id), v)
+			if err != nil {
+				return err, nil
+			}
+			if r.MaxKeys > 0 {
+				if bounds == nil {
+					bounds = make(map[uint64]*bounded)
+				}
+				bounds[id] = &bounded{rec: r}
+			}
 		}
-		if !found {
-			return fmt.Errorf("%w: %016x (mutation %d)", ErrLeaseNotFound, id, i), nil
+		bd := bounds[id]
+		if bd == nil || m.Kind == MutDelete || slices.ContainsFunc(bd.added, func(k []byte) bool { return bytes.Equal(k, m.Key) }) {
+			continue
 		}
-		checked = append(checked, id)
+		if bl.a.mayBeAttached(m.Key) {
+			v, found, err := getView(bl.a.b, keys.KeyLease(m.Key), true)
+			if err != nil {
+				return nil, err
+			}
+			if found && bytes.Equal(v, leaseValue(id)) {
+				continue
+			}
+		}
+		bd.added = append(bd.added, m.Key)
+		if bd.rec.Keys+int64(len(bd.added)) > bd.rec.MaxKeys {
+			return fmt.Errorf("%w: lease %016x holds %d keys, its bound %d (mutation %d)", ErrLeaseFull, id, bd.rec.Keys, bd.rec.MaxKeys, i), nil
+		}
 	}
 	return nil, nil
 }
@@ -645,8 +839,8 @@ func (f *FSM) Lease(id uint64) (*LeaseRecord, error) {
 }
 
 // Leases returns up to limit (<= 0: all) lease records of owned slots
-// with ids above after, in id order.
-func (f *FSM) Leases(after uint64, limit int) ([]*LeaseRecord, error) {
+// with ids above after, in id order, that keep (nil: any) keeps.
+func (f *FSM) Leases(after uint64, limit int, keep func(*LeaseRecord) bool) ([]*LeaseRecord, error) {
 	start := keys.TablePrefix(keys.TableLeases)
 	if after != 0 {
 		start = append(keys.Lease(after), 0)
@@ -663,7 +857,7 @@ func (f *FSM) Leases(after uint64, limit int) ([]*LeaseRecord, error) {
 			if err != nil {
 				return out, err
 			}
-			if !owned.Has(shard.Slot(keys.LeaseSlot(r.ID))) {
+			if !owned.Has(shard.Slot(keys.LeaseSlot(r.ID))) || (keep != nil && !keep(r)) {
 				continue
 			}
 			out = append(out, r)
@@ -690,6 +884,19 @@ func (f *FSM) LeaseKeys(id uint64, limit int) ([][]byte, int, error) {
 		}
 	}
 	return out, len(kvs), nil
+}
+
+// LeaseKinds returns the kinds (LeaseKindKV...) of the keys attached to
+// lease id.
+func (f *FSM) LeaseKinds(id uint64) (uint8, error) {
+	if err := f.rlock(); err != nil {
+		return 0, err
+	}
+	defer f.mu.RUnlock()
+	if f.restoring.Load() {
+		return 0, ErrRestoring
+	}
+	return leaseKinds(f.db, id)
 }
 
 // initAttached counts each slot's key_lease entries in the DB (at open

@@ -96,11 +96,11 @@ func TestLeaseGrant(t *testing.T) {
 	if err != nil || rec.ID != ids[1] || string(rec.RoutingKey) != "alice" || rec.TTLMs != 5000 || rec.GrantedAt != 100 || rec.RemainingMs != 0 {
 		t.Fatalf("record %+v, %v", rec, err)
 	}
-	all, err := r.f.Leases(0, 0)
+	all, err := r.f.Leases(0, 0, nil)
 	if err != nil || len(all) != 4 {
 		t.Fatalf("Leases: %d, %v", len(all), err)
 	}
-	page, err := r.f.Leases(all[0].ID, 2)
+	page, err := r.f.Leases(all[0].ID, 2, nil)
 	if err != nil || len(page) != 2 || page[0].ID != all[1].ID {
 		t.Fatalf("Leases after %016x: %+v %v", all[0].ID, page, err)
 	}

@@ -2,6 +2,8 @@ package replica
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,6 +49,12 @@ type LeaseConfig struct {
 	// MaxLeases is the most leases the shard may hold; a grant over it is
 	// refused (ErrLeaseLimit). Default 100000.
 	MaxLeases int
+	// MaxKeysPerLease is the most keys a lease granted here may hold (kv
+	// keys, runners and agents): it is recorded with the lease
+	// (fsm.LeaseArgs.MaxKeys, once the cluster runs
+	// fsm.VersionHardening), and an attachment over it is refused
+	// (fsm.ErrLeaseFull). Default 10000; at most fsm.MaxLeaseKeysBound.
+	MaxKeysPerLease int
 	// CheckpointInterval is how often the leader checkpoints the
 	// remaining TTLs of leases not kept alive. Default 1s.
 	CheckpointInterval time.Duration
@@ -60,6 +68,10 @@ func (c LeaseConfig) WithDefaults() LeaseConfig {
 	if c.MaxLeases <= 0 {
 		c.MaxLeases = 100000
 	}
+	if c.MaxKeysPerLease <= 0 {
+		c.MaxKeysPerLease = DefaultMaxKeysPerLease
+	}
+	c.MaxKeysPerLease = min(c.MaxKeysPerLease, fsm.MaxLeaseKeysBound)
 	if c.CheckpointInterval <= 0 {
 		c.CheckpointInterval = time.Second
 	}
@@ -68,6 +80,9 @@ func (c LeaseConfig) WithDefaults() LeaseConfig {
 	}
 	return c
 }
+
+// DefaultMaxKeysPerLease is LeaseConfig.MaxKeysPerLease's default.
+const DefaultMaxKeysPerLease = 10000
 
 // ErrLeaseLimit: the shard holds as many leases as it may
 // (LeaseConfig.MaxLeases); nothing was granted.
@@ -224,7 +239,7 @@ func (l *Lessor) handleNews() {
 // prime loads every lease of the owned slots, each given its
 // checkpointed remaining TTL or a full TTL from now.
 func (l *Lessor) prime(term uint64) {
-	recs, err := l.r.fsm.Leases(0, 0)
+	recs, err := l.r.fsm.Leases(0, 0, nil)
 	if err != nil {
 		l.log.Error("lessor: cannot read the leases; not serving them in this term", "term", term, "err", err)
 		return
@@ -263,7 +278,7 @@ func (l *Lessor) addLocked(rec *fsm.LeaseRecord, now time.Time) *lease {
 // slot move op or a restore): leases it lacks are added, leases gone or
 // of slots no longer owned are dropped.
 func (l *Lessor) resync() {
-	recs, err := l.r.fsm.Leases(0, 0)
+	recs, err := l.r.fsm.Leases(0, 0, nil)
 	if err != nil {
 		l.log.Error("lessor: cannot read the leases", "err", err)
 		return
@@ -356,7 +371,17 @@ func slotOf(id uint64) shard.Slot { return shard.Slot(keys.LeaseSlot(id)) }
 
 // Grant proposes a new lease of ttl in routingKey's slot and returns its
 // id. ErrLeaseLimit when the shard holds LeaseConfig.MaxLeases leases.
+// It is GrantOwned without an owner.
 func (l *Lessor) Grant(ctx context.Context, routingKey []byte, ttl time.Duration) (uint64, error) {
+	return l.GrantOwned(ctx, routingKey, ttl, "")
+}
+
+// GrantOwned is Grant of a lease that owner ("": none) holds. Once the
+// cluster runs fsm.VersionHardening the grant records owner and the key
+// bound (LeaseConfig.MaxKeysPerLease) and its id takes 56 random bits;
+// before, it is a grant of the earlier versions (no owner, no bound, the
+// slot's next sequence number), which every replica applies alike.
+func (l *Lessor) GrantOwned(ctx context.Context, routingKey []byte, ttl time.Duration, owner string) (uint64, error) {
 	term, err := l.ready()
 	if err != nil {
 		return 0, err
@@ -368,8 +393,7 @@ func (l *Lessor) Grant(ctx context.Context, routingKey []byte, ttl time.Duration
 	}
 	l.mu.granting++
 	l.mu.Unlock()
-	res, err := l.r.Propose(ctx, &fsm.Command{Op: fsm.OpLeaseGrant, Time: time.Now().UnixMilli(),
-		Lease: &fsm.LeaseArgs{RoutingKey: routingKey, TTLMs: ttl.Milliseconds()}})
+	res, err := l.proposeGrant(ctx, routingKey, ttl, owner)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.mu.granting--
@@ -391,10 +415,56 @@ func (l *Lessor) Grant(ctx context.Context, routingKey []byte, ttl time.Duration
 	return res.LeaseID, nil
 }
 
+// proposeGrant proposes a grant (GrantOwned), with a fresh random id if
+// the one drawn is taken (fsm.ErrLeaseIDTaken, a chance of n in 2^56 in
+// a slot of n leases).
+func (l *Lessor) proposeGrant(ctx context.Context, routingKey []byte, ttl time.Duration, owner string) (*fsm.Result, error) {
+	for try := 0; ; try++ {
+		args := &fsm.LeaseArgs{RoutingKey: routingKey, TTLMs: ttl.Milliseconds(), Owner: owner,
+			Nonce: randomNonce(), MaxKeys: int64(l.cfg.MaxKeysPerLease)}
+		cmd := &fsm.Command{Op: fsm.OpLeaseGrant, Time: time.Now().UnixMilli(), Lease: args}
+		if l.r.admit != nil && l.r.admit(cmd) != nil {
+			// The cluster does not run VersionHardening yet: a grant
+			// of the earlier versions.
+			args.Owner, args.Nonce, args.MaxKeys = "", 0, 0
+		}
+		res, err := l.r.Propose(ctx, cmd)
+		if errors.Is(err, fsm.ErrLeaseIDTaken) && try < 3 {
+			continue
+		}
+		return res, err
+	}
+}
+
+// randomNonce returns 56 random bits, not all zero (fsm.LeaseArgs.Nonce).
+func randomNonce() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+		if n := binary.BigEndian.Uint64(b[:]) & keys.MaxLeaseSeq; n != 0 {
+			return n
+		}
+	}
+}
+
 // Revoke ends lease id now: its keys are deleted (and its agents failed)
-// in the same command. It returns the number of keys deleted.
+// in the same command. It returns the number of keys deleted. It is
+// RevokeDenying denying nothing.
 func (l *Lessor) Revoke(ctx context.Context, id uint64) (int, error) {
-	res, err := l.r.Propose(ctx, &fsm.Command{Op: fsm.OpLeaseRevoke, Lease: &fsm.LeaseArgs{ID: id}, Time: time.Now().UnixMilli()})
+	return l.RevokeDenying(ctx, id, 0)
+}
+
+// RevokeDenying is Revoke refused (fsm.ErrLeaseDenied, nothing changed)
+// when the lease holds a key of a kind in deny (fsm.LeaseKindKV...), as
+// the state machine finds it when the revoke applies. Before the cluster
+// runs fsm.VersionHardening the state machine cannot check it: the caller
+// checks it before (package api).
+func (l *Lessor) RevokeDenying(ctx context.Context, id uint64, deny uint8) (int, error) {
+	cmd := &fsm.Command{Op: fsm.OpLeaseRevoke, Lease: &fsm.LeaseArgs{ID: id, Deny: deny}, Time: time.Now().UnixMilli()}
+	if deny != 0 && l.r.admit != nil && l.r.admit(cmd) != nil {
+		cmd.Lease.Deny = 0
+	}
+	res, err := l.r.Propose(ctx, cmd)
 	if err != nil {
 		return 0, err
 	}
@@ -509,11 +579,12 @@ func (l *Lessor) TimeToLive(ctx context.Context, id uint64) (*LeaseStatus, error
 
 // List returns up to limit leases of the shard with ids above after, in
 // id order, each with its remaining time, after a read barrier.
-func (l *Lessor) List(ctx context.Context, after uint64, limit int) ([]LeaseStatus, error) {
+// keep (nil: any) chooses the leases listed (package api: the caller's).
+func (l *Lessor) List(ctx context.Context, after uint64, limit int, keep func(*fsm.LeaseRecord) bool) ([]LeaseStatus, error) {
 	var recs []*fsm.LeaseRecord
 	var out []LeaseStatus
 	err := l.leaderRead(ctx, func() (err error) {
-		recs, err = l.r.fsm.Leases(after, limit)
+		recs, err = l.r.fsm.Leases(after, limit, keep)
 		return err
 	}, func(now time.Time) error {
 		out = make([]LeaseStatus, 0, len(recs))

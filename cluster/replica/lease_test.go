@@ -103,7 +103,7 @@ func TestLessorKeepAliveAndExpiry(t *testing.T) {
 	if _, err := ls.Grant(ctx, []byte("carol"), ttl); !errors.Is(err, ErrLeaseLimit) {
 		t.Fatalf("grant over the cap: %v", err)
 	}
-	if recs, _ := r.FSM().Leases(0, 0); len(recs) != 2 {
+	if recs, _ := r.FSM().Leases(0, 0, nil); len(recs) != 2 {
 		t.Fatalf("%d leases after a refused grant", len(recs))
 	}
 	// Abandoned: gone within TTL plus the bound.

@@ -28,12 +28,17 @@ func newLeaseCmd() *cobra.Command {
 	g := group("lease", "leases: grant, keep alive, revoke, inspect and list", `A lease lives in the slot of the routing key it is granted for (--user); keys
 written with "kv put --lease ID" under that routing key end with it. A lease
 not kept alive expires within its TTL plus the shard leader's bound
-(docs/architecture.md, "Leases"). Lease ids print as 16 hex digits.`, "verb", "verb", []verb{
+(docs/architecture.md, "Leases"). Lease ids print as 16 hex digits.
+With --auth a lease belongs to the token or certificate that granted it:
+another one's revoke, keepalive and ttl are refused (permission denied,
+"belongs to another identity") unless it is an admin, and ending a lease
+or listing its keys needs the roles of their keyspaces
+(docs/security.md, "Lease owners").`, "verb", "verb", []verb{
 		{"grant", "grant a lease of --ttl for --user; prints its id", 0, 0},
 		{"keepalive ID", "keep a lease alive until interrupted (--once: renew once)", 1, 1},
 		{"revoke ID", "end a lease now: its keys are deleted", 1, 1},
 		{"ttl ID", "a lease's TTL, time left and attached keys (--keys lists them)", 1, 1},
-		{"list", "every lease of the cluster", 0, 0},
+		{"list", "the leases of the cluster (with --auth: the caller's and those without an owner)", 0, 0},
 	}, f.run)
 	fs := g.PersistentFlags()
 	fs.StringVar(&f.endpoints, "endpoints", "127.0.0.1:7100", "comma-separated gRPC addresses of nodes")

@@ -103,6 +103,7 @@ func serveFlags(fs *pflag.FlagSet, d cluster.Config, embedded bool) *serveOption
 	fs.IntVar(&cfg.Limits.MaxBatchOps, "max-batch-ops", d.Limits.MaxBatchOps, "most guards and mutations in one batch (at most 65536)")
 	fs.IntVar(&cfg.MaxScanPage, "max-scan-page", d.MaxScanPage, "most items in one scan or list page (at most 100000)")
 	fs.IntVar(&cfg.MaxLeasesPerShard, "max-leases-per-shard", d.MaxLeasesPerShard, "most leases one shard holds; grants over it are refused")
+	fs.IntVar(&cfg.MaxKeysPerLease, "max-keys-per-lease", d.MaxKeysPerLease, "most keys (kv keys, runners, agents) one lease holds; attachments over it are refused (1..1000000)")
 	fs.DurationVar(&cfg.LeaseCheckpointInterval, "lease-checkpoint-interval", d.LeaseCheckpointInterval, "how often a shard leader checkpoints the remaining TTLs of leases not kept alive")
 	fs.IntVar(&cfg.MaxKeysReply, "max-keys-reply", d.MaxKeysReply, "most keys a RESP KEYS may answer; a larger result is refused with an error pointing to SCAN (1..10000000)")
 	fs.IntVar(&cfg.MaxPageBytes, "max-page-bytes", d.MaxPageBytes, "largest encoded size of one scan or list page, and of a KEYS reply, in bytes (4096..268435456; a page holds at least one item)")

@@ -70,6 +70,7 @@ func TestServeFlagDefaults(t *testing.T) {
 		"commit-timeout":            func(c cluster.Config) any { return c.CommitTimeout },
 		"gossip-profile":            func(c cluster.Config) any { return c.GossipProfile },
 		"max-leases-per-shard":      func(c cluster.Config) any { return c.MaxLeasesPerShard },
+		"max-keys-per-lease":        func(c cluster.Config) any { return c.MaxKeysPerLease },
 		"lease-checkpoint-interval": func(c cluster.Config) any { return c.LeaseCheckpointInterval },
 	}
 	// The flags whose default is the command line's own: fields

@@ -102,6 +102,9 @@ var grpcPerms = map[string]auth.Perm{
 	// The console's counters (cluster/console.go).
 	"/swarmkv.v1.Console/NodeStats": {Keyspace: auth.Node},
 	"/swarmkv.v1.Admin/BackupShard": {Keyspace: auth.Node}, // a stream, checked as ExportSlots
+	// The ledger's reservation of a transaction id on the id's shard,
+	// sent by the front of the op that records it (cluster/txdir.go).
+	"/swarmkv.v1.Admin/ReserveTransaction": {Keyspace: auth.Node},
 }
 
 // authUnary guards every unary gRPC call (see grpcPerms).

@@ -107,3 +107,31 @@ func TestTransactionIDsUniqueAcrossShards(t *testing.T) {
 		t.Errorf("after the merge v's balance %d, want 1010", a.BalanceCents)
 	}
 }
+
+// TestTransactionIDsBeforeVersion4: until the cluster runs
+// fsm.VersionHardening the front neither reserves nor sends the directory
+// field (every replica would refuse them: FailedPrecondition): billing ops
+// behave as before, ids unique per shard.
+func TestTransactionIDsBeforeVersion4(t *testing.T) {
+	tc := newTestCluster(t, 3, 2, func(c *Config) { c.Testing.MaxProtocolVersion = fsm.VersionHardening - 1 })
+	c := tc.client()
+	ctx := ctxT(t, 2*time.Minute)
+	m := c.Map()
+	f := &billingFixture{ctx: ctx, b: c.Billing(), g: newStoresIDs(12), m: m}
+	b := f.b
+	u, v := f.account(t, 0, 0), f.account(t, 1, 0)
+	for _, dir := range []shard.ID{0, 1} {
+		tx := txOn(m, dir, u, 100)
+		if _, err := b.AddCredits(ctx, u, 100, tx); err != nil {
+			t.Fatalf("dir %d: AddCredits at version %d: %v", dir, tc.nodes[0].ActiveVersion(), err)
+		}
+		other := *tx
+		other.UserID = v
+		if _, err := b.AddCredits(ctx, v, 100, &other); err != nil {
+			t.Errorf("dir %d: v's AddCredits under u's id on another shard: %v (per-shard ids before version 4)", dir, err)
+		}
+	}
+	if n := len(f.all(t, v)); n != 2 {
+		t.Errorf("v has %d transactions, want 2", n)
+	}
+}

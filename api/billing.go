@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
 	"github.com/swarmkv/swarmkv/rpc"
+	"github.com/swarmkv/swarmkv/shard"
 )
 
 // billingServer implements the Billing gRPC service (seed 001) on a Node.
@@ -57,9 +59,16 @@ func (s *billingServer) DeleteAccount(ctx context.Context, req *rpc.AccountRef) 
 	return &rpc.DeleteAccountResponse{}, nil
 }
 
-// newTransactionID makes a ULID at the proposer.
-func newTransactionID(now time.Time) keys.TransactionID {
-	return keys.TransactionID(ulid.MustNew(ulid.Timestamp(now), rand.Reader))
+// newTransactionID makes a ULID at the proposer, in the slot of account
+// user (its last two random bytes varied until it is: its directory entry
+// is then in the account's shard, and the op one log entry; recordTx).
+func newTransactionID(now time.Time, user keys.AccountID) keys.TransactionID {
+	id := keys.TransactionID(ulid.MustNew(ulid.Timestamp(now), rand.Reader))
+	want := shard.SlotOf(user[:])
+	for i := 0; i < 1<<16 && shard.SlotOf(id[:]) != want; i++ {
+		binary.BigEndian.PutUint16(id[14:], uint16(i))
+	}
+	return id
 }
 
 func (s *billingServer) UpdateBalance(ctx context.Context, req *rpc.UpdateBalanceRequest) (*rpc.BalanceResponse, error) {
@@ -68,7 +77,7 @@ func (s *billingServer) UpdateBalance(ctx context.Context, req *rpc.UpdateBalanc
 		return nil, s.statusErr(0, badInput(err))
 	}
 	now := time.Now()
-	txID := newTransactionID(now)
+	txID := newTransactionID(now, user)
 	if len(req.GetTransactionId()) > 0 {
 		if txID, err = rpc.TransactionIDFromBytes(req.GetTransactionId()); err != nil {
 			return nil, s.statusErr(0, badInput(err))

@@ -108,6 +108,9 @@ var grpcPerms = map[string]auth.Perm{
 	// The console's counters (cluster/console.go).
 	"/swarmkv.v1.Console/NodeStats": {Keyspace: auth.Node},
 	"/swarmkv.v1.Admin/BackupShard": {Keyspace: auth.Node}, // a stream
+	// The ledger's reservation of a transaction id on the id's shard,
+	// sent by the front of the op that records it (cluster/txdir.go).
+	"/swarmkv.v1.Admin/ReserveTransaction": {Keyspace: auth.Node},
 }
 
 // authorize is the one authorization of a gRPC call, unary or stream

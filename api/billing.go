@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
 	"github.com/swarmkv/swarmkv/rpc"
+	"github.com/swarmkv/swarmkv/shard"
 )
 
 // billingServer implements the Billing gRPC service (seed 001) on a Node.
@@ -57,9 +59,16 @@ func (s *billingServer) DeleteAccount(ctx context.Context, req *rpc.AccountRef) 
 	return &rpc.DeleteAccountResponse{}, nil
 }
 
-// newTransactionID makes a ULID at the proposer.
-func newTransactionID(now time.Time) keys.TransactionID {
-	return keys.TransactionID(ulid.MustNew(ulid.Timestamp(now), rand.Reader))
+// newTransactionID makes a ULID at the proposer, in the slot of account
+// user (its last two random bytes varied until it is: its directory entry
+// is then in the account's shard, and the op one log entry; recordTx).
+func newTransactionID(now time.Time, user keys.AccountID) keys.TransactionID {
+	id := keys.TransactionID(ulid.MustNew(ulid.Timestamp(now), rand.Reader))
+	want := shard.SlotOf(user[:])
+	for i := 0; i < 1<<16 && shard.SlotOf(id[:]) != want; i++ {
+		binary.BigEndian.PutUint16(id[14:], uint16(i))
+	}
+	return id
 }
 
 func (s *billingServer) UpdateBalance(ctx context.Context, req *rpc.UpdateBalanceRequest) (*rpc.BalanceResponse, error) {
@@ -68,7 +77,7 @@ func (s *billingServer) UpdateBalance(ctx context.Context, req *rpc.UpdateBalanc
 		return nil, s.statusErr(0, badInput(err))
 	}
 	now := time.Now()
-	txID := newTransactionID(now)
+	txID := newTransactionID(now, user)
 	if len(req.GetTransactionId()) > 0 {
 		if txID, err = rpc.TransactionIDFromBytes(req.GetTransactionId()); err != nil {
 			return nil, s.statusErr(0, badInput(err))
@@ -77,7 +86,7 @@ func (s *billingServer) UpdateBalance(ctx context.Context, req *rpc.UpdateBalanc
 	delta := req.GetDeltaCents()
 	tx := &records.CreditTransaction{TransactionID: txID, UserID: user, AmountCents: delta,
 		TransactionType: records.TxAdjustment, Description: req.GetDescription(), CreatedAt: now.UnixMilli()}
-	res, err := s.proposeRouted(ctx, user[:], &fsm.Command{Op: fsm.OpUpdateBalance, AccountID: &user, Amount: &delta, Tx: tx, Time: now.UnixMilli()})
+	res, err := s.recordTx(ctx, user, &fsm.Command{Op: fsm.OpUpdateBalance, AccountID: &user, Amount: &delta, Tx: tx, Time: now.UnixMilli()})
 	if err != nil {
 		return nil, err
 	}
@@ -85,10 +94,14 @@ func (s *billingServer) UpdateBalance(ctx context.Context, req *rpc.UpdateBalanc
 }
 
 func (s *billingServer) PutTransaction(ctx context.Context, req *rpc.PutTransactionRequest) (*rpc.PutTransactionResponse, error) {
-	return putRecord[rpc.PutTransactionResponse](ctx, s.server, req.GetTransaction(), rpc.TransactionFromProto,
-		func(tx *records.CreditTransaction) ([]byte, *fsm.Command) {
-			return tx.UserID[:], &fsm.Command{Op: fsm.OpPutTransaction, Tx: tx}
-		})
+	tx, err := rpc.TransactionFromProto(req.GetTransaction())
+	if err != nil {
+		return nil, s.statusErr(0, badInput(err))
+	}
+	if _, err := s.recordTx(ctx, tx.UserID, &fsm.Command{Op: fsm.OpPutTransaction, Tx: tx}); err != nil {
+		return nil, err
+	}
+	return &rpc.PutTransactionResponse{}, nil
 }
 
 func (s *billingServer) GetTransaction(ctx context.Context, req *rpc.TransactionRef) (*rpc.GetTransactionResponse, error) {
@@ -204,7 +217,7 @@ func (s *billingServer) ProcessUsage(ctx context.Context, req *rpc.ProcessUsageR
 	if err != nil {
 		return nil, s.statusErr(0, badInput(err))
 	}
-	res, err := s.proposeRouted(ctx, e.UserID[:], &fsm.Command{Op: fsm.OpProcessUsage, Event: e, Tx: tx, Time: nowMs()})
+	res, err := s.recordTx(ctx, e.UserID, &fsm.Command{Op: fsm.OpProcessUsage, Event: e, Tx: tx, Time: nowMs()})
 	if err != nil {
 		return nil, err
 	}
@@ -221,9 +234,57 @@ func (s *billingServer) AddCredits(ctx context.Context, req *rpc.AddCreditsReque
 		return nil, s.statusErr(0, badInput(err))
 	}
 	amount := req.GetAmountCents()
-	res, err := s.proposeRouted(ctx, user[:], &fsm.Command{Op: fsm.OpAddCredits, AccountID: &user, Amount: &amount, Tx: tx, Time: nowMs()})
+	res, err := s.recordTx(ctx, user, &fsm.Command{Op: fsm.OpAddCredits, AccountID: &user, Amount: &amount, Tx: tx, Time: nowMs()})
 	if err != nil {
 		return nil, err
 	}
 	return &rpc.BalanceResponse{BalanceCents: res.Balance}, nil
+}
+
+// The transaction-id directory (docs/architecture.md, "The transaction-id
+// directory"). A transaction id is recorded on its account's shard, but
+// reserved for that account in a directory keyed by the id itself, in the
+// shard of the id's own slot, so that two accounts never hold one id
+// anywhere in the cluster. recordTx does the two writes in order: reserve,
+// then record. When one shard owns both slots they are one log entry (the
+// op carries TxID: fsm reserves in the same change); otherwise the
+// reservation is an OpReserveTx on the id's shard (proposed here when
+// this node leads it, else on its leader through the Admin call
+// ReserveTransaction: cluster.Node.ReserveTx), and the op follows on the
+// account's shard. A crash or an error between the two leaves a
+// reservation without its transaction: harmless, since only the same
+// account may use the id, and the client's retry completes it.
+
+// recordTx proposes cmd, an op that records cmd.Tx for account acct, after
+// reserving its transaction id for acct. Before the cluster runs
+// fsm.VersionHardening it proposes cmd alone (ids unique per shard).
+func (s *billingServer) recordTx(ctx context.Context, acct keys.AccountID, cmd *fsm.Command) (*fsm.Result, error) {
+	id, r, err := s.route(acct[:])
+	if err != nil {
+		return nil, err
+	}
+	if s.node.ActiveVersion() < fsm.VersionHardening {
+		return s.proposeTo(ctx, id, r, cmd)
+	}
+	// Reserve nothing for a call this node cannot complete: not the
+	// leader, or a command the replica would refuse.
+	if !r.IsLeader() {
+		return nil, s.notLeader(id)
+	}
+	if err := cmd.Validate(s.cfg.Limits); err != nil {
+		return nil, s.statusErr(id, err)
+	}
+	txID := cmd.Tx.TransactionID
+	dirID, _, err := s.node.Route(txID[:])
+	if err != nil {
+		return nil, s.statusErr(dirID, err)
+	}
+	if dirID == id {
+		cmd.TxID = &txID
+		return s.proposeTo(ctx, id, r, cmd)
+	}
+	if err := s.node.ReserveTx(ctx, acct, txID); err != nil {
+		return nil, s.statusErr(dirID, err)
+	}
+	return s.proposeTo(ctx, id, r, cmd)
 }

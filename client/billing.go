@@ -110,6 +110,26 @@ func NewTransactionID(now time.Time) keys.TransactionID {
 	}
 }
 
+// NewTransactionIDFor is NewTransactionID for a transaction of account
+// user whose id is in the account's slot: it draws ids (strictly
+// increasing, as NewTransactionID's) until one's slot is the account's,
+// about 256 draws, a few microseconds. The id's entry in the cluster's
+// transaction-id directory then lives in the account's shard, before and
+// after any split or merge, so a credit or charge under it is one log
+// entry instead of a reservation on another shard followed by the charge
+// (docs/architecture.md, "The transaction-id directory"). Any id is
+// accepted; this one only costs less.
+func NewTransactionIDFor(now time.Time, user keys.AccountID) keys.TransactionID {
+	want := shard.SlotOf(user[:])
+	var id keys.TransactionID
+	for range 1 << 14 { // a miss after 2^14 draws: probability e^-64
+		if id = NewTransactionID(now); shard.SlotOf(id[:]) == want {
+			break
+		}
+	}
+	return id
+}
+
 // PutAccount creates or replaces an account. Not retried when the outcome
 // is unknown (ErrOutcomeUnknown: replaying a replace could undo another
 // client's later write); the caller decides.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
+	"github.com/swarmkv/swarmkv/shard"
 )
 
 // InsufficientCreditsError is the Result.Err of a charge (OpProcessUsage,
@@ -66,6 +67,44 @@ func (ch *change) putAccount(id keys.AccountID, a *records.Account) error {
 // it would drop the first from the listing while the balance keeps it.
 func errTxExists(op Op, id keys.TransactionID) error {
 	return fmt.Errorf("%w: op %s: transaction id %x is already recorded by another operation", ErrAlreadyExists, op, id[:])
+}
+
+// errTxReserved is the rejection of a reservation (OpReserveTx, or an op
+// that reserves in the same change) of a transaction id the directory
+// assigns to another account.
+func errTxReserved(op Op, id keys.TransactionID) error {
+	return fmt.Errorf("%w: op %s: transaction id %x is reserved by another account", ErrAlreadyExists, op, id[:])
+}
+
+// reserveTx reserves transaction id id for owner in the cluster-wide
+// directory (OpReserveTx, and the ops that carry TxID): an absent entry
+// is written, one of owner is left alone (a retry: idempotent), one of
+// another account is refused (errTxReserved). The id's slot, which need
+// not be the account's, must be owned here (*MovedError otherwise, even
+// when nothing is written).
+func (ch *change) reserveTx(op Op, owner keys.AccountID, id keys.TransactionID) error {
+	if ch.st != nil {
+		if rej := ch.st.check(shard.SlotOf(id[:])); rej != nil {
+			return reject(rej)
+		}
+	}
+	key := keys.TxDirectory(id)
+	v, found, err := ch.get(key)
+	if err != nil {
+		return err
+	}
+	if !found {
+		ch.set(key, owner[:])
+		return nil
+	}
+	held, err := keys.TxOwnerValue(v)
+	if err != nil {
+		return reject(corruptErr(key, err))
+	}
+	if held != owner {
+		return reject(errTxReserved(op, id))
+	}
+	return nil
 }
 
 // sameOperation reports whether prev, a stored transaction, was recorded by

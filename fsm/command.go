@@ -180,6 +180,15 @@ const (
 	// account, another amount or op) is refused with ErrAlreadyExists: a
 	// transaction id names one ledger entry, which is never replaced.
 	OpAddCredits Op = 26
+	// OpReserveTx (AccountID, TxID) reserves transaction id TxID for the
+	// account in the cluster-wide directory (keys.TableTxDirectory, in
+	// the slot of the id itself): absent, it records the account; held by
+	// the same account, it succeeds and writes nothing (idempotent); held
+	// by another account, ErrAlreadyExists. The front proposes it on the
+	// id's shard before the op that records the id on the account's shard;
+	// when one shard holds both slots, that op carries TxID instead and
+	// reserves in the same change (reserveTx). From VersionHardening.
+	OpReserveTx Op = 27
 )
 
 // Agent pool operations (seed 004). Each is applied atomically, like the
@@ -289,6 +298,7 @@ var opSince = map[Op]int{
 	// keeps none and would not know the op.
 	OpCompactHistory: VersionLeases,
 	OpSyncSlots:      VersionPrecopy,
+	OpReserveTx:      VersionHardening,
 }
 
 // Since returns the protocol version the cluster must run before c may
@@ -317,6 +327,10 @@ func (c *Command) Since() int {
 					return VersionLeases
 				}
 			}
+		}
+	case OpUpdateBalance, OpPutTransaction, OpProcessUsage, OpAddCredits:
+		if c.TxID != nil { // the directory reservation in the same change
+			return VersionHardening
 		}
 	case OpMulti:
 		v := 1
@@ -433,6 +447,10 @@ type Command struct {
 	// LeaseID is the lease a runner or agent heartbeat attaches its record
 	// to.
 	LeaseID uint64 `cbor:"lease_id,omitempty"`
+	// TxID is the transaction id an OpReserveTx reserves; on an op that
+	// records a transaction (equal to Tx.TransactionID) it reserves the id
+	// in the same change (VersionHardening).
+	TxID *keys.TransactionID `cbor:"tx_id,omitempty"`
 }
 
 // Result is what one applied log entry returns through raft's

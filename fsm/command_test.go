@@ -126,6 +126,8 @@ func validCommands() []*Command {
 		// lease owners, random ids, key bounds, deny (VersionHardening)
 		{Op: OpLeaseGrant, Lease: &LeaseArgs{RoutingKey: []byte("alice"), TTLMs: 5000, Owner: "token:0123456789abcdef", Nonce: 0xabcdef012345, MaxKeys: 10}, Time: 6},
 		{Op: OpLeaseRevoke, Lease: &LeaseArgs{ID: keys.LeaseIDOf(3, 1), Deny: LeaseKindKV | LeaseKindAgent}, Time: 6},
+		// the transaction-id directory
+		{Op: OpReserveTx, AccountID: ptr(acct(1)), TxID: ptr(txid(5))},
 	}
 }
 
@@ -207,6 +209,7 @@ func TestValidateRecordOps(t *testing.T) {
 		{"runner record", edit(20, func(c *Command) { c.Runner = &records.Runner{RunnerID: "r", LastSeen: -1} }), "runner: records: invalid record: last_seen is negative"},
 		{"guild id", edit(21, func(c *Command) { c.GuildID = strings.Repeat("g", 129) }), "guild_id is 129 bytes, max 128"},
 		{"guild pool id", edit(21, func(c *Command) { c.PoolID = "p\t" }), "pool_id has byte 0x09"},
+		{"reserved id of another tx", edit(12, func(c *Command) { c.TxID = ptr(txid(99)) }), "op add_credits: tx_id differs from tx: transaction_id"},
 	} {
 		err := tc.cmd.Validate(Limits{})
 		if !errors.Is(err, ErrInvalidCommand) || !strings.Contains(err.Error(), tc.want) {
@@ -281,6 +284,12 @@ func setField(c *Command, bit field, on bool) {
 		c.History = cond(on, &HistoryRetention{MaxRevisions: 1}, nil)
 	case fLease:
 		c.Lease = cond(on, &LeaseArgs{ID: 1}, nil)
+	case fTxID:
+		id := txid(0)
+		if c.Tx != nil {
+			id = c.Tx.TransactionID // an op that records it reserves its own id
+		}
+		c.TxID = cond(on, &id, nil)
 	case fLeaseID:
 		rk := []byte(keys.PoolsRoutingKey)
 		if c.UserID != nil {

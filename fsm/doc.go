@@ -47,7 +47,7 @@
 // kv table); OpNoop marks a new leader's term; OpMulti carries several
 // encoded commands proposed as one log entry, each applied as if it were an
 // entry of its own (its response is a []*Result). The registry ops (10-16),
-// billing ops (20-26) and agent pool ops (30-38) implement the seed stores'
+// billing ops (20-27) and agent pool ops (30-38) implement the seed stores'
 // operations, compound ones included, inside the state machine, on the
 // tables of package keys; the lease ops (60-63, lease.go) keep leases and
 // end what is attached to them (an OpBatch put, a runner or agent
@@ -121,6 +121,9 @@
 // (the exact retry, with its transaction id, gets the recorded balance;
 // another charge of the event *DuplicateEventError). A transaction id
 // recorded by one operation is refused to any other (ErrAlreadyExists).
+// Across shards, OpReserveTx reserves an id for its account in the
+// tx_directory table, in the slot of the id itself; an op carrying TxID
+// reserves it in the same change (both from VersionHardening).
 //
 // # Slots
 //

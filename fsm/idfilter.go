@@ -15,8 +15,9 @@ import (
 // builds an iterator per L0 sublevel before it consults a table's filter
 // (docs/performance.md, round 15).
 //
-// It is a chain of Bloom filters over every key of the transactions and
-// usage_events tables: filled by a scan at open, by a restore as it loads
+// It is a chain of Bloom filters over every key of the transactions,
+// usage_events and tx_directory tables (a charge also reads its id's
+// directory entry when the directory is in its shard): filled by a scan at open, by a restore as it loads
 // the snapshot, and by every path that writes those tables (change.flush,
 // raw batches, slot ingests). A Bloom filter has no false negatives, so
 // "absent" is exact; "maybe" (a false positive, about 0.5 % per segment,
@@ -39,7 +40,8 @@ const (
 	idFilterFirstSegment = 1 << 16 // keys; each next segment doubles
 	idFilterFalsePos     = 0.005   // per segment
 	// maxIDFilterKeys bounds the filter's memory to at most 11 MiB per
-	// replica: 2M charges (an event and a transaction each).
+	// replica: 2M charges (an event and a transaction each; 1.3M when
+	// their directory entries are in the same shard).
 	maxIDFilterKeys = 4 << 20
 )
 
@@ -48,7 +50,7 @@ const (
 var _, idFilterK = bloom.EstimateParameters(idFilterFirstSegment, idFilterFalsePos)
 
 func isIDKey(key []byte) bool {
-	return len(key) > 0 && (key[0] == keys.TableTransactions || key[0] == keys.TableUsageEvents)
+	return len(key) > 0 && (key[0] == keys.TableTransactions || key[0] == keys.TableUsageEvents || key[0] == keys.TableTxDirectory)
 }
 
 // mayHave reports whether key may be stored; false is certain. Keys of
@@ -103,7 +105,7 @@ func (f *idFilter) reset() {
 // build resets the filter to the ids r holds.
 func (f *idFilter) build(r pebble.Reader) error {
 	f.reset()
-	for _, t := range []byte{keys.TableTransactions, keys.TableUsageEvents} {
+	for _, t := range []byte{keys.TableTransactions, keys.TableUsageEvents, keys.TableTxDirectory} {
 		lo := keys.TablePrefix(t)
 		it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: keys.PrefixEnd(lo)})
 		if err != nil {

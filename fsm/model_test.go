@@ -51,6 +51,28 @@ func (m *model) applyRecordOp(c *Command) (int64, error) {
 		}
 		return b
 	}
+	if c.TxID != nil { // the directory: reserve before the op, keep only if it succeeds
+		var owner keys.AccountID
+		if c.Op == OpReserveTx {
+			owner = *c.AccountID
+		} else {
+			owner = c.Tx.UserID
+		}
+		dirKey := keys.TxDirectory(*c.TxID)
+		held, ok := get(dirKey)
+		if ok && !bytes.Equal(held, owner[:]) {
+			return 0, errTxReserved(c.Op, *c.TxID)
+		}
+		if c.Op == OpReserveTx {
+			set(dirKey, owner[:])
+			return 0, nil
+		}
+		bal, err := m.applyRecordOp(&Command{Op: c.Op, AccountID: c.AccountID, Amount: c.Amount, Time: c.Time, Tx: c.Tx, Event: c.Event})
+		if err == nil {
+			set(dirKey, owner[:])
+		}
+		return bal, err
+	}
 	switch c.Op {
 	case OpPutAgent:
 		a := c.Agent
@@ -321,6 +343,15 @@ func genRecordCmd(rng *rand.Rand) *Command {
 	}
 	if c.Tx != nil && c.Op != OpPutTransaction && pick(3) == 0 {
 		c = reusedTxCmd(c.Op, pick(12), now)
+	}
+	switch pick(6) { // the transaction-id directory (VersionHardening)
+	case 0:
+		if c.Tx != nil {
+			c.TxID = ptr(c.Tx.TransactionID) // reserve in the same change
+		}
+	case 1:
+		// a reservation, of the account a reused id goes with or another
+		c = &Command{Op: OpReserveTx, AccountID: ptr(acct(pick(3))), TxID: ptr(txid(pick(12)))}
 	}
 	if pick(12) == 0 {
 		breakCommand(rng, c)

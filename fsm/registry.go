@@ -68,6 +68,38 @@ func applyRecordOp(a *applier, c *Command, st *slotState, res *Result) error {
 	var balance int64
 	var removed int
 	var err error
+	if c.TxID != nil && c.Op != OpReserveTx {
+		// An op that records a transaction reserves its id in the
+		// directory first, in the same change (the front's same-shard
+		// case): refused there, the op does not run.
+		err = ch.reserveTx(c.Op, c.Tx.UserID, *c.TxID)
+	}
+	if err == nil {
+		balance, removed, err = ch.recordOp(c)
+	}
+	if err == nil {
+		err = ch.flush()
+	}
+	var rej *rejection
+	if errors.As(err, &rej) {
+		res.Err = rej.err
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ch.commitAttach()
+	res.Succeeded, res.Balance, res.Removed = true, balance, removed
+	if key := recordKey(c); key != nil {
+		res.Record = ch.written(key)
+	}
+	return nil
+}
+
+// recordOp runs the registry, billing or pool op c in ch (not yet
+// flushed): the new balance of a billing op that moves money, the bots an
+// OpDeletePool removed.
+func (ch *change) recordOp(c *Command) (balance int64, removed int, err error) {
 	switch c.Op {
 	case OpPutAgent:
 		err = ch.putAgent(c.Agent)
@@ -97,6 +129,8 @@ func applyRecordOp(a *applier, c *Command, st *slotState, res *Result) error {
 		balance, err = ch.processUsage(c.Event, c.Tx, c.Time)
 	case OpAddCredits:
 		balance, err = ch.addCredits(*c.AccountID, *c.Amount, c.Tx, c.Time)
+	case OpReserveTx:
+		err = ch.reserveTx(c.Op, *c.AccountID, *c.TxID)
 	default:
 		if isPoolOp(c.Op) {
 			removed, err = ch.poolOp(c)
@@ -105,23 +139,7 @@ func applyRecordOp(a *applier, c *Command, st *slotState, res *Result) error {
 		// unreachable: Validate knows every op
 		err = reject(fmt.Errorf("%w: unknown op %d", ErrInvalidCommand, c.Op))
 	}
-	if err == nil {
-		err = ch.flush()
-	}
-	var rej *rejection
-	if errors.As(err, &rej) {
-		res.Err = rej.err
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	ch.commitAttach()
-	res.Succeeded, res.Balance, res.Removed = true, balance, removed
-	if key := recordKey(c); key != nil {
-		res.Record = ch.written(key)
-	}
-	return nil
+	return balance, removed, err
 }
 
 // recordKey is the key of the record op c updates and reports in

@@ -445,6 +445,8 @@ func commandRoutingKey(c *Command) []byte {
 		return c.Tx.UserID[:]
 	case OpPutUsageEvent, OpProcessUsage:
 		return c.Event.UserID[:]
+	case OpReserveTx:
+		return c.TxID[:] // the directory routes by the id itself
 	}
 	if isPoolOp(c.Op) {
 		return []byte(keys.PoolsRoutingKey)

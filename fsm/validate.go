@@ -42,14 +42,15 @@ const (
 	fHistory
 	fLease
 	fLeaseID
+	fTxID
 
-	fLast = fLeaseID // the highest bit
+	fLast = fTxID // the highest bit
 )
 
 // fieldNames are the CBOR names of the fields, in bit order.
 var fieldNames = [...]string{"batch", "agent", "session", "user", "account", "tx", "event",
 	"user_id", "agent_id", "session_id", "account_id", "status", "amount", "time",
-	"pool", "bot", "runner", "actor", "pool_id", "bot_id", "guild_id", "cascade", "redis", "multi", "move", "history", "lease", "lease_id"}
+	"pool", "bot", "runner", "actor", "pool_id", "bot_id", "guild_id", "cascade", "redis", "multi", "move", "history", "lease", "lease_id", "tx_id"}
 
 // first names the lowest field in the set.
 func (f field) first() string { return fieldNames[bits.TrailingZeros32(uint32(f))] }
@@ -74,11 +75,12 @@ var opSpecs = map[Op]opSpec{
 	OpAgentHeartbeat:      {"agent_heartbeat", fUserID | fAgentID | fTime, fLeaseID},
 	OpPutAccount:          {"put_account", fAccount, 0},
 	OpDeleteAccount:       {"delete_account", fAccountID, 0},
-	OpUpdateBalance:       {"update_balance", fAccountID | fAmount | fTime | fTx, 0},
-	OpPutTransaction:      {"put_transaction", fTx, 0},
+	OpUpdateBalance:       {"update_balance", fAccountID | fAmount | fTime | fTx, fTxID},
+	OpPutTransaction:      {"put_transaction", fTx, fTxID},
 	OpPutUsageEvent:       {"put_usage_event", fEvent, 0},
-	OpProcessUsage:        {"process_usage", fEvent | fTx | fTime, 0},
-	OpAddCredits:          {"add_credits", fAccountID | fAmount | fTx | fTime, 0},
+	OpProcessUsage:        {"process_usage", fEvent | fTx | fTime, fTxID},
+	OpAddCredits:          {"add_credits", fAccountID | fAmount | fTx | fTime, fTxID},
+	OpReserveTx:           {"reserve_tx", fAccountID | fTxID, 0},
 	OpEnsureDefaultPool:   {"ensure_default_pool", fTime, 0},
 	OpCreatePool:          {"create_pool", fPool, 0},
 	OpUpdatePool:          {"update_pool", fPool | fActor | fTime, 0},
@@ -120,7 +122,7 @@ func (c *Command) fields() field {
 		{c.Actor != "", fActor}, {c.PoolID != "", fPoolID}, {c.BotID != "", fBotID},
 		{c.GuildID != "", fGuildID}, {c.Cascade, fCascade}, {c.Redis != nil, fRedis},
 		{c.Multi != nil, fMulti}, {c.Move != nil, fMove}, {c.History != nil, fHistory},
-		{c.Lease != nil, fLease}, {c.LeaseID != 0, fLeaseID},
+		{c.Lease != nil, fLease}, {c.LeaseID != 0, fLeaseID}, {c.TxID != nil, fTxID},
 	} {
 		if p.present {
 			f |= p.bit
@@ -157,6 +159,9 @@ func (c *Command) validateRecords() error {
 func (c *Command) validateOp() error {
 	if err := c.validateStringIDs(); err != nil {
 		return err
+	}
+	if c.TxID != nil && c.Tx != nil && *c.TxID != c.Tx.TransactionID {
+		return errors.New("tx_id differs from tx: transaction_id")
 	}
 	switch c.Op {
 	case OpAgentHeartbeat:

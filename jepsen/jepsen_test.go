@@ -97,6 +97,9 @@ func TestCheckersCatchBrokenStores(t *testing.T) {
 		{"lost status updates", func() Connect { return brokenConnect(NewMemDB(MemBugs{}).Connect(), false, true) }, "registry", "could be last"},
 		{"double charge", func() Connect { return NewMemDB(MemBugs{NoEventDedup: true}).Connect() }, "ledger", "charged"},
 		{"overwritten transaction", func() Connect { return NewMemDB(MemBugs{OverwriteTxID: true}).Connect() }, "ledger", "overwritten by a re-use"},
+		// Transaction ids unique per shard only (before the directory):
+		// another account's re-use takes effect.
+		{"transaction id re-used by another account", func() Connect { return NewMemDB(MemBugs{TxIDPerAccount: true}).Connect() }, "ledger", "re-used by another account"},
 		{"stale status index", func() Connect { return NewMemDB(MemBugs{StaleStatusIndex: true}).Connect() }, "registry", "listed under status"},
 		// A move that copies its slot without freezing it: the writes
 		// acknowledged during the move are lost at the publish, or
@@ -269,8 +272,10 @@ func runInProc(t *testing.T, nemeses string, d time.Duration) (*Result, *InProc)
 
 // Hand-written ledger histories: a re-use of an acknowledged transaction
 // id that took effect (the state machine bug of issue 22, item 10) is an
-// anomaly, whether it replaced the charge in its account's listing or moved
-// it to another account; refused re-uses are valid.
+// anomaly, whether it replaced the charge in its account's listing, moved
+// it to another account, or was recorded by another account as its own
+// (ids unique per shard only: issue 37, item 11); refused re-uses are
+// valid.
 func TestLedgerCheckerCatchesOverwrittenTransaction(t *testing.T) {
 	l := NewLedger("t", 2)
 	id := keys.TransactionID{1}
@@ -290,6 +295,8 @@ func TestLedgerCheckerCatchesOverwrittenTransaction(t *testing.T) {
 		TransactionType: records.TxUsage, Description: "jepsen usage", EventID: "e1", BalanceAfterCents: 200}
 	overwritten := &records.CreditTransaction{TransactionID: id, UserID: l.accounts[0], AmountCents: 50,
 		TransactionType: records.TxUsage, Description: reuseDescription, EventID: "e2", BalanceAfterCents: 150}
+	reusedByOther := &records.CreditTransaction{TransactionID: id, UserID: l.accounts[1], AmountCents: 70,
+		TransactionType: records.TxGrant, Description: reuseDescription, BalanceAfterCents: 70}
 	for _, tc := range []struct {
 		name      string
 		txs       []*records.CreditTransaction
@@ -304,6 +311,9 @@ func TestLedgerCheckerCatchesOverwrittenTransaction(t *testing.T) {
 		// The charge gone from the listing (replaced under another id's
 		// owner): the acknowledged charge is missing.
 		{"charge lost", []*records.CreditTransaction{credit}, 200, 300, map[string]bool{"e1": true}, "is not listed"},
+		// Account 1's re-use (op 3) took effect on its own shard: the
+		// original stays listed, the id is listed twice in the cluster.
+		{"re-used by another account", []*records.CreditTransaction{charge, credit}, 200, 300, map[string]bool{"e1": true}, "re-used by another account"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l.final.acct = map[keys.AccountID]*records.Account{
@@ -311,6 +321,10 @@ func TestLedgerCheckerCatchesOverwrittenTransaction(t *testing.T) {
 				l.accounts[1]: {UserID: l.accounts[1]},
 			}
 			l.final.txs = map[keys.AccountID][]*records.CreditTransaction{l.accounts[0]: tc.txs}
+			if tc.name == "re-used by another account" {
+				l.final.acct[l.accounts[1]] = &records.Account{UserID: l.accounts[1], BalanceCents: 70, LifetimeCreditsCents: 70}
+				l.final.txs[l.accounts[1]] = []*records.CreditTransaction{reusedByOther}
+			}
 			l.final.has = tc.has
 			v := l.Check(h, "")
 			if v.Valid != (tc.want == "") {

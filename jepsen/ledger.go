@@ -203,11 +203,10 @@ func (l *Ledger) ack(op Op, ai int, id keys.TransactionID) {
 const reuseDescription = "jepsen re-use"
 
 // reuse submits, on account ai, a new credit or a charge of a new event
-// under transaction id id, acknowledged for another operation. On the
-// original's shard (always when ai is the original's account) it must be
-// refused (ErrAlreadyExists) and change nothing; on another shard, where
-// the id is free, it may take effect as a transaction of its own, never
-// touching the original.
+// under transaction id id, acknowledged for another operation. Transaction
+// ids are unique across the cluster (the transaction-id directory, issue
+// 37 item 11), so it must be refused (ErrAlreadyExists) and change
+// nothing, on the original's account or any other, on whatever shard.
 func (l *Ledger) reuse(ctx context.Context, w *Worker, ai int, id keys.TransactionID) {
 	acct := l.accounts[ai]
 	amt := 1 + w.Rng.Int64N(400)
@@ -241,29 +240,6 @@ func (l *Ledger) charge(ctx context.Context, w *Worker, ai int, ev string, cost 
 			return submit(ctx, func(ctx context.Context) (int64, error) { return w.DB.ProcessUsage(ctx, e, tx) })
 		})
 	return op, tx.TransactionID
-}
-
-// acctTx is a transaction id (hex) on an account (index).
-type acctTx struct {
-	acct int
-	tx   string
-}
-
-// otherShardReuse returns the re-use, among rs (the re-uses of t's id on
-// t's account, another account than the original's), that t records, if
-// one may have taken effect. A re-use on another account is refused when
-// that account is on the original's shard, and takes effect as a
-// transaction of its own when it is not: the workload does not know the
-// shard map, the listing tells.
-func (l *Ledger) otherShardReuse(rs []Op, t *records.CreditTransaction) (Op, bool) {
-	for _, r := range rs {
-		in := r.Input.(LedgerIn)
-		if r.Outcome != Fail && t.Description == reuseDescription && in.Amount == t.AmountCents && in.Event == t.EventID &&
-			(in.Event == "") == t.TransactionType.Credit() {
-			return r, true
-		}
-	}
-	return Op{}, false
 }
 
 // maxEventProbes bounds the HasUsageEvent reads of the final phase.
@@ -331,19 +307,14 @@ func (l *Ledger) Check(h History, _ string) Verdict {
 		v.anomaly("no final reads")
 		return v
 	}
-	issued := map[string]Op{}   // tx hex -> the credit or charge that issued it
-	reused := map[acctTx][]Op{} // a re-use of a tx on an account
-	effective := map[int]bool{} // re-uses listed as their own transaction
+	issued := map[string]Op{} // tx hex -> the credit or charge that issued it
 	for _, op := range h {
 		in, _ := op.Input.(LedgerIn)
 		if out, ok := op.Output.(LedgerOut); ok && op.Outcome == OK && out.Balance < 0 {
 			v.anomaly("op %d %s: balance %d is negative", op.Index, op.F, out.Balance)
 		}
 		switch {
-		case in.Tx == "":
-		case op.F == "reuse":
-			k := acctTx{in.Account, in.Tx}
-			reused[k] = append(reused[k], op)
+		case in.Tx == "", op.F == "reuse":
 		default:
 			issued[in.Tx] = op
 		}
@@ -362,12 +333,12 @@ func (l *Ledger) Check(h History, _ string) Verdict {
 			}
 			seen[tid] = true
 			op, ok := issued[tid]
-			if r, other := l.otherShardReuse(reused[acctTx{ai, tid}], t); ok && op.Input.(LedgerIn).Account != ai && other {
-				// The id's original is on another account, on another
-				// shard (transaction ids are unique per shard): this
-				// re-use is an entry of its own, which must leave the
-				// original listed intact there.
-				effective[r.Index] = true
+			if ok && op.Input.(LedgerIn).Account != ai && t.Description == reuseDescription {
+				// Transaction ids are unique across the cluster: a re-use
+				// on another account never takes effect, wherever the
+				// two accounts live.
+				v.anomaly("account %d: transaction %s of %s op %d (account %d) was re-used by another account (%s %d, event %q)",
+					ai, tid, op.F, op.Index, op.Input.(LedgerIn).Account, t.TransactionType, t.AmountCents, t.EventID)
 			} else if !ok {
 				v.anomaly("account %d: transaction %s (%s %d) was never issued", ai, tid, t.TransactionType, t.AmountCents)
 			} else {
@@ -434,14 +405,9 @@ func (l *Ledger) Check(h History, _ string) Verdict {
 			same := orig.Account == in.Account
 			v.count(fmt.Sprintf("reuses-%s-account-%s", map[bool]string{true: "same", false: "other"}[same], op.Outcome), 1)
 			switch {
-			case effective[op.Index]:
-				// Took effect on another shard, as its own transaction:
-				// checked with the listing like a charge or credit.
-				if in.Event != "" && events[in.Event] != 1 {
-					v.anomaly("re-use of transaction id %s (op %d) on another shard: its event %s charged %d times", in.Tx, op.Index, in.Event, events[in.Event])
-				}
 			case op.Outcome == OK:
-				v.anomaly("re-use of transaction id %s by a new operation was acknowledged (op %d) but is not listed as its own transaction", in.Tx, op.Index)
+				v.anomaly("re-use of transaction id %s by a new operation on the %s account was acknowledged (op %d)",
+					in.Tx, map[bool]string{true: "same", false: "other"}[same], op.Index)
 			case in.Event != "" && l.final.has[in.Event]:
 				v.anomaly("re-use of transaction id %s (op %d): its usage event %s is recorded", in.Tx, op.Index, in.Event)
 			case in.Event != "" && events[in.Event] > 0:

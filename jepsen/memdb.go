@@ -30,6 +30,12 @@ type MemBugs struct {
 	// transaction: the money of both moves, the listing keeps the second
 	// only (the state machine's bug of issue 22, item 10).
 	OverwriteTxID bool
+	// TxIDPerAccount checks a transaction id against its own account's
+	// transactions only: another account's credit or charge under a
+	// recorded id takes effect as a transaction of its own (transaction
+	// ids unique per shard, as before the transaction-id directory of
+	// issue 37, item 11).
+	TxIDPerAccount bool
 	// MoveLosesWrites and MoveDuplicatesWrites simulate slot moves (see
 	// memMove) with a bug: a move copies its slot's data when it starts
 	// and keeps serving writes to it (no freeze); at its publish the
@@ -302,6 +308,9 @@ func sameOp(old, t *records.CreditTransaction, eventID string) bool {
 // is dropped from the listing and the operation goes on.
 func (m *MemDB) recordedLocked(t *records.CreditTransaction, eventID string) (int64, bool, error) {
 	old := m.txLocked(t.TransactionID)
+	if m.bugs.TxIDPerAccount && old != nil && old.UserID != t.UserID {
+		old = nil
+	}
 	switch {
 	case old == nil:
 		return 0, false, nil

@@ -24,6 +24,7 @@
 //	transactions           0x11    transaction_id(16, ULID)                   Transaction (CBOR)
 //	transactions_by_user   0x12    user_id(16) transaction_id(16)             empty (index)
 //	usage_events           0x13    event_id (1..MaxEventIDLen bytes)          UsageEvent (CBOR)
+//	tx_directory           0x14    transaction_id(16, ULID)                   owner user_id(16)
 //	kv                     0x20    len(routing_key) u16 BE, routing_key, key  user value
 //	pools                  0x30    pool_id (1..64)                            Pool (CBOR)
 //	bots                   0x31    agent_id (1..128)                          Bot (CBOR)
@@ -38,7 +39,7 @@
 //
 // Total key lengths: agents 65, agents_by_status 66, sessions 17,
 // sessions_by_agent 49, users 33, agent_owners 33, accounts 17, transactions 17,
-// transactions_by_user 33, usage_events 2..257, kv 3+len(routing_key)+len(key),
+// transactions_by_user 33, usage_events 2..257, tx_directory 17, kv 3+len(routing_key)+len(key),
 // pools 2..65, bots, runners and guild_settings 2..129, bots_by_pool
 // 2+len(pool_id)+len(agent_id). The agent pool tables (seed 004) are keyed by
 // string ids of printable ASCII (ValidateStringID).
@@ -50,6 +51,11 @@
 //   - All sessions of one agent share SessionByAgentPrefix(a).
 //   - agent_owners (swarmkv's own table) answers "whose agent is this?" with
 //     one point read, so a lookup by agent id alone never scans agents.
+//   - tx_directory (swarmkv's own table) answers "which account recorded
+//     this transaction id?" for the whole cluster: it routes by the id
+//     itself, so each id has one entry in one slot, while its transaction
+//     record lives in its account's slot (docs/architecture.md, "The
+//     transaction-id directory").
 //   - Transaction ids are ULIDs whose first 48 bits are a big-endian
 //     millisecond timestamp, so inside TransactionByUserPrefix(u) bytewise
 //     order is time order: newest last, and a reverse scan lists newest first.
@@ -75,7 +81,8 @@
 // Every key but the meta table's belongs to the slot of a routing key.
 // RoutingKeyOf returns it for the layouts that carry it: the user id of
 // agents, agents_by_status and users, the billing user id of accounts and
-// transactions_by_user, a kv key's routing key, PoolsRoutingKey for the
+// transactions_by_user, the transaction id of tx_directory, a kv key's
+// routing key, PoolsRoutingKey for the
 // pool tables and RedisRoutingKey of the Redis key for the Redis tables.
 // For sessions, transactions, usage_events and agent_owners it answers
 // RouteValue (the user id is in the stored value), for sessions_by_agent

@@ -119,6 +119,14 @@ func FuzzDecodeTransactionByUser(f *testing.F) {
 	})
 }
 
+func FuzzDecodeTxDirectory(f *testing.F) {
+	addSeeds(f, TableTxDirectory, TxDirectory(TransactionID(seq(0x80, 16))))
+	f.Fuzz(func(t *testing.T, k []byte) {
+		id, err := DecodeTxDirectory(k)
+		checkDecode(t, k, err, func() []byte { return TxDirectory(id) })
+	})
+}
+
 func FuzzDecodeUsageEvent(f *testing.F) {
 	k, err := UsageEvent("evt-01HZY")
 	if err != nil {

@@ -111,6 +111,20 @@ const (
 	//	0      1
 	TableUsageEvents byte = 0x13
 
+	// TableTxDirectory is the cluster-wide transaction-id directory
+	// (swarmkv's own; the seed has no such column family): it names the
+	// account that reserved a transaction id. Unlike the transactions
+	// table, whose records live in their account's slot, it routes by the
+	// transaction id itself (RoutingKeyOf: the 16 id bytes), so one id has
+	// one entry in the whole cluster and the entry moves with the id's
+	// slot in a split or merge. The value is the owner's user_id (16).
+	//
+	//	+------+---------------------+
+	//	| 0x14 | transaction_id (16) |
+	//	+------+---------------------+
+	//	0      1                     17
+	TableTxDirectory byte = 0x14
+
 	// TableKV holds generic key/value pairs scoped by a routing key, the
 	// unit a shard map places on a shard. The big-endian length before the
 	// routing key keeps routing keys prefix-free: the keys of "ab" and the
@@ -158,6 +172,7 @@ const (
 	accountKeyLen           = 1 + 16
 	transactionKeyLen       = 1 + 16
 	transactionByUserKeyLen = 1 + 16 + 16
+	txDirectoryKeyLen       = 1 + 16
 	kvHeaderLen             = 1 + 2
 )
 
@@ -203,6 +218,8 @@ func TableName(t byte) string {
 		return "transactions_by_user"
 	case TableUsageEvents:
 		return "usage_events"
+	case TableTxDirectory:
+		return "tx_directory"
 	case TableKV:
 		return "kv"
 	case TablePools:
@@ -356,6 +373,14 @@ func TransactionByUserPrefix(u AccountID) []byte {
 	k := make([]byte, 0, 1+len(u))
 	k = append(k, TableTransactionsByUser)
 	return append(k, u[:]...)
+}
+
+// TxDirectory returns the tx_directory key 0x14 | transaction_id. Its
+// value is the owner's 16-byte account id (TxOwnerValue).
+func TxDirectory(id TransactionID) []byte {
+	k := make([]byte, 0, txDirectoryKeyLen)
+	k = append(k, TableTxDirectory)
+	return append(k, id[:]...)
 }
 
 // UsageEvent returns the usage_events key 0x13 | event_id. It returns an
@@ -548,6 +573,17 @@ func DecodeTransactionByUser(k []byte) (AccountID, TransactionID, error) {
 	copy(u[:], k[1:17])
 	copy(id[:], k[17:33])
 	return u, id, nil
+}
+
+// DecodeTxDirectory returns the transaction id of a tx_directory key
+// produced by TxDirectory.
+func DecodeTxDirectory(k []byte) (TransactionID, error) {
+	var id TransactionID
+	if err := checkFixed(k, TableTxDirectory, txDirectoryKeyLen); err != nil {
+		return id, err
+	}
+	copy(id[:], k[1:17])
+	return id, nil
 }
 
 // DecodeUsageEvent returns the event id of a usage_events key produced by

@@ -106,6 +106,7 @@ func TestLayouts(t *testing.T) {
 			"12 606162636465666768696a6b6c6d6e6f 808182838485868788898a8b8c8d8e8f")},
 		{"transaction by user prefix", TransactionByUserPrefix(ac), cat([]byte{0x12}, ac[:])},
 		{"usage event/seed", ev, cat([]byte{0x13}, []byte("evt-1"))},
+		{"tx directory", TxDirectory(tx), cat([]byte{0x14}, tx[:])},
 		{"kv", KV([]byte("user-1"), []byte("k")), mustHex(t, "20 0006 757365722d31 6b")},
 		{"kv empty routing key", KV(nil, []byte("k")), mustHex(t, "20 0000 6b")},
 		{"kv empty key", KV([]byte("r"), nil), mustHex(t, "20 0001 72")},
@@ -137,6 +138,7 @@ func TestTableNames(t *testing.T) {
 		TableTransactions:       "transactions",
 		TableTransactionsByUser: "transactions_by_user",
 		TableUsageEvents:        "usage_events",
+		TableTxDirectory:        "tx_directory",
 		TableKV:                 "kv",
 		TablePools:              "pools",
 		TableBots:               "bots",
@@ -148,8 +150,8 @@ func TestTableNames(t *testing.T) {
 		TableKeyLease:           "key_lease",
 		TableLeaseSeq:           "lease_seq",
 	}
-	if len(want) != 21 {
-		t.Fatalf("table bytes collide: %d distinct, want 21", len(want))
+	if len(want) != 22 {
+		t.Fatalf("table bytes collide: %d distinct, want 22", len(want))
 	}
 	for tb, name := range want {
 		if got := TableName(tb); got != name {
@@ -307,6 +309,7 @@ var decoders = map[byte]func([]byte) error{
 	TableTransactions:       func(k []byte) error { _, err := DecodeTransaction(k); return err },
 	TableTransactionsByUser: func(k []byte) error { _, _, err := DecodeTransactionByUser(k); return err },
 	TableUsageEvents:        func(k []byte) error { _, err := DecodeUsageEvent(k); return err },
+	TableTxDirectory:        func(k []byte) error { _, err := DecodeTxDirectory(k); return err },
 	TableKV:                 func(k []byte) error { _, _, err := DecodeKV(k); return err },
 	TablePools:              func(k []byte) error { _, err := DecodePool(k); return err },
 	TableBots:               func(k []byte) error { _, err := DecodeBot(k); return err },
@@ -341,6 +344,8 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 		{"account is a transaction", TableAccounts, Transaction(TransactionID{})},
 		{"transaction is an account", TableTransactions, Account(AccountID{})},
 		{"transaction by user prefix only", TableTransactionsByUser, TransactionByUserPrefix(AccountID{})},
+		{"tx directory short", TableTxDirectory, TxDirectory(TransactionID{})[:16]},
+		{"tx directory is a transaction", TableTxDirectory, Transaction(TransactionID{})},
 		{"usage event empty id", TableUsageEvents, []byte{TableUsageEvents}},
 		{"usage event too long", TableUsageEvents, cat([]byte{TableUsageEvents}, bytes.Repeat([]byte{'e'}, MaxEventIDLen+1))},
 		{"kv table only", TableKV, []byte{TableKV}},
@@ -378,6 +383,7 @@ func TestDecodeRejectsOtherTables(t *testing.T) {
 		TableTransactions:       Transaction(TransactionID{}),
 		TableTransactionsByUser: TransactionByUser(AccountID{}, TransactionID{}),
 		TableUsageEvents:        ev,
+		TableTxDirectory:        TxDirectory(TransactionID{}),
 		TableKV:                 KV(nil, nil),
 		TablePools:              Pool("pool_goot27"),
 		TableBots:               Bot("1234"),

@@ -36,7 +36,8 @@ const (
 // RoutingKeyOf returns the routing key of stored key k when its layout
 // carries it (Route RouteKey), aliasing k: the user id of agents,
 // agents_by_status and users (32 bytes), the billing user id of accounts
-// and transactions_by_user (16 bytes), the routing key of a kv key,
+// and transactions_by_user (16 bytes), the transaction id of tx_directory
+// (16 bytes: the directory routes by the id itself), the routing key of a kv key,
 // PoolsRoutingKey for the pool tables, RedisRoutingKey of the Redis key
 // for the Redis tables, and for key_lease the routing key of the attached
 // key it names (kv, runners and agents: all RouteKey). For the other tables it returns nil and the Route
@@ -72,6 +73,11 @@ func RoutingKeyOf(k []byte) ([]byte, Route, error) {
 		return k[1:17:17], RouteKey, nil
 	case TableTransactionsByUser:
 		if err := checkFixed(k, t, transactionByUserKeyLen); err != nil {
+			return nil, RouteNone, err
+		}
+		return k[1:17:17], RouteKey, nil
+	case TableTxDirectory:
+		if err := checkFixed(k, t, txDirectoryKeyLen); err != nil {
 			return nil, RouteNone, err
 		}
 		return k[1:17:17], RouteKey, nil
@@ -143,6 +149,17 @@ func RoutingKeyOf(k []byte) ([]byte, Route, error) {
 	default:
 		return nil, RouteNone, fmt.Errorf("%w: key in unknown table 0x%02x", ErrMalformed, t)
 	}
+}
+
+// TxOwnerValue returns the owner account id stored as the value of a
+// tx_directory key.
+func TxOwnerValue(v []byte) (AccountID, error) {
+	var u AccountID
+	if len(v) != len(u) {
+		return u, fmt.Errorf("%w: tx_directory value of %d bytes, want %d", ErrMalformedRecord, len(v), len(u))
+	}
+	copy(u[:], v)
+	return u, nil
 }
 
 // AgentOwnerValue returns the owner user id stored as the value of an

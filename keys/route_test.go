@@ -28,6 +28,7 @@ func TestRoutingKeyOf(t *testing.T) {
 		{"transactions", Transaction(TransactionID{4}), nil, RouteValue},
 		{"transactions_by_user", TransactionByUser(acc, TransactionID{4}), acc[:], RouteKey},
 		{"usage_events", ev, nil, RouteValue},
+		{"tx_directory", TxDirectory(TransactionID{4, 5}), []byte{4, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, RouteKey},
 		{"kv", KV([]byte("rk"), []byte("k")), []byte("rk"), RouteKey},
 		{"kv empty routing key", KV(nil, []byte("k")), []byte{}, RouteKey},
 		{"pools", Pool("p1"), []byte(PoolsRoutingKey), RouteKey},
@@ -49,7 +50,7 @@ func TestRoutingKeyOf(t *testing.T) {
 	for _, bad := range [][]byte{
 		nil, {TableAgents, 1}, {TableAgentsByStatus}, {TableSessions, 1}, {TableSessionsByAgent},
 		{TableUsers}, {TableAgentOwners}, {TableAccounts, 1}, {TableTransactions}, {TableTransactionsByUser},
-		{TableUsageEvents}, {TableKV, 0}, {TableKV, 0, 5, 'a'}, {TablePools}, {TableRedisScan, 1},
+		{TableUsageEvents}, {TableTxDirectory, 1}, {TableKV, 0}, {TableKV, 0, 5, 'a'}, {TablePools}, {TableRedisScan, 1},
 		{TableRedisHash, 0}, {0x50, 1}, {0xff},
 	} {
 		if _, _, err := RoutingKeyOf(bad); !errors.Is(err, ErrMalformed) {
@@ -61,6 +62,12 @@ func TestRoutingKeyOf(t *testing.T) {
 	}
 	if v, err := AgentOwnerValue(u[:]); err != nil || v != u {
 		t.Errorf("AgentOwnerValue: %v %v", v, err)
+	}
+	if _, err := TxOwnerValue(make([]byte, 17)); !errors.Is(err, ErrMalformedRecord) {
+		t.Errorf("TxOwnerValue of 17 bytes: %v", err)
+	}
+	if v, err := TxOwnerValue(acc[:]); err != nil || v != acc {
+		t.Errorf("TxOwnerValue: %v %v", v, err)
 	}
 }
 

@@ -1937,6 +1937,99 @@ func (x *BackupShardChunk) GetPairs() []*SlotPair {
 	return nil
 }
 
+// ReserveTransactionRequest reserves transaction_id for the account
+// user_id in the cluster-wide transaction-id directory, on the shard of
+// the id's own slot (docs/architecture.md, "The transaction-id
+// directory"). The front of a billing op that records a transaction id
+// sends it when the id's slot is in another shard than the account's.
+type ReserveTransactionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TransactionId []byte                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	UserId        []byte                 `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveTransactionRequest) Reset() {
+	*x = ReserveTransactionRequest{}
+	mi := &file_admin_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveTransactionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveTransactionRequest) ProtoMessage() {}
+
+func (x *ReserveTransactionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveTransactionRequest.ProtoReflect.Descriptor instead.
+func (*ReserveTransactionRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ReserveTransactionRequest) GetTransactionId() []byte {
+	if x != nil {
+		return x.TransactionId
+	}
+	return nil
+}
+
+func (x *ReserveTransactionRequest) GetUserId() []byte {
+	if x != nil {
+		return x.UserId
+	}
+	return nil
+}
+
+type ReserveTransactionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveTransactionResponse) Reset() {
+	*x = ReserveTransactionResponse{}
+	mi := &file_admin_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveTransactionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveTransactionResponse) ProtoMessage() {}
+
+func (x *ReserveTransactionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveTransactionResponse.ProtoReflect.Descriptor instead.
+func (*ReserveTransactionResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{32}
+}
+
 var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
@@ -2069,12 +2162,16 @@ const file_admin_proto_rawDesc = "" +
 	"\x10BackupShardChunk\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x18\n" +
 	"\astarted\x18\x02 \x01(\bR\astarted\x12*\n" +
-	"\x05pairs\x18\x03 \x03(\v2\x14.swarmkv.v1.SlotPairR\x05pairs*\x89\x01\n" +
+	"\x05pairs\x18\x03 \x03(\v2\x14.swarmkv.v1.SlotPairR\x05pairs\"[\n" +
+	"\x19ReserveTransactionRequest\x12%\n" +
+	"\x0etransaction_id\x18\x01 \x01(\fR\rtransactionId\x12\x17\n" +
+	"\auser_id\x18\x02 \x01(\fR\x06userId\"\x1c\n" +
+	"\x1aReserveTransactionResponse*\x89\x01\n" +
 	"\rReplicaChange\x12\x1e\n" +
 	"\x1aREPLICA_CHANGE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bREPLICA_CHANGE_ADD_NONVOTER\x10\x01\x12\x1c\n" +
 	"\x18REPLICA_CHANGE_ADD_VOTER\x10\x02\x12\x19\n" +
-	"\x15REPLICA_CHANGE_REMOVE\x10\x032\xd0\b\n" +
+	"\x15REPLICA_CHANGE_REMOVE\x10\x032\xb5\t\n" +
 	"\x05Admin\x12H\n" +
 	"\tMetaState\x12\x1c.swarmkv.v1.MetaStateRequest\x1a\x1d.swarmkv.v1.MetaStateResponse\x12E\n" +
 	"\bJoinNode\x12\x1b.swarmkv.v1.JoinNodeRequest\x1a\x1c.swarmkv.v1.JoinNodeResponse\x12K\n" +
@@ -2091,7 +2188,8 @@ const file_admin_proto_rawDesc = "" +
 	"\tPullSlots\x12\x1c.swarmkv.v1.PullSlotsRequest\x1a\x1d.swarmkv.v1.PullSlotsResponse\x12H\n" +
 	"\tMoveAdmin\x12\x1c.swarmkv.v1.MoveAdminRequest\x1a\x1d.swarmkv.v1.MoveAdminResponse\x12N\n" +
 	"\vShardPolicy\x12\x1e.swarmkv.v1.ShardPolicyRequest\x1a\x1f.swarmkv.v1.ShardPolicyResponse\x12M\n" +
-	"\vBackupShard\x12\x1e.swarmkv.v1.BackupShardRequest\x1a\x1c.swarmkv.v1.BackupShardChunk0\x01B$Z\"github.com/swarmkv/swarmkv/rpc;rpcb\x06proto3"
+	"\vBackupShard\x12\x1e.swarmkv.v1.BackupShardRequest\x1a\x1c.swarmkv.v1.BackupShardChunk0\x01\x12c\n" +
+	"\x12ReserveTransaction\x12%.swarmkv.v1.ReserveTransactionRequest\x1a&.swarmkv.v1.ReserveTransactionResponseB$Z\"github.com/swarmkv/swarmkv/rpc;rpcb\x06proto3"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -2106,40 +2204,42 @@ func file_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_admin_proto_goTypes = []any{
-	(ReplicaChange)(0),             // 0: swarmkv.v1.ReplicaChange
-	(*MetaStateRequest)(nil),       // 1: swarmkv.v1.MetaStateRequest
-	(*MetaStateResponse)(nil),      // 2: swarmkv.v1.MetaStateResponse
-	(*JoinNodeRequest)(nil),        // 3: swarmkv.v1.JoinNodeRequest
-	(*JoinNodeResponse)(nil),       // 4: swarmkv.v1.JoinNodeResponse
-	(*RemoveNodeRequest)(nil),      // 5: swarmkv.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 6: swarmkv.v1.RemoveNodeResponse
-	(*ReplicaStatusRequest)(nil),   // 7: swarmkv.v1.ReplicaStatusRequest
-	(*RaftServer)(nil),             // 8: swarmkv.v1.RaftServer
-	(*ReplicaStatusResponse)(nil),  // 9: swarmkv.v1.ReplicaStatusResponse
-	(*ChangeReplicaRequest)(nil),   // 10: swarmkv.v1.ChangeReplicaRequest
-	(*ChangeReplicaResponse)(nil),  // 11: swarmkv.v1.ChangeReplicaResponse
-	(*TransferLeaderRequest)(nil),  // 12: swarmkv.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 13: swarmkv.v1.TransferLeaderResponse
-	(*SnapshotRequest)(nil),        // 14: swarmkv.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),       // 15: swarmkv.v1.SnapshotResponse
-	(*SlotCommandRequest)(nil),     // 16: swarmkv.v1.SlotCommandRequest
-	(*SlotCommandResponse)(nil),    // 17: swarmkv.v1.SlotCommandResponse
-	(*SlotStatusRequest)(nil),      // 18: swarmkv.v1.SlotStatusRequest
-	(*SlotMoveRecord)(nil),         // 19: swarmkv.v1.SlotMoveRecord
-	(*SlotStatusResponse)(nil),     // 20: swarmkv.v1.SlotStatusResponse
-	(*ExportSlotsRequest)(nil),     // 21: swarmkv.v1.ExportSlotsRequest
-	(*SlotPair)(nil),               // 22: swarmkv.v1.SlotPair
-	(*ExportSlotsChunk)(nil),       // 23: swarmkv.v1.ExportSlotsChunk
-	(*PullSlotsRequest)(nil),       // 24: swarmkv.v1.PullSlotsRequest
-	(*PullSlotsResponse)(nil),      // 25: swarmkv.v1.PullSlotsResponse
-	(*MoveAdminRequest)(nil),       // 26: swarmkv.v1.MoveAdminRequest
-	(*MoveAdminResponse)(nil),      // 27: swarmkv.v1.MoveAdminResponse
-	(*ShardPolicyRequest)(nil),     // 28: swarmkv.v1.ShardPolicyRequest
-	(*ShardPolicyResponse)(nil),    // 29: swarmkv.v1.ShardPolicyResponse
-	(*BackupShardRequest)(nil),     // 30: swarmkv.v1.BackupShardRequest
-	(*BackupShardChunk)(nil),       // 31: swarmkv.v1.BackupShardChunk
+	(ReplicaChange)(0),                 // 0: swarmkv.v1.ReplicaChange
+	(*MetaStateRequest)(nil),           // 1: swarmkv.v1.MetaStateRequest
+	(*MetaStateResponse)(nil),          // 2: swarmkv.v1.MetaStateResponse
+	(*JoinNodeRequest)(nil),            // 3: swarmkv.v1.JoinNodeRequest
+	(*JoinNodeResponse)(nil),           // 4: swarmkv.v1.JoinNodeResponse
+	(*RemoveNodeRequest)(nil),          // 5: swarmkv.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 6: swarmkv.v1.RemoveNodeResponse
+	(*ReplicaStatusRequest)(nil),       // 7: swarmkv.v1.ReplicaStatusRequest
+	(*RaftServer)(nil),                 // 8: swarmkv.v1.RaftServer
+	(*ReplicaStatusResponse)(nil),      // 9: swarmkv.v1.ReplicaStatusResponse
+	(*ChangeReplicaRequest)(nil),       // 10: swarmkv.v1.ChangeReplicaRequest
+	(*ChangeReplicaResponse)(nil),      // 11: swarmkv.v1.ChangeReplicaResponse
+	(*TransferLeaderRequest)(nil),      // 12: swarmkv.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),     // 13: swarmkv.v1.TransferLeaderResponse
+	(*SnapshotRequest)(nil),            // 14: swarmkv.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 15: swarmkv.v1.SnapshotResponse
+	(*SlotCommandRequest)(nil),         // 16: swarmkv.v1.SlotCommandRequest
+	(*SlotCommandResponse)(nil),        // 17: swarmkv.v1.SlotCommandResponse
+	(*SlotStatusRequest)(nil),          // 18: swarmkv.v1.SlotStatusRequest
+	(*SlotMoveRecord)(nil),             // 19: swarmkv.v1.SlotMoveRecord
+	(*SlotStatusResponse)(nil),         // 20: swarmkv.v1.SlotStatusResponse
+	(*ExportSlotsRequest)(nil),         // 21: swarmkv.v1.ExportSlotsRequest
+	(*SlotPair)(nil),                   // 22: swarmkv.v1.SlotPair
+	(*ExportSlotsChunk)(nil),           // 23: swarmkv.v1.ExportSlotsChunk
+	(*PullSlotsRequest)(nil),           // 24: swarmkv.v1.PullSlotsRequest
+	(*PullSlotsResponse)(nil),          // 25: swarmkv.v1.PullSlotsResponse
+	(*MoveAdminRequest)(nil),           // 26: swarmkv.v1.MoveAdminRequest
+	(*MoveAdminResponse)(nil),          // 27: swarmkv.v1.MoveAdminResponse
+	(*ShardPolicyRequest)(nil),         // 28: swarmkv.v1.ShardPolicyRequest
+	(*ShardPolicyResponse)(nil),        // 29: swarmkv.v1.ShardPolicyResponse
+	(*BackupShardRequest)(nil),         // 30: swarmkv.v1.BackupShardRequest
+	(*BackupShardChunk)(nil),           // 31: swarmkv.v1.BackupShardChunk
+	(*ReserveTransactionRequest)(nil),  // 32: swarmkv.v1.ReserveTransactionRequest
+	(*ReserveTransactionResponse)(nil), // 33: swarmkv.v1.ReserveTransactionResponse
 }
 var file_admin_proto_depIdxs = []int32{
 	8,  // 0: swarmkv.v1.ReplicaStatusResponse.servers:type_name -> swarmkv.v1.RaftServer
@@ -2161,22 +2261,24 @@ var file_admin_proto_depIdxs = []int32{
 	26, // 16: swarmkv.v1.Admin.MoveAdmin:input_type -> swarmkv.v1.MoveAdminRequest
 	28, // 17: swarmkv.v1.Admin.ShardPolicy:input_type -> swarmkv.v1.ShardPolicyRequest
 	30, // 18: swarmkv.v1.Admin.BackupShard:input_type -> swarmkv.v1.BackupShardRequest
-	2,  // 19: swarmkv.v1.Admin.MetaState:output_type -> swarmkv.v1.MetaStateResponse
-	4,  // 20: swarmkv.v1.Admin.JoinNode:output_type -> swarmkv.v1.JoinNodeResponse
-	6,  // 21: swarmkv.v1.Admin.RemoveNode:output_type -> swarmkv.v1.RemoveNodeResponse
-	9,  // 22: swarmkv.v1.Admin.ReplicaStatus:output_type -> swarmkv.v1.ReplicaStatusResponse
-	11, // 23: swarmkv.v1.Admin.ChangeReplica:output_type -> swarmkv.v1.ChangeReplicaResponse
-	13, // 24: swarmkv.v1.Admin.TransferLeader:output_type -> swarmkv.v1.TransferLeaderResponse
-	15, // 25: swarmkv.v1.Admin.Snapshot:output_type -> swarmkv.v1.SnapshotResponse
-	17, // 26: swarmkv.v1.Admin.SlotCommand:output_type -> swarmkv.v1.SlotCommandResponse
-	20, // 27: swarmkv.v1.Admin.SlotStatus:output_type -> swarmkv.v1.SlotStatusResponse
-	23, // 28: swarmkv.v1.Admin.ExportSlots:output_type -> swarmkv.v1.ExportSlotsChunk
-	25, // 29: swarmkv.v1.Admin.PullSlots:output_type -> swarmkv.v1.PullSlotsResponse
-	27, // 30: swarmkv.v1.Admin.MoveAdmin:output_type -> swarmkv.v1.MoveAdminResponse
-	29, // 31: swarmkv.v1.Admin.ShardPolicy:output_type -> swarmkv.v1.ShardPolicyResponse
-	31, // 32: swarmkv.v1.Admin.BackupShard:output_type -> swarmkv.v1.BackupShardChunk
-	19, // [19:33] is the sub-list for method output_type
-	5,  // [5:19] is the sub-list for method input_type
+	32, // 19: swarmkv.v1.Admin.ReserveTransaction:input_type -> swarmkv.v1.ReserveTransactionRequest
+	2,  // 20: swarmkv.v1.Admin.MetaState:output_type -> swarmkv.v1.MetaStateResponse
+	4,  // 21: swarmkv.v1.Admin.JoinNode:output_type -> swarmkv.v1.JoinNodeResponse
+	6,  // 22: swarmkv.v1.Admin.RemoveNode:output_type -> swarmkv.v1.RemoveNodeResponse
+	9,  // 23: swarmkv.v1.Admin.ReplicaStatus:output_type -> swarmkv.v1.ReplicaStatusResponse
+	11, // 24: swarmkv.v1.Admin.ChangeReplica:output_type -> swarmkv.v1.ChangeReplicaResponse
+	13, // 25: swarmkv.v1.Admin.TransferLeader:output_type -> swarmkv.v1.TransferLeaderResponse
+	15, // 26: swarmkv.v1.Admin.Snapshot:output_type -> swarmkv.v1.SnapshotResponse
+	17, // 27: swarmkv.v1.Admin.SlotCommand:output_type -> swarmkv.v1.SlotCommandResponse
+	20, // 28: swarmkv.v1.Admin.SlotStatus:output_type -> swarmkv.v1.SlotStatusResponse
+	23, // 29: swarmkv.v1.Admin.ExportSlots:output_type -> swarmkv.v1.ExportSlotsChunk
+	25, // 30: swarmkv.v1.Admin.PullSlots:output_type -> swarmkv.v1.PullSlotsResponse
+	27, // 31: swarmkv.v1.Admin.MoveAdmin:output_type -> swarmkv.v1.MoveAdminResponse
+	29, // 32: swarmkv.v1.Admin.ShardPolicy:output_type -> swarmkv.v1.ShardPolicyResponse
+	31, // 33: swarmkv.v1.Admin.BackupShard:output_type -> swarmkv.v1.BackupShardChunk
+	33, // 34: swarmkv.v1.Admin.ReserveTransaction:output_type -> swarmkv.v1.ReserveTransactionResponse
+	20, // [20:35] is the sub-list for method output_type
+	5,  // [5:20] is the sub-list for method input_type
 	5,  // [5:5] is the sub-list for extension type_name
 	5,  // [5:5] is the sub-list for extension extendee
 	0,  // [0:5] is the sub-list for field type_name
@@ -2193,7 +2295,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,20 +24,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_MetaState_FullMethodName      = "/swarmkv.v1.Admin/MetaState"
-	Admin_JoinNode_FullMethodName       = "/swarmkv.v1.Admin/JoinNode"
-	Admin_RemoveNode_FullMethodName     = "/swarmkv.v1.Admin/RemoveNode"
-	Admin_ReplicaStatus_FullMethodName  = "/swarmkv.v1.Admin/ReplicaStatus"
-	Admin_ChangeReplica_FullMethodName  = "/swarmkv.v1.Admin/ChangeReplica"
-	Admin_TransferLeader_FullMethodName = "/swarmkv.v1.Admin/TransferLeader"
-	Admin_Snapshot_FullMethodName       = "/swarmkv.v1.Admin/Snapshot"
-	Admin_SlotCommand_FullMethodName    = "/swarmkv.v1.Admin/SlotCommand"
-	Admin_SlotStatus_FullMethodName     = "/swarmkv.v1.Admin/SlotStatus"
-	Admin_ExportSlots_FullMethodName    = "/swarmkv.v1.Admin/ExportSlots"
-	Admin_PullSlots_FullMethodName      = "/swarmkv.v1.Admin/PullSlots"
-	Admin_MoveAdmin_FullMethodName      = "/swarmkv.v1.Admin/MoveAdmin"
-	Admin_ShardPolicy_FullMethodName    = "/swarmkv.v1.Admin/ShardPolicy"
-	Admin_BackupShard_FullMethodName    = "/swarmkv.v1.Admin/BackupShard"
+	Admin_MetaState_FullMethodName          = "/swarmkv.v1.Admin/MetaState"
+	Admin_JoinNode_FullMethodName           = "/swarmkv.v1.Admin/JoinNode"
+	Admin_RemoveNode_FullMethodName         = "/swarmkv.v1.Admin/RemoveNode"
+	Admin_ReplicaStatus_FullMethodName      = "/swarmkv.v1.Admin/ReplicaStatus"
+	Admin_ChangeReplica_FullMethodName      = "/swarmkv.v1.Admin/ChangeReplica"
+	Admin_TransferLeader_FullMethodName     = "/swarmkv.v1.Admin/TransferLeader"
+	Admin_Snapshot_FullMethodName           = "/swarmkv.v1.Admin/Snapshot"
+	Admin_SlotCommand_FullMethodName        = "/swarmkv.v1.Admin/SlotCommand"
+	Admin_SlotStatus_FullMethodName         = "/swarmkv.v1.Admin/SlotStatus"
+	Admin_ExportSlots_FullMethodName        = "/swarmkv.v1.Admin/ExportSlots"
+	Admin_PullSlots_FullMethodName          = "/swarmkv.v1.Admin/PullSlots"
+	Admin_MoveAdmin_FullMethodName          = "/swarmkv.v1.Admin/MoveAdmin"
+	Admin_ShardPolicy_FullMethodName        = "/swarmkv.v1.Admin/ShardPolicy"
+	Admin_BackupShard_FullMethodName        = "/swarmkv.v1.Admin/BackupShard"
+	Admin_ReserveTransaction_FullMethodName = "/swarmkv.v1.Admin/ReserveTransaction"
 )
 
 // AdminClient is the client API for Admin service.
@@ -87,6 +88,11 @@ type AdminClient interface {
 	// the leader: FailedPrecondition with a NotLeader detail elsewhere),
 	// from one snapshot at a committed index; node-to-node.
 	BackupShard(ctx context.Context, in *BackupShardRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupShardChunk], error)
+	// ReserveTransaction reserves a transaction id for an account in the
+	// transaction-id directory (idempotent; AlreadyExists when another
+	// account holds it); runs on the leader of the id's shard (NotLeader
+	// with a hint elsewhere), never forwarded.
+	ReserveTransaction(ctx context.Context, in *ReserveTransactionRequest, opts ...grpc.CallOption) (*ReserveTransactionResponse, error)
 }
 
 type adminClient struct {
@@ -255,6 +261,16 @@ func (c *adminClient) BackupShard(ctx context.Context, in *BackupShardRequest, o
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Admin_BackupShardClient = grpc.ServerStreamingClient[BackupShardChunk]
 
+func (c *adminClient) ReserveTransaction(ctx context.Context, in *ReserveTransactionRequest, opts ...grpc.CallOption) (*ReserveTransactionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReserveTransactionResponse)
+	err := c.cc.Invoke(ctx, Admin_ReserveTransaction_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -302,6 +318,11 @@ type AdminServer interface {
 	// the leader: FailedPrecondition with a NotLeader detail elsewhere),
 	// from one snapshot at a committed index; node-to-node.
 	BackupShard(*BackupShardRequest, grpc.ServerStreamingServer[BackupShardChunk]) error
+	// ReserveTransaction reserves a transaction id for an account in the
+	// transaction-id directory (idempotent; AlreadyExists when another
+	// account holds it); runs on the leader of the id's shard (NotLeader
+	// with a hint elsewhere), never forwarded.
+	ReserveTransaction(context.Context, *ReserveTransactionRequest) (*ReserveTransactionResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -353,6 +374,9 @@ func (UnimplementedAdminServer) ShardPolicy(context.Context, *ShardPolicyRequest
 }
 func (UnimplementedAdminServer) BackupShard(*BackupShardRequest, grpc.ServerStreamingServer[BackupShardChunk]) error {
 	return status.Error(codes.Unimplemented, "method BackupShard not implemented")
+}
+func (UnimplementedAdminServer) ReserveTransaction(context.Context, *ReserveTransactionRequest) (*ReserveTransactionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReserveTransaction not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -613,6 +637,24 @@ func _Admin_BackupShard_Handler(srv interface{}, stream grpc.ServerStream) error
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Admin_BackupShardServer = grpc.ServerStreamingServer[BackupShardChunk]
 
+func _Admin_ReserveTransaction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReserveTransactionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ReserveTransaction(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ReserveTransaction_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ReserveTransaction(ctx, req.(*ReserveTransactionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -667,6 +709,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ShardPolicy",
 			Handler:    _Admin_ShardPolicy_Handler,
+		},
+		{
+			MethodName: "ReserveTransaction",
+			Handler:    _Admin_ReserveTransaction_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

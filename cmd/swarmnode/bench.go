@@ -284,7 +284,7 @@ func (c benchConfig) op(value []byte, runID string) op {
 		now := time.Now()
 		ev := &records.UsageEvent{EventID: fmt.Sprintf("bench-%s-%d", runID, seq), UserID: acct,
 			Resource: "bench", Quantity: 1, CostCents: 1, CreatedAt: now.UnixMilli()}
-		tx := &records.CreditTransaction{TransactionID: client.NewTransactionID(now), UserID: acct, AmountCents: 1,
+		tx := &records.CreditTransaction{TransactionID: client.NewTransactionIDFor(now, acct), UserID: acct, AmountCents: 1,
 			TransactionType: records.TxUsage, CreatedAt: now.UnixMilli()}
 		_, err := cl.Billing().ProcessUsage(ctx, ev, tx)
 		return err
@@ -311,7 +311,7 @@ func (c benchConfig) prefill(ctx context.Context, cls []*client.Client, value []
 			if err := cl.Billing().PutAccount(ctx, &records.Account{UserID: a, CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli()}); err != nil {
 				return err
 			}
-			tx := &records.CreditTransaction{TransactionID: client.NewTransactionID(now), UserID: a,
+			tx := &records.CreditTransaction{TransactionID: client.NewTransactionIDFor(now, a), UserID: a,
 				AmountCents: 1 << 40, TransactionType: records.TxGrant, CreatedAt: now.UnixMilli()}
 			_, err := cl.Billing().AddCredits(ctx, a, 1<<40, tx)
 			return err

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -218,6 +219,8 @@ func (a *LeaseArgs) validate(op Op) error {
 		return bad("deny is an argument of a revoke")
 	case len(a.Owner) > MaxLeaseOwner:
 		return bad("owner of %d bytes, limit %d", len(a.Owner), MaxLeaseOwner)
+	case !utf8.ValidString(a.Owner):
+		return bad("owner is not valid UTF-8") // CBOR text: DecodeCommand would refuse it
 	case a.Nonce != 0 && !keys.ValidLeaseID(a.Nonce):
 		return bad("nonce %016x has no low 56 bits", a.Nonce)
 	case a.MaxKeys < 0 || a.MaxKeys > MaxLeaseKeysBound:

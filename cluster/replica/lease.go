@@ -683,7 +683,7 @@ func (l *Lessor) expireDue() {
 	}
 	slices.Sort(due)
 	for len(due) > 0 {
-		n := min(len(due), fsm.MaxLeaseBatch)
+		n := l.expiryBatch(due)
 		ids := due[:n]
 		due = due[n:]
 		ctx, cancel := l.opContext()
@@ -712,6 +712,34 @@ func (l *Lessor) expireDue() {
 		}
 		l.log.Debug("leases expired", "leases", res.Removed, "keys_deleted", res.Deleted)
 	}
+}
+
+// maxExpiryKeys bounds the attached keys one OpLeaseExpire ends (their
+// sum over its leases, as the records count them), so one expiry entry is
+// a bounded apply whatever the leases hold: up to fsm.MaxLeaseBatch
+// leases of few keys, or fewer leases of many (down to one lease, whose
+// own bound is --max-keys-per-lease).
+const maxExpiryKeys = 10000
+
+// expiryBatch returns how many of due (sorted ids) the next OpLeaseExpire
+// carries: at most fsm.MaxLeaseBatch, and no more keys than maxExpiryKeys
+// once it holds one lease. A lease granted before its keys were counted
+// (MaxKeys 0: no bound, no count) goes alone, as does any lease whose
+// record cannot be read here (the apply decides).
+func (l *Lessor) expiryBatch(due []uint64) int {
+	n, keys := 0, int64(0)
+	for n < len(due) && n < fsm.MaxLeaseBatch {
+		k := int64(maxExpiryKeys) // unknown: a batch of its own
+		if rec, err := l.r.fsm.Lease(due[n]); err == nil && rec != nil && rec.MaxKeys > 0 {
+			k = rec.Keys
+		}
+		if n > 0 && keys+k > maxExpiryKeys {
+			break
+		}
+		keys += k
+		n++
+	}
+	return max(n, 1)
 }
 
 // checkpoint proposes the remaining TTLs of the leases not kept alive.

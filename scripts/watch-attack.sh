@@ -20,7 +20,11 @@ for bin in "$@"; do
       --http-addr "127.0.0.1:$((port + 2))" --gossip-addr "127.0.0.1:$((port + 3))" \
       ${SWARM_EXTRA_FLAGS:-} >"$dir/n1.log" 2>&1 &
     pid=$!
-    for _ in $(seq 1 120); do curl -sf "127.0.0.1:$((port + 2))/readyz" >/dev/null && break; sleep 0.25; done
+    for _ in $(seq 1 120); do
+      kill -0 "$pid" 2>/dev/null || { echo "node did not start:" >&2; tail -3 "$dir/n1.log" >&2; exit 1; }
+      curl -sf "127.0.0.1:$((port + 2))/readyz" >/dev/null && break
+      sleep 0.25
+    done
     echo "== $bin"
     /tmp/watchattack -addr "127.0.0.1:$port" -pid "$pid" -phase "$phase" -rss-cap-mib "${RSS_CAP_MIB:-4096}" || true
     kill "$pid" 2>/dev/null || true

@@ -16,7 +16,7 @@
 //	         victim from revision 0 over 10 connections; a refusal with a
 //	         retry hint is retried after it, as the Go client does
 //	streams  10,000 watches over 10 connections (as many as the node
-//	         takes), then 20 keep-alive streams on each connection, each
+//	         takes), then 40 keep-alive streams on each connection, each
 //	         keeping 1,024 keep-alives of one lease in flight, for 10 s
 package main
 
@@ -332,9 +332,17 @@ func retryHint(s *status.Status) (time.Duration, bool) {
 }
 
 func streamsPhase(ctx context.Context, conns []*grpc.ClientConn, m *meter) (string, error) {
-	lease, err := rpc.NewLeaseClient(conns[0]).Grant(ctx, &rpc.LeaseGrantRequest{RoutingKey: []byte("victim"), TtlMs: 60_000})
-	if err != nil {
-		return "", fmt.Errorf("grant: %w", err)
+	var lease *rpc.LeaseGrantResponse
+	for {
+		var err error
+		lease, err = rpc.NewLeaseClient(conns[0]).Grant(ctx, &rpc.LeaseGrantRequest{RoutingKey: []byte("victim"), TtlMs: 60_000})
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.Unavailable && status.Code(err) != codes.FailedPrecondition || ctx.Err() != nil {
+			return "", fmt.Errorf("grant: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond) // the shard's leader is not ready yet
 	}
 	m.reset()
 	wctx, stop := context.WithCancel(ctx)
@@ -372,7 +380,7 @@ func streamsPhase(ctx context.Context, conns []*grpc.ClientConn, m *meter) (stri
 	kctx, kstop := context.WithTimeout(wctx, 10*time.Second)
 	defer kstop()
 	for c := range conns {
-		for range 20 {
+		for range 40 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

@@ -51,13 +51,6 @@ func (l *identityLimit) admit(who string) (release func(), err error) {
 	}, nil
 }
 
-// count is the number of streams who holds (tests).
-func (l *identityLimit) count(who string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.n[who]
-}
-
 // streamIdentity names the caller of a stream for the per-identity
 // limits: its credential's identity when authentication is on (the
 // stream's interceptor has checked it), else "ip <address>".

@@ -349,7 +349,8 @@ func adoptedAt(f *fsm.FSM, id uint64, slot shard.Slot) (uint64, error) {
 	}
 	var at uint64
 	found := errors.New("found")
-	err = f.ReadHistory(floor, cur, func(rev uint64, evs []fsm.Event) error {
+	// Markers only: the puts and deletes are parsed, never copied.
+	err = f.ReadHistorySelected(floor, cur, fsm.SelectNone, func(rev uint64, evs []fsm.Event) error {
 		for _, e := range evs {
 			if e.Kind == fsm.EventAdopted && e.MoveID == id && e.Slots.Has(slot) {
 				at = rev

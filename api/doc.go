@@ -43,6 +43,8 @@ import (
 // goroutines (Close) when the node closes.
 func Services(n *cluster.Node) cluster.Services {
 	srv := &server{node: n, cfg: n.Config()}
+	srv.watchersOf = newIdentityLimit("watchers", "max-watchers-per-identity", srv.cfg.MaxWatchersPerIdentity)
+	srv.keepAlivesOf = newIdentityLimit("lease keep-alive streams", "max-keepalive-streams-per-identity", srv.cfg.MaxKeepAliveStreamsPerIdentity)
 	registry, billing, pools, redis := &registryServer{server: srv}, &billingServer{server: srv}, &poolsServer{server: srv}, &redisServer{server: srv}
 	lease := &leaseServer{server: srv}
 	// The client library sends its calls as items of a Pipeline stream

@@ -190,15 +190,19 @@ func (s *leaseServer) KeepAlive(ctx context.Context, req *rpc.LeaseKeepAliveRequ
 
 // maxStreamKeepAlives bounds the keep-alives of one KeepAliveStream that
 // are being answered at once (a client multiplexes all its leases of a
-// shard on one stream; concurrent keep-alives share read barriers).
-const maxStreamKeepAlives = 1024
+// shard on one stream; concurrent keep-alives share read barriers). It
+// was 1024: with a stream's goroutines and read barriers that let one
+// identity's streams run a node's work (issue 37 item 9); the streams of
+// an identity are capped too (Config.MaxKeepAliveStreamsPerIdentity).
+const maxStreamKeepAlives = 64
 
 // KeepAliveStream answers each keep-alive of the stream with the new TTL,
 // 0 for a lease that no longer exists; the answers name their lease and
 // come as they are ready (up to maxStreamKeepAlives are answered
-// concurrently, so not necessarily in the order asked). A lease of
-// another identity is answered 0 too, as if it did not exist (the refusal
-// is audited; leaseauth.go). Any other error
+// concurrently, so not necessarily in the order asked; an identity holds
+// at most Config.MaxKeepAliveStreamsPerIdentity streams on the node,
+// ResourceExhausted beyond). A lease of another identity is answered 0
+// too, as if it did not exist (the refusal is audited; leaseauth.go). Any other error
 // ends the stream with its status (the client reconnects to the shard's
 // leader) once the keep-alives in flight have ended. Each keep-alive is
 // bounded by the request timeout.
@@ -208,6 +212,11 @@ const maxStreamKeepAlives = 1024
 // the stream, which gRPC ends when this handler returns. The keep-alives
 // run on goroutines joined before it returns.
 func (s *leaseServer) KeepAliveStream(st rpc.Lease_KeepAliveStreamServer) error {
+	release, err := s.keepAlivesOf.admit(s.streamIdentity(st.Context(), rpc.Lease_KeepAliveStream_FullMethodName))
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx, cancel := context.WithCancel(st.Context())
 	defer cancel()
 	caller := s.leaseCallerOf(ctx, rpc.Lease_KeepAliveStream_FullMethodName)

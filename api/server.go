@@ -18,6 +18,9 @@ type server struct {
 	rpc.UnimplementedClusterServer
 	node *cluster.Node
 	cfg  cluster.Config // node.Config(), read once
+	// Streams per identity (streamlimit.go): watchers and lease
+	// keep-alive streams.
+	watchersOf, keepAlivesOf *identityLimit
 }
 
 // statusErr maps an error of this package (or of a replica of shard id) to

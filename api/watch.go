@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/auth"
+	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/cluster/watch"
 	"github.com/swarmkv/swarmkv/fsm"
@@ -34,15 +35,21 @@ type watchServer struct {
 
 func newWatchServer(s *server) *watchServer {
 	return &watchServer{
-		server:  s,
-		hub:     watch.NewHub(watch.Limits{MaxWatchers: s.cfg.MaxWatchers, Buffer: s.cfg.WatchBuffer}),
+		server: s,
+		hub: watch.NewHub(watch.Limits{MaxWatchers: s.cfg.MaxWatchers, Buffer: s.cfg.WatchBuffer,
+			MaxCatchUps: s.cfg.MaxConcurrentCatchUps, CatchUpBytes: watchPageBytes(s.cfg)}),
 		perConn: s.cfg.MaxWatchersPerConn,
 		conns:   make(map[string]int),
 	}
 }
 
-// maxWatchList bounds a watch's listing (WatchRequest.list).
-const maxWatchList = 100000
+// watchPageBytes bounds a listing message of a watch, and the events a
+// catch-up holds between reading and sending them: a page of
+// Config.MaxPageBytes less the envelope, like every listing (paging.go).
+func watchPageBytes(cfg cluster.Config) int { return max(cfg.MaxPageBytes-pageEnvelope, 1) }
+
+// catchUpRetry is the pause a refused catch-up is told to take.
+const catchUpRetry = time.Second
 
 // watchSelect is what a WatchRequest selects: its routing key, the stored
 // key prefix, and how to name a stored key to the client.
@@ -113,11 +120,13 @@ func (ws *watchServer) Watch(req *rpc.WatchRequest, stream rpc.Watch_WatchServer
 	if err != nil {
 		return ws.statusErr(0, err)
 	}
+	who := ""
 	if a := ws.node.Authn(); a.On() {
 		id, msg := a.IdentifyGRPC(ctx, rpc.Watch_Watch_FullMethodName)
 		if id == nil {
 			return status.Error(codes.PermissionDenied, msg)
 		}
+		who = id.Name()
 		if ok, why := a.Allows(id, sel.perm); !ok {
 			a.Audit("grpc", id, rpc.Watch_Watch_FullMethodName, false, why)
 			return status.Errorf(codes.PermissionDenied, "swarmkv: %s may not watch (needs %s)", id.Name(), sel.perm)
@@ -157,6 +166,14 @@ func (ws *watchServer) Watch(req *rpc.WatchRequest, stream rpc.Watch_WatchServer
 	if p, ok := peer.FromContext(ctx); ok {
 		conn = p.Addr.String()
 	}
+	if who == "" {
+		who = ws.streamIdentity(ctx, rpc.Watch_Watch_FullMethodName)
+	}
+	release, err := ws.watchersOf.admit(who)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if err := ws.admit(conn); err != nil {
 		return err
 	}
@@ -171,29 +188,9 @@ func (ws *watchServer) Watch(req *rpc.WatchRequest, stream rpc.Watch_WatchServer
 	}
 	follower := !r.IsLeader()
 	if req.GetList() {
-		kvs, rev, more, err := f.ListAt(sel.prefix, keys.PrefixEnd(sel.prefix), maxWatchList)
+		rev, err := ws.sendListing(stream, f, sel, sid, follower)
 		if err != nil {
-			return ws.watchErr(sid, err)
-		}
-		if more {
-			return status.Errorf(codes.ResourceExhausted, "swarmkv: more than %d keys to list: watch a narrower prefix", maxWatchList)
-		}
-		if err := stream.Send(&rpc.WatchResponse{Revision: rev, Created: &rpc.WatchCreated{Shard: uint32(sid), Follower: follower, AfterRevision: rev}}); err != nil {
 			return err
-		}
-		for {
-			n := min(len(kvs), 500)
-			msg := &rpc.WatchResponse{Revision: rev, Listing: true, ListDone: n == len(kvs)}
-			for _, kv := range kvs[:n] {
-				msg.Events = append(msg.Events, &rpc.WatchEvent{Type: rpc.WatchEventType_WATCH_EVENT_PUT, Key: sel.name(kv.Key), Value: kv.Value})
-			}
-			if err := stream.Send(msg); err != nil {
-				return err
-			}
-			kvs = kvs[n:]
-			if msg.ListDone {
-				break
-			}
 		}
 		after = rev
 	} else if err := stream.Send(&rpc.WatchResponse{Revision: after, Created: &rpc.WatchCreated{Shard: uint32(sid), Follower: follower, AfterRevision: after}}); err != nil {
@@ -235,16 +232,18 @@ func (ws *watchServer) Watch(req *rpc.WatchRequest, stream rpc.Watch_WatchServer
 	defer tick.Stop()
 	for {
 		select {
-		case it := <-w.C:
-			if err := send(it); err != nil {
-				return err
-			}
-			if it.Moved != nil {
-				return nil
+		case <-w.Ready():
+			for _, it := range w.Take() {
+				if err := send(it); err != nil {
+					return err
+				}
+				if it.Moved != nil {
+					return nil
+				}
 			}
 		case <-tick.C:
 			p := w.Progress()
-			if len(w.C) == 0 && p > last {
+			if w.Pending() == 0 && p > last {
 				if err := stream.Send(&rpc.WatchResponse{Revision: p, Progress: true}); err != nil {
 					return err
 				}
@@ -254,6 +253,38 @@ func (ws *watchServer) Watch(req *rpc.WatchRequest, stream rpc.Watch_WatchServer
 			return ws.watchErr(sid, w.Err())
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+}
+
+// sendListing sends the created message and the listing of what sel
+// selects, page by page from one snapshot of f (fsm.Listing): each page
+// within --max-page-bytes and --max-scan-page, one in memory at a time,
+// the last marked list_done. It returns the revision listed.
+func (ws *watchServer) sendListing(stream rpc.Watch_WatchServer, f *fsm.FSM, sel *watchSelect, sid shard.ID, follower bool) (uint64, error) {
+	l, err := f.OpenListing(sel.prefix, keys.PrefixEnd(sel.prefix))
+	if err != nil {
+		return 0, ws.watchErr(sid, err)
+	}
+	defer l.Close()
+	rev := l.Revision()
+	if err := stream.Send(&rpc.WatchResponse{Revision: rev, Created: &rpc.WatchCreated{Shard: uint32(sid), Follower: follower, AfterRevision: rev}}); err != nil {
+		return 0, err
+	}
+	for {
+		kvs, done, err := l.Next(ws.cfg.MaxScanPage, watchPageBytes(ws.cfg))
+		if err != nil {
+			return 0, ws.watchErr(sid, err)
+		}
+		msg := &rpc.WatchResponse{Revision: rev, Listing: true, ListDone: done}
+		for _, kv := range kvs {
+			msg.Events = append(msg.Events, &rpc.WatchEvent{Type: rpc.WatchEventType_WATCH_EVENT_PUT, Key: sel.name(kv.Key), Value: kv.Value})
+		}
+		if err := stream.Send(msg); err != nil {
+			return 0, err
+		}
+		if done {
+			return rev, nil
 		}
 	}
 }
@@ -290,7 +321,16 @@ func (ws *watchServer) watchErr(id shard.ID, err error) error {
 	case errors.Is(err, watch.ErrSlow):
 		return status.Error(codes.Aborted, "swarmkv: "+err.Error())
 	case errors.Is(err, watch.ErrTooManyNode):
-		return status.Error(codes.ResourceExhausted, "swarmkv: "+err.Error())
+		return status.Error(codes.ResourceExhausted, "swarmkv: "+err.Error()+" (--max-watchers)")
+	case errors.Is(err, watch.ErrTooManyCatchUps):
+		// Refused before anything was registered: the client retries
+		// after the hint (client/watch.go).
+		msg := fmt.Sprintf("swarmkv: %v (--max-concurrent-catchups); retry after %v", err, catchUpRetry)
+		st, derr := status.New(codes.ResourceExhausted, msg).WithDetails(&rpc.RetryInfo{Shard: uint32(id), RetryAfterMs: uint32(catchUpRetry.Milliseconds())})
+		if derr != nil {
+			return status.Error(codes.ResourceExhausted, msg)
+		}
+		return st.Err()
 	case errors.Is(err, watch.ErrClosed), errors.Is(err, fsm.ErrClosed), errors.Is(err, fsm.ErrRestoring), errors.Is(err, errNotAdopted):
 		return status.Error(codes.Unavailable, "swarmkv: "+err.Error()+"; watch again")
 	}
@@ -309,7 +349,8 @@ func adoptedAt(f *fsm.FSM, id uint64, slot shard.Slot) (uint64, error) {
 	}
 	var at uint64
 	found := errors.New("found")
-	err = f.ReadHistory(floor, cur, func(rev uint64, evs []fsm.Event) error {
+	// Markers only: the puts and deletes are parsed, never copied.
+	err = f.ReadHistorySelected(floor, cur, fsm.SelectNone, func(rev uint64, evs []fsm.Event) error {
 		for _, e := range evs {
 			if e.Kind == fsm.EventAdopted && e.MoveID == id && e.Slots.Has(slot) {
 				at = rev

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -168,6 +169,26 @@ func (c *Client) ListWatch(ctx context.Context, routingKey []byte, opts ...Watch
 // watchBackoff spaces reconnects.
 var watchBackoff = retry.Options{Initial: 20 * time.Millisecond, Max: time.Second}
 
+// busyBackoff spaces the attempts of a watch the node refused for its
+// load (a catch-up over --max-concurrent-catchups: ResourceExhausted with
+// a RetryInfo), each at least the node's hint.
+var busyBackoff = retry.Options{Initial: 500 * time.Millisecond, Max: 10 * time.Second}
+
+// busyHint is the pause a ResourceExhausted status with a RetryInfo
+// detail asks for (the node refused for load, nothing registered: retry);
+// false for any other status (a cap of watchers or streams is final).
+func busyHint(st *status.Status) (time.Duration, bool) {
+	if st.Code() != codes.ResourceExhausted {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*rpc.RetryInfo); ok {
+			return time.Duration(ri.GetRetryAfterMs()) * time.Millisecond, true
+		}
+	}
+	return 0, false
+}
+
 // watchLoop runs the watch o until ctx ends, emit returns false (the
 // consumer stops it), or an error ends it (emitted last). Watch and
 // ListWatch emit to a channel; the typed watches (watch_typed.go) decode
@@ -177,6 +198,7 @@ func (c *Client) watchLoop(ctx context.Context, o *watchOpts, emit func(WatchRes
 	defer cancel()
 	req := &o.req
 	backoff := watchBackoff.Backoff()
+	busy := busyBackoff.Backoff() // reset by the first message after created
 	offset := rand.IntN(1 << 16)
 	resync := false
 	movedFrom := shard.ID(0)
@@ -221,7 +243,9 @@ func (c *Client) watchLoop(ctx context.Context, o *watchOpts, emit func(WatchRes
 			emit(WatchResponse{Err: err})
 			return
 		}
-		stream, err := rpc.NewWatchClient(nc.cc).Watch(ctx, req)
+		// A listing page is up to the node's --max-page-bytes (256 MiB at
+		// most), over gRPC's default 4 MiB.
+		stream, err := rpc.NewWatchClient(nc.cc).Watch(ctx, req, grpc.MaxCallRecvMsgSize(maxPipeRecv))
 		opened++
 		var created *rpc.WatchCreated
 		listed := false
@@ -242,6 +266,7 @@ func (c *Client) watchLoop(ctx context.Context, o *watchOpts, emit func(WatchRes
 				hints.reset()
 				continue
 			}
+			busy = busyBackoff.Backoff()
 			r := WatchResponse{Revision: m.Revision, Progress: m.Progress, Listing: m.Listing, ListDone: m.ListDone, Resync: resync && m.Listing,
 				Reconnects: opened - 1}
 			if created != nil {
@@ -306,6 +331,19 @@ func (c *Client) watchLoop(ctx context.Context, o *watchOpts, emit func(WatchRes
 			}
 			emit(WatchResponse{Err: ce})
 			return
+		}
+		if pause, ok := busyHint(st); ok {
+			// Refused for the node's load (too many catch-ups): nothing
+			// was registered; retry later, from the same position.
+			c.log.Debug("watch refused for load; retrying", "shard", id, "after", req.AfterRevision, "err", err)
+			t := time.NewTimer(max(pause, busy.Next()))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+			continue
 		}
 		cerr, class, hint := classify(err)
 		if req.HasShard && (class == classMoved || errors.Is(cerr, ErrInvalidArgument)) {

@@ -197,6 +197,18 @@ type Config struct {
 	MaxWatchers        int
 	MaxWatchersPerConn int
 	WatchBuffer        int
+	// MaxWatchersPerIdentity caps the watches of one identity (a token,
+	// a certificate; without auth, a client IP) on a node, over all its
+	// connections. Default 1000; 1..MaxWatchers.
+	MaxWatchersPerIdentity int
+	// MaxKeepAliveStreamsPerIdentity caps the lease keep-alive streams of
+	// one identity (as above) on a node. Default 256; 1..1048576.
+	MaxKeepAliveStreamsPerIdentity int
+	// MaxConcurrentCatchUps caps the watches of a node reading history
+	// at once to catch up (a watch from an old revision); a new one waits
+	// up to 250 ms for a turn, then is refused with ResourceExhausted and
+	// a retry hint. Default 32; 1..4096.
+	MaxConcurrentCatchUps int
 	// MaxConnsPerIP caps the open connections from one client IP on each
 	// of the gRPC and RESP listeners; more are closed as they are
 	// accepted (logged at most once a second). Default 256; 1..1048576.
@@ -451,6 +463,8 @@ const (
 	minPageBytes      = 4 << 10
 	maxPageBytesLimit = 256 << 20
 	maxKeysReplyLimit = 10000000
+	// maxCatchUpsLimit bounds MaxConcurrentCatchUps.
+	maxCatchUpsLimit = 4096
 	// maxStreamsLimit and maxConnsPerIPLimit bound the connection limits.
 	maxStreamsLimit    = 1 << 20
 	maxConnsPerIPLimit = 1 << 20
@@ -560,6 +574,15 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxWatchersPerConn <= 0 {
 		c.MaxWatchersPerConn = 1000
+	}
+	if c.MaxWatchersPerIdentity == 0 {
+		c.MaxWatchersPerIdentity = min(1000, c.MaxWatchers)
+	}
+	if c.MaxKeepAliveStreamsPerIdentity == 0 {
+		c.MaxKeepAliveStreamsPerIdentity = 256
+	}
+	if c.MaxConcurrentCatchUps == 0 {
+		c.MaxConcurrentCatchUps = 32
 	}
 	if c.WatchBuffer <= 0 {
 		c.WatchBuffer = 1024
@@ -736,6 +759,15 @@ func (c Config) Validate() error {
 	}
 	if c.MaxWatchersPerConn > c.MaxWatchers {
 		return bad("max watchers per connection %d over the node's %d", c.MaxWatchersPerConn, c.MaxWatchers)
+	}
+	if c.MaxWatchersPerIdentity < 1 || c.MaxWatchersPerIdentity > c.MaxWatchers {
+		return bad("max watchers per identity %d: want 1..%d (max watchers)", c.MaxWatchersPerIdentity, c.MaxWatchers)
+	}
+	if c.MaxKeepAliveStreamsPerIdentity < 1 || c.MaxKeepAliveStreamsPerIdentity > maxStreamsLimit {
+		return bad("max keep-alive streams per identity %d: want 1..%d", c.MaxKeepAliveStreamsPerIdentity, maxStreamsLimit)
+	}
+	if c.MaxConcurrentCatchUps < 1 || c.MaxConcurrentCatchUps > maxCatchUpsLimit {
+		return bad("max concurrent catch-ups %d: want 1..%d", c.MaxConcurrentCatchUps, maxCatchUpsLimit)
 	}
 	if c.MaxConcurrentStreams > maxStreamsLimit {
 		return bad("max concurrent streams %d: want 1..%d", c.MaxConcurrentStreams, maxStreamsLimit)

@@ -208,73 +208,10 @@ func (h *histRecorder) addMarker(cmd int, kind EventKind, id uint64, slots shard
 
 var errBadHistory = errors.New("fsm: corrupt history record")
 
-// DecodeHistory decodes the history record of revision rev.
+// DecodeHistory decodes the history record of revision rev. The events
+// share data's memory.
 func DecodeHistory(rev uint64, data []byte) ([]Event, error) {
-	if len(data) == 0 || data[0] != historyVersion {
-		return nil, fmt.Errorf("%w: revision %d: bad version", errBadHistory, rev)
-	}
-	d := data[1:]
-	bad := func(what string) error {
-		return fmt.Errorf("%w: revision %d: %s", errBadHistory, rev, what)
-	}
-	uvarint := func() (uint64, bool) {
-		v, n := binary.Uvarint(d)
-		if n <= 0 {
-			return 0, false
-		}
-		d = d[n:]
-		return v, true
-	}
-	bytesField := func() ([]byte, bool) {
-		n, ok := uvarint()
-		if !ok || n > uint64(len(d)) {
-			return nil, false
-		}
-		b := d[:n:n]
-		d = d[n:]
-		return b, true
-	}
-	var out []Event
-	for len(d) > 0 {
-		cmd, ok := uvarint()
-		if !ok || cmd > MaxMultiCmds || len(d) == 0 {
-			return nil, bad("command index")
-		}
-		e := Event{Revision: rev, Cmd: int(cmd), Kind: EventKind(d[0])}
-		d = d[1:]
-		switch e.Kind {
-		case EventPut, EventDelete:
-			rk, ok := bytesField()
-			if !ok {
-				return nil, bad("routing key")
-			}
-			if e.Key, ok = bytesField(); !ok || len(e.Key) == 0 || e.Key[0] == metaPrefix {
-				return nil, bad("key")
-			}
-			if len(rk) > 0 {
-				e.RoutingKey = rk
-			} else if k, route, err := keys.RoutingKeyOf(e.Key); err == nil && route == keys.RouteKey {
-				e.RoutingKey = k
-			}
-			if e.Kind == EventPut {
-				if e.Value, ok = bytesField(); !ok {
-					return nil, bad("value")
-				}
-			}
-		case EventFrozen, EventAdopted:
-			if e.MoveID, ok = uvarint(); !ok || len(d) < 32 {
-				return nil, bad("move")
-			}
-			if err := e.Slots.UnmarshalBinary(d[:32]); err != nil {
-				return nil, bad("slots")
-			}
-			d = d[32:]
-		default:
-			return nil, bad(fmt.Sprintf("event kind %d", e.Kind))
-		}
-		out = append(out, e)
-	}
-	return out, nil
+	return decodeHistory(rev, data, nil)
 }
 
 // HistoryFloor returns the oldest revision a history read may start from
@@ -309,51 +246,13 @@ func (f *FSM) histFloor(r pebble.Reader) (uint64, error) {
 // the applied index. It fails with *CompactedError when after is below
 // the history floor, and stops at fn's first error, which it returns.
 func (f *FSM) ReadHistory(after, upTo uint64, fn func(rev uint64, evs []Event) error) error {
-	if err := f.rlock(); err != nil {
-		return err
-	}
-	defer f.mu.RUnlock()
-	if f.restoring.Load() {
-		return ErrRestoring
-	}
-	applied := f.applied.Load()
-	if upTo > applied {
-		upTo = applied
-	}
-	// The snapshot pins the floor and the records together.
-	snap := f.db.NewSnapshot()
-	defer snap.Close()
-	floor, err := f.histFloor(snap)
-	if err != nil {
-		return err
-	}
-	if after < floor {
-		return &CompactedError{Oldest: floor, Current: applied}
-	}
-	if after >= upTo {
-		return nil
-	}
-	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: histKey(after + 1), UpperBound: histKey(upTo + 1)})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	for ok := it.First(); ok; ok = it.Next() {
-		k := it.Key()
-		rev := binary.BigEndian.Uint64(k[len(metaHistPrefix):])
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return err
-		}
+	return f.readHistory(after, upTo, func(rev uint64, v []byte) error {
 		evs, err := DecodeHistory(rev, append([]byte(nil), v...))
 		if err != nil {
 			return err
 		}
-		if err := fn(rev, evs); err != nil {
-			return err
-		}
-	}
-	return it.Error()
+		return fn(rev, evs)
+	})
 }
 
 // compactHistory applies an OpCompactHistory at index with the proposer's
@@ -424,51 +323,4 @@ func clearHistory(b *pebble.Batch, index uint64) error {
 	var v [8]byte
 	binary.BigEndian.PutUint64(v[:], index)
 	return b.Set(metaHistFloor, v[:], nil)
-}
-
-// ListAt returns copies of the keys in [start, end) (end empty: no bound)
-// and their values, at most limit of them (limit <= 0: no limit; more
-// says keys were left out), read from one view of the DB, with the
-// applied index of that view: the state after revision rev, for a
-// list-then-watch.
-func (f *FSM) ListAt(start, end []byte, limit int) (kvs []KV, rev uint64, more bool, err error) {
-	if err := f.rlock(); err != nil {
-		return nil, 0, false, err
-	}
-	defer f.mu.RUnlock()
-	if f.restoring.Load() {
-		return nil, 0, false, ErrRestoring
-	}
-	if len(start) == 0 || start[0] == metaPrefix {
-		return nil, 0, false, fmt.Errorf("fsm: list: start in the meta table")
-	}
-	snap := f.db.NewSnapshot()
-	defer snap.Close()
-	v, c, err := snap.Get(metaApplied)
-	switch {
-	case errors.Is(err, pebble.ErrNotFound):
-	case err != nil:
-		return nil, 0, false, err
-	default:
-		if len(v) == 8 {
-			rev = binary.BigEndian.Uint64(v)
-		}
-		_ = c.Close()
-	}
-	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: nilIfEmpty(end)})
-	if err != nil {
-		return nil, 0, false, err
-	}
-	defer it.Close()
-	for ok := it.First(); ok; ok = it.Next() {
-		if limit > 0 && len(kvs) == limit {
-			return kvs, rev, true, nil
-		}
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return nil, 0, false, err
-		}
-		kvs = append(kvs, KV{Key: append([]byte(nil), it.Key()...), Value: append(make([]byte, 0, len(v)), v...)})
-	}
-	return kvs, rev, false, it.Error()
 }

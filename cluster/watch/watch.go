@@ -2,14 +2,20 @@
 // per replica state machine reads and decodes each revision's history
 // record once and hands every watcher of that replica the events its
 // filter selects (a watcher never reads history for itself except to
-// catch up to the tail). A watcher's buffer is bounded: one that falls
+// catch up to the tail). A watcher's buffer is bounded and allocated as
+// items arrive (an idle watcher holds a few hundred bytes): one that falls
 // behind is cancelled (ErrSlow) and resumes from its last revision.
+// Catch-ups read history outside the tail: at most Limits.MaxCatchUps at
+// once on a node (ErrTooManyCatchUps beyond, retry later), each holding
+// at most Limits.CatchUpBytes of selected events between reading and
+// sending, whatever the history's size (docs/security.md, "Watch
+// catch-ups").
 //
 // Usage (the Watch gRPC service in package api):
 //
 //	w, err := hub.Watch(ctx, f, watch.Filter{RoutingKey: rk, Prefix: p, Slot: s}, after, send)
 //	// send got the catch-up revisions; then:
-//	for { select { case it := <-w.C: ...; case <-w.Done(): err := w.Err() } }
+//	for { select { case <-w.Ready(): for _, it := range w.Take() {...}; case <-w.Done(): err := w.Err() } }
 //	w.Close()
 package watch
 
@@ -69,6 +75,10 @@ var (
 	ErrSlow = errors.New("watch: slow watcher cancelled: its buffer filled; resume from the last revision received")
 	// ErrTooManyNode: the node serves its maximum of watchers.
 	ErrTooManyNode = errors.New("watch: too many watchers on this node")
+	// ErrTooManyCatchUps: the node runs its maximum of catch-ups from
+	// history (Limits.MaxCatchUps); nothing was registered: watch again
+	// after a pause.
+	ErrTooManyCatchUps = errors.New("watch: too many watches catching up from history on this node")
 	// ErrClosed: the replica closed (moved away or the node is stopping);
 	// watch again.
 	ErrClosed = errors.New("watch: replica closed")
@@ -78,6 +88,13 @@ var (
 type Limits struct {
 	MaxWatchers int // per node; default 10000
 	Buffer      int // revisions buffered per watcher; default 1024
+	// MaxCatchUps bounds the watchers reading history at once to catch
+	// up to the tail; default 32.
+	MaxCatchUps int
+	// CatchUpBytes bounds the selected events (keys and values) a
+	// catch-up holds between reading them and sending them; default 1 MiB
+	// (a revision whose selected events are larger is sent alone).
+	CatchUpBytes int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -86,6 +103,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Buffer <= 0 {
 		l.Buffer = 1024
+	}
+	if l.MaxCatchUps <= 0 {
+		l.MaxCatchUps = 32
+	}
+	if l.CatchUpBytes <= 0 {
+		l.CatchUpBytes = 1 << 20
 	}
 	return l
 }
@@ -96,17 +119,25 @@ type Hub struct {
 	mu     sync.Mutex
 	tails  map[*fsm.FSM]*tail
 	count  int // watchers registered or catching up
+	// reads has a token per catch-up reading history now (at most
+	// limits.MaxCatchUps): a read holds one, a send to the client none (a
+	// client slow to read cannot keep others from catching up).
+	reads chan struct{}
 	// decoded counts the revisions the tails decoded (for tests: once per
 	// revision, whatever the number of watchers).
 	decoded atomic.Uint64
 	// afterDispatch, if set (tests only, before the first Watch), runs on
 	// a tail's goroutine after each revision it dispatched.
 	afterDispatch func(rev uint64)
+	// afterCatchUpRead, if set (tests only, before the first Watch), runs
+	// after each history read of a catch-up with the bytes it holds.
+	afterCatchUpRead func(bytes int)
 }
 
 // NewHub returns an empty hub.
 func NewHub(l Limits) *Hub {
-	return &Hub{limits: l.withDefaults(), tails: make(map[*fsm.FSM]*tail)}
+	l = l.withDefaults()
+	return &Hub{limits: l, tails: make(map[*fsm.FSM]*tail), reads: make(chan struct{}, l.MaxCatchUps)}
 }
 
 // Decoded is the number of revisions the tails have read and decoded.
@@ -121,9 +152,13 @@ func (h *Hub) Watchers() int {
 
 // Watcher is one registered watch.
 type Watcher struct {
-	// C carries the items after the catch-up, in revision order.
-	C      <-chan Item
-	c      chan Item
+	// ready has a token when q holds items (cap 1).
+	ready chan struct{}
+	qmu   sync.Mutex
+	// q holds the items after the catch-up not yet taken, in revision
+	// order: it grows as items arrive (never past the hub's Buffer), so an
+	// idle watcher costs no buffer.
+	q      []Item
 	filter Filter
 	after  uint64        // items at or below it are not sent
 	upTo   atomic.Uint64 // every item up to it is in c (or was)
@@ -137,11 +172,48 @@ type Watcher struct {
 // Done is closed when the watcher is cancelled (Err says why).
 func (w *Watcher) Done() <-chan struct{} { return w.done }
 
+// Ready has a value when items wait (Take them).
+func (w *Watcher) Ready() <-chan struct{} { return w.ready }
+
+// Take returns the items waiting, in revision order, and empties the
+// queue.
+func (w *Watcher) Take() []Item {
+	w.qmu.Lock()
+	defer w.qmu.Unlock()
+	q := w.q
+	w.q = nil
+	return q
+}
+
+// Pending is the number of items waiting.
+func (w *Watcher) Pending() int {
+	w.qmu.Lock()
+	defer w.qmu.Unlock()
+	return len(w.q)
+}
+
+// push queues it unless the queue holds max items already (false).
+func (w *Watcher) push(it Item, max int) bool {
+	w.qmu.Lock()
+	if len(w.q) >= max {
+		w.qmu.Unlock()
+		return false
+	}
+	w.q = append(w.q, it)
+	w.qmu.Unlock()
+	select {
+	case w.ready <- struct{}{}:
+	default:
+	}
+	return true
+}
+
 // Err is why the watcher ended (after Done).
 func (w *Watcher) Err() error { return w.err }
 
-// Progress returns a revision up to which every item of w is in C: when
-// C is empty after Progress returned r, nothing changed up to r.
+// Progress returns a revision up to which every item of w has been
+// queued: when nothing is pending after Progress returned r, nothing
+// changed up to r.
 func (w *Watcher) Progress() uint64 { return w.upTo.Load() }
 
 func (w *Watcher) cancel(err error) {
@@ -162,15 +234,20 @@ func (w *Watcher) Close() {
 	w.h.mu.Unlock()
 }
 
-// catchUpChunk is how many revisions one catch-up read covers.
+// catchUpChunk is how many revisions one catch-up read covers at most
+// (the read holds the state machine's read lock).
 const catchUpChunk = 4096
+
+// CatchUpQueueWait is how long a new catch-up waits for a read slot
+// before it is refused with ErrTooManyCatchUps.
+const CatchUpQueueWait = 250 * time.Millisecond
 
 // Watch registers a watcher of f's events that filt selects, after
 // revision after. The revisions between after and the tail's position
 // are read from history and passed to send (in order; send's error ends
 // the catch-up) before the watcher joins the tail; an Item with Moved
 // ends it too (Watch returns it with a nil watcher). Errors: ErrTooManyNode,
-// *fsm.CompactedError, the FSM's.
+// ErrTooManyCatchUps, *fsm.CompactedError, the FSM's.
 func (h *Hub) Watch(ctx context.Context, f *fsm.FSM, filt Filter, after uint64, send func(Item) error) (*Watcher, *Item, error) {
 	h.mu.Lock()
 	if h.count >= h.limits.MaxWatchers {
@@ -179,9 +256,8 @@ func (h *Hub) Watch(ctx context.Context, f *fsm.FSM, filt Filter, after uint64, 
 	}
 	h.count++
 	h.mu.Unlock()
-	c := make(chan Item, h.limits.Buffer)
-	w := &Watcher{C: c, c: c, filter: filt, done: make(chan struct{}), h: h}
-	ok := false
+	w := &Watcher{ready: make(chan struct{}, 1), filter: filt, done: make(chan struct{}), h: h}
+	ok, started := false, false
 	defer func() {
 		if !ok {
 			h.mu.Lock()
@@ -201,26 +277,80 @@ func (h *Hub) Watch(ctx context.Context, f *fsm.FSM, filt Filter, after uint64, 
 		}
 		// The tail is ahead: catch up to where it is, reading history.
 		upTo := min(t.position(), pos+catchUpChunk)
-		var moved *Item
-		err := f.ReadHistory(pos, upTo, func(rev uint64, evs []fsm.Event) error {
-			m, frozen := filt.Match(evs)
-			if frozen != nil {
-				moved = &Item{Revision: rev, Events: m, Moved: frozen}
-				return errStop
+		for pos < upTo {
+			// A read slot: a new catch-up waits a little for one, then is
+			// refused; one under way waits its turn.
+			wait := ctx
+			if !started {
+				var cancel context.CancelFunc
+				wait, cancel = context.WithTimeout(ctx, CatchUpQueueWait)
+				defer cancel()
 			}
-			if len(m) > 0 {
-				return send(Item{Revision: rev, Events: m})
+			select {
+			case h.reads <- struct{}{}:
+			case <-wait.Done():
+				if ctx.Err() != nil {
+					return nil, nil, ctx.Err()
+				}
+				return nil, nil, fmt.Errorf("%w (%d)", ErrTooManyCatchUps, h.limits.MaxCatchUps)
 			}
-			return nil
-		})
-		if moved != nil {
-			return nil, moved, nil
+			started = true
+			items, next, moved, err := h.readSelected(f, filt, pos, upTo)
+			<-h.reads
+			if err != nil {
+				return nil, nil, err
+			}
+			// Sent outside the read: a client slow to take them holds
+			// no lock of the state machine.
+			for _, it := range items {
+				if err := send(it); err != nil {
+					return nil, nil, err
+				}
+			}
+			if moved != nil {
+				return nil, moved, nil
+			}
+			pos = next
 		}
-		if err != nil {
-			return nil, nil, err
-		}
-		pos = upTo
 	}
+}
+
+// readSelected reads the history of f in (pos, upTo] and returns the items
+// filt selects, up to about limits.CatchUpBytes of them: next is the
+// revision read up to (upTo, or less when the bound stopped the read);
+// moved is the freeze of filt's slot, which ends the read.
+func (h *Hub) readSelected(f *fsm.FSM, filt Filter, pos, upTo uint64) (items []Item, next uint64, moved *Item, err error) {
+	next = upTo
+	size := 0
+	sel := func(rk, key []byte) bool {
+		return bytes.Equal(rk, filt.RoutingKey) && bytes.HasPrefix(key, filt.Prefix)
+	}
+	err = f.ReadHistorySelected(pos, upTo, sel, func(rev uint64, evs []fsm.Event) error {
+		m, frozen := filt.Match(evs)
+		if frozen != nil {
+			moved = &Item{Revision: rev, Events: m, Moved: frozen}
+			return errStop
+		}
+		if len(m) == 0 {
+			return nil
+		}
+		items = append(items, Item{Revision: rev, Events: m})
+		for _, e := range m {
+			size += len(e.Key) + len(e.Value)
+		}
+		if size >= h.limits.CatchUpBytes {
+			next = rev
+			return errStop
+		}
+		return nil
+	})
+	if errors.Is(err, errStop) {
+		err = nil
+	}
+	if h.afterCatchUpRead != nil {
+		h.afterCatchUpRead(size)
+	}
+	return items, next, moved, err
 }
 
 var errStop = errors.New("stop")
@@ -452,9 +582,7 @@ func (t *tail) send(w *Watcher, it Item) {
 		return
 	default:
 	}
-	select {
-	case w.c <- it:
-	default:
+	if !w.push(it, t.h.limits.Buffer) {
 		w.cancel(ErrSlow)
 		return
 	}

@@ -76,8 +76,8 @@ func collect(t *testing.T, w *Watcher, got []Item, n int) []Item {
 	deadline := time.After(20 * time.Second)
 	for count() < n {
 		select {
-		case it := <-w.C:
-			got = append(got, it)
+		case <-w.Ready():
+			got = append(got, w.Take()...)
 		case <-w.Done():
 			t.Fatalf("watcher ended: %v", w.Err())
 		case <-deadline:
@@ -215,8 +215,8 @@ func TestHubSlowWatcherAndCap(t *testing.T) {
 	// The other watcher is not affected, and the items the slow one had
 	// queued are in order: it resumes from the last it received.
 	var last uint64
-	for len(slow.C) > 0 {
-		last = (<-slow.C).Revision
+	for _, it := range slow.Take() {
+		last = it.Revision
 	}
 	slow.Close()
 	resumed, _, err := h.Watch(ctx, tf.f, filterOf("a"), last, func(Item) error { return nil })
@@ -254,7 +254,8 @@ func TestHubCompactedAndMoved(t *testing.T) {
 	tf.apply(&fsm.Command{Op: fsm.OpRestrictSlots, Move: &fsm.SlotMove{Slots: func() *shard.SlotSet { a := shard.AllSlots(); return &a }()}})
 	fz := tf.apply(&fsm.Command{Op: fsm.OpFreezeSlots, Move: &fsm.SlotMove{ID: 3, Slots: &s, Peer: 2, MapVersion: 1}})
 	select {
-	case it := <-w.C:
+	case <-w.Ready():
+		it := w.Take()[0]
 		if it.Moved == nil || it.Moved.MoveID != 3 || it.Revision != fz {
 			t.Fatalf("got %+v, want the freeze at %d", it, fz)
 		}

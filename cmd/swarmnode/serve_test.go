@@ -72,6 +72,11 @@ func TestServeFlagDefaults(t *testing.T) {
 		"max-leases-per-shard":      func(c cluster.Config) any { return c.MaxLeasesPerShard },
 		"max-keys-per-lease":        func(c cluster.Config) any { return c.MaxKeysPerLease },
 		"lease-checkpoint-interval": func(c cluster.Config) any { return c.LeaseCheckpointInterval },
+
+		// Streams per identity, catch-ups (issue 37).
+		"max-watchers-per-identity":          func(c cluster.Config) any { return c.MaxWatchersPerIdentity },
+		"max-keepalive-streams-per-identity": func(c cluster.Config) any { return c.MaxKeepAliveStreamsPerIdentity },
+		"max-concurrent-catchups":            func(c cluster.Config) any { return c.MaxConcurrentCatchUps },
 	}
 	// The flags whose default is the command line's own: fields
 	// WithDefaults leaves empty (id, data dir, HTTP address: Config has no

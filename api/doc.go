@@ -44,6 +44,7 @@ import (
 func Services(n *cluster.Node) cluster.Services {
 	srv := &server{node: n, cfg: n.Config()}
 	srv.watchersOf = newIdentityLimit("watchers", "max-watchers-per-identity", srv.cfg.MaxWatchersPerIdentity)
+	srv.watchMem = newWatchMemory(srv.cfg.MaxWatchMemory)
 	srv.keepAlivesOf = newIdentityLimit("lease keep-alive streams", "max-keepalive-streams-per-identity", srv.cfg.MaxKeepAliveStreamsPerIdentity)
 	registry, billing, pools, redis := &registryServer{server: srv}, &billingServer{server: srv}, &poolsServer{server: srv}, &redisServer{server: srv}
 	lease := &leaseServer{server: srv}

@@ -21,6 +21,7 @@ type server struct {
 	// Streams per identity (streamlimit.go): watchers and lease
 	// keep-alive streams.
 	watchersOf, keepAlivesOf *identityLimit
+	watchMem                 *watchMemory
 }
 
 // statusErr maps an error of this package (or of a replica of shard id) to

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -67,4 +68,67 @@ func (s *server) streamIdentity(ctx context.Context, method string) string {
 		return fmt.Sprintf("ip %s", p.Addr)
 	}
 	return "unknown"
+}
+
+// watchMemory bounds the bytes of watch messages held at once: over the
+// node (cluster.Config.MaxWatchMemory) and per identity (a quarter of
+// it). A watch reserves the bytes of a list or catch-up page before it
+// reads it and of an event message before gRPC sends it, and releases
+// them once the message is sent, so what a client that stops reading
+// makes the node hold is within its identity's share however many
+// watches it opens (a stream whose send is blocked keeps its
+// reservation; the others of its identity wait for theirs, in order,
+// with their context).
+type watchMemory struct {
+	node     *semaphore.Weighted
+	perIdent int64
+	mu       sync.Mutex
+	idents   map[string]*identBudget
+}
+
+type identBudget struct {
+	sem  *semaphore.Weighted
+	refs int
+}
+
+func newWatchMemory(total int64) *watchMemory {
+	return &watchMemory{node: semaphore.NewWeighted(total), perIdent: max(total/4, 1), idents: make(map[string]*identBudget)}
+}
+
+// reserve waits until who may hold n more bytes (at most its share: a
+// larger message goes alone) and the node too, and returns the release.
+func (m *watchMemory) reserve(ctx context.Context, who string, n int64) (release func(), err error) {
+	n = min(max(n, 1), m.perIdent)
+	m.mu.Lock()
+	b := m.idents[who]
+	if b == nil {
+		b = &identBudget{sem: semaphore.NewWeighted(m.perIdent)}
+		m.idents[who] = b
+	}
+	b.refs++
+	m.mu.Unlock()
+	drop := func() {
+		m.mu.Lock()
+		if b.refs--; b.refs == 0 {
+			delete(m.idents, who)
+		}
+		m.mu.Unlock()
+	}
+	if err := b.sem.Acquire(ctx, n); err != nil {
+		drop()
+		return nil, err
+	}
+	if err := m.node.Acquire(ctx, n); err != nil {
+		b.sem.Release(n)
+		drop()
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.node.Release(n)
+			b.sem.Release(n)
+			drop()
+		})
+	}, nil
 }

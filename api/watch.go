@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/swarmkv/swarmkv/auth"
 	"github.com/swarmkv/swarmkv/cluster"
@@ -188,7 +190,7 @@ func (ws *watchServer) Watch(req *rpc.WatchRequest, stream rpc.Watch_WatchServer
 	}
 	follower := !r.IsLeader()
 	if req.GetList() {
-		rev, err := ws.sendListing(stream, f, sel, sid, follower)
+		rev, err := ws.sendListing(stream, f, sel, sid, follower, who)
 		if err != nil {
 			return err
 		}
@@ -199,6 +201,18 @@ func (ws *watchServer) Watch(req *rpc.WatchRequest, stream rpc.Watch_WatchServer
 
 	filt := watch.Filter{RoutingKey: sel.rk, Prefix: sel.prefix, Slot: shard.SlotOf(sel.rk)}
 	last := after
+	// The watch memory budget (watchMemory): a catch-up page is reserved
+	// by the hub before it is read (inPage, while its items are sent); an
+	// item of the tail is reserved here for its send.
+	inPage := false
+	reserve := func(ctx context.Context, n int) (func(), error) {
+		release, err := ws.watchMem.reserve(ctx, who, int64(n))
+		if err != nil {
+			return nil, err
+		}
+		inPage = true
+		return func() { inPage = false; release() }, nil
+	}
 	send := func(it watch.Item) error {
 		msg := &rpc.WatchResponse{Revision: it.Revision}
 		for _, e := range it.Events {
@@ -214,9 +228,16 @@ func (ws *watchServer) Watch(req *rpc.WatchRequest, stream rpc.Watch_WatchServer
 			msg.Moved = &rpc.WatchMoved{MoveId: it.Moved.MoveID, FreezeRevision: it.Revision, TargetShard: uint32(movedTarget(f, it.Moved.MoveID))}
 		}
 		last = it.Revision
+		if !inPage {
+			release, err := ws.watchMem.reserve(ctx, who, int64(proto.Size(msg)))
+			if err != nil {
+				return err
+			}
+			defer release()
+		}
 		return stream.Send(msg)
 	}
-	w, moved, err := ws.hub.Watch(ctx, f, filt, after, send)
+	w, moved, err := ws.hub.WatchReserving(ctx, f, filt, after, send, reserve)
 	if err != nil {
 		return ws.watchErr(sid, err)
 	}
@@ -261,7 +282,7 @@ func (ws *watchServer) Watch(req *rpc.WatchRequest, stream rpc.Watch_WatchServer
 // selects, page by page from one snapshot of f (fsm.Listing): each page
 // within --max-page-bytes and --max-scan-page, one in memory at a time,
 // the last marked list_done. It returns the revision listed.
-func (ws *watchServer) sendListing(stream rpc.Watch_WatchServer, f *fsm.FSM, sel *watchSelect, sid shard.ID, follower bool) (uint64, error) {
+func (ws *watchServer) sendListing(stream rpc.Watch_WatchServer, f *fsm.FSM, sel *watchSelect, sid shard.ID, follower bool, who string) (uint64, error) {
 	l, err := f.OpenListing(sel.prefix, keys.PrefixEnd(sel.prefix))
 	if err != nil {
 		return 0, ws.watchErr(sid, err)
@@ -272,21 +293,30 @@ func (ws *watchServer) sendListing(stream rpc.Watch_WatchServer, f *fsm.FSM, sel
 		return 0, err
 	}
 	for {
-		kvs, done, err := l.Next(ws.cfg.MaxScanPage, watchPageBytes(ws.cfg))
-		if err != nil {
-			return 0, ws.watchErr(sid, err)
-		}
-		msg := &rpc.WatchResponse{Revision: rev, Listing: true, ListDone: done}
-		for _, kv := range kvs {
-			msg.Events = append(msg.Events, &rpc.WatchEvent{Type: rpc.WatchEventType_WATCH_EVENT_PUT, Key: sel.name(kv.Key), Value: kv.Value})
-		}
-		if err := stream.Send(msg); err != nil {
-			return 0, err
-		}
-		if done {
-			return rev, nil
+		done, err := ws.sendPage(stream, l, sel, sid, rev, who)
+		if err != nil || done {
+			return rev, err
 		}
 	}
+}
+
+// sendPage reads and sends the next page of a listing, its bytes reserved
+// in the watch memory budget from before the read until it is sent.
+func (ws *watchServer) sendPage(stream rpc.Watch_WatchServer, l *fsm.Listing, sel *watchSelect, sid shard.ID, rev uint64, who string) (bool, error) {
+	release, err := ws.watchMem.reserve(stream.Context(), who, int64(ws.cfg.MaxPageBytes))
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	kvs, done, err := l.Next(ws.cfg.MaxScanPage, watchPageBytes(ws.cfg))
+	if err != nil {
+		return false, ws.watchErr(sid, err)
+	}
+	msg := &rpc.WatchResponse{Revision: rev, Listing: true, ListDone: done}
+	for _, kv := range kvs {
+		msg.Events = append(msg.Events, &rpc.WatchEvent{Type: rpc.WatchEventType_WATCH_EVENT_PUT, Key: sel.name(kv.Key), Value: kv.Value})
+	}
+	return done, stream.Send(msg)
 }
 
 // admit counts a watcher of connection conn, refusing one over the cap.

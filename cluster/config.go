@@ -209,6 +209,13 @@ type Config struct {
 	// up to 250 ms for a turn, then is refused with ResourceExhausted and
 	// a retry hint. Default 32; 1..4096.
 	MaxConcurrentCatchUps int
+	// MaxWatchMemory bounds the bytes of watch messages the node's
+	// watches hold at once (a list page or a catch-up's page from before
+	// it is read until it is sent, an event message while gRPC sends it),
+	// over all of them; one identity (as above) holds at most a quarter.
+	// A watch over the budget waits for its turn. Default 256 MiB;
+	// 4 MiB..1 TiB.
+	MaxWatchMemory int64
 	// MaxConnsPerIP caps the open connections from one client IP on each
 	// of the gRPC and RESP listeners; more are closed as they are
 	// accepted (logged at most once a second). Default 256; 1..1048576.
@@ -584,6 +591,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxConcurrentCatchUps == 0 {
 		c.MaxConcurrentCatchUps = 32
 	}
+	if c.MaxWatchMemory == 0 {
+		c.MaxWatchMemory = 256 << 20
+	}
 	if c.WatchBuffer <= 0 {
 		c.WatchBuffer = 1024
 	}
@@ -768,6 +778,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConcurrentCatchUps < 1 || c.MaxConcurrentCatchUps > maxCatchUpsLimit {
 		return bad("max concurrent catch-ups %d: want 1..%d", c.MaxConcurrentCatchUps, maxCatchUpsLimit)
+	}
+	if c.MaxWatchMemory < 4<<20 || c.MaxWatchMemory > 1<<40 {
+		return bad("max watch memory %d: want 4 MiB..1 TiB", c.MaxWatchMemory)
 	}
 	if c.MaxConcurrentStreams > maxStreamsLimit {
 		return bad("max concurrent streams %d: want 1..%d", c.MaxConcurrentStreams, maxStreamsLimit)

@@ -49,6 +49,7 @@ func TestConfigValidate(t *testing.T) {
 		{"watchers per identity over the node's", func(c *Config) { c.MaxWatchers, c.MaxWatchersPerConn, c.MaxWatchersPerIdentity = 10, 10, 11 }, "max watchers per identity 11: want 1..10"},
 		{"negative watchers per identity", func(c *Config) { c.MaxWatchersPerIdentity = -1 }, "max watchers per identity -1"},
 		{"keep-alive streams per identity 0 after defaults", func(c *Config) { c.MaxKeepAliveStreamsPerIdentity = -3 }, "max keep-alive streams per identity -3"},
+		{"watch memory below 4 MiB", func(c *Config) { c.MaxWatchMemory = 1 << 20 }, "max watch memory 1048576"},
 		{"catch-ups over the cap", func(c *Config) { c.MaxConcurrentCatchUps = 5000 }, "max concurrent catch-ups 5000: want 1..4096"},
 		{"empty id", func(c *Config) { c.ID = "" }, `id ""`},
 		{"id with a space", func(c *Config) { c.ID = "n 1" }, `id "n 1"`},

@@ -180,3 +180,86 @@ func TestHubCatchUpCap(t *testing.T) {
 	}
 	w.Close()
 }
+
+// TestHubReservesCatchUpPages: with a Reserve, each catch-up page is
+// reserved before it is read and released once its items are sent, so a
+// catch-up whose client stops taking items keeps its page's reservation
+// and a second one of the same budget reads nothing until it is released
+// (before, each catch-up held a page however many there were).
+func TestHubReservesCatchUpPages(t *testing.T) {
+	tf := newFSM(t)
+	for i := range 20 {
+		tf.put("me", "k", fmt.Sprint(i))
+	}
+	h := NewHub(Limits{CatchUpBytes: 1 << 10})
+	var mu sync.Mutex
+	reads := 0
+	h.afterCatchUpRead = func(int) { mu.Lock(); reads++; mu.Unlock() }
+	budget := make(chan struct{}, 1) // one page for the two catch-ups
+	var reserved []int
+	reserve := func(ctx context.Context, n int) (func(), error) {
+		select {
+		case budget <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		mu.Lock()
+		reserved = append(reserved, n)
+		mu.Unlock()
+		var once sync.Once
+		return func() { once.Do(func() { <-budget }) }, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stuck, unstick := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	first := make(chan error, 1)
+	go func() {
+		w, _, err := h.WatchReserving(ctx, tf.f, filterOf("me"), 0, func(Item) error {
+			once.Do(func() { close(stuck); <-unstick }) // a client that stops reading
+			return nil
+		}, reserve)
+		if err == nil {
+			w.Close()
+		}
+		first <- err
+	}()
+	<-stuck
+	mu.Lock()
+	r0 := reads
+	mu.Unlock()
+	second := make(chan error, 1)
+	go func() {
+		w, _, err := h.WatchReserving(ctx, tf.f, filterOf("me"), 0, func(Item) error { return nil }, reserve)
+		if err == nil {
+			w.Close()
+		}
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		t.Fatalf("the second catch-up ended (%v) while the first held the budget", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	mu.Lock()
+	if reads != r0 {
+		t.Fatalf("the second catch-up read %d pages without a reservation", reads-r0)
+	}
+	mu.Unlock()
+	close(unstick)
+	for _, ch := range []chan error{first, second} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reserved) < 2 || reads != len(reserved) {
+		t.Fatalf("%d reservations for %d page reads, want one each", len(reserved), reads)
+	}
+	for _, n := range reserved {
+		if n != 1<<10 {
+			t.Fatalf("reserved %d bytes, want the page bound %d", n, 1<<10)
+		}
+	}
+}

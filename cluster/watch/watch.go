@@ -249,6 +249,18 @@ const CatchUpQueueWait = 250 * time.Millisecond
 // ends it too (Watch returns it with a nil watcher). Errors: ErrTooManyNode,
 // ErrTooManyCatchUps, *fsm.CompactedError, the FSM's.
 func (h *Hub) Watch(ctx context.Context, f *fsm.FSM, filt Filter, after uint64, send func(Item) error) (*Watcher, *Item, error) {
+	return h.WatchReserving(ctx, f, filt, after, send, nil)
+}
+
+// Reserve waits until the caller may hold n more bytes of watch messages,
+// and returns what gives them back (api's per-identity and node budget).
+type Reserve func(ctx context.Context, n int) (release func(), err error)
+
+// WatchReserving is Watch with a memory budget: each catch-up page (up to
+// Limits.CatchUpBytes, or one larger revision) is reserved before its
+// read slot is taken, and released once its items are sent, so catch-ups
+// waiting for a slow client hold no page. nil reserve: no budget.
+func (h *Hub) WatchReserving(ctx context.Context, f *fsm.FSM, filt Filter, after uint64, send func(Item) error, reserve Reserve) (*Watcher, *Item, error) {
 	h.mu.Lock()
 	if h.count >= h.limits.MaxWatchers {
 		h.mu.Unlock()
@@ -278,6 +290,14 @@ func (h *Hub) Watch(ctx context.Context, f *fsm.FSM, filt Filter, after uint64, 
 		// The tail is ahead: catch up to where it is, reading history.
 		upTo := min(t.position(), pos+catchUpChunk)
 		for pos < upTo {
+			// Its page's bytes first (a wait that holds no read slot).
+			release := func() {}
+			if reserve != nil {
+				var err error
+				if release, err = reserve(ctx, h.limits.CatchUpBytes); err != nil {
+					return nil, nil, err
+				}
+			}
 			// A read slot: a new catch-up waits a little for one, then is
 			// refused; one under way waits its turn.
 			wait := ctx
@@ -289,6 +309,7 @@ func (h *Hub) Watch(ctx context.Context, f *fsm.FSM, filt Filter, after uint64, 
 			select {
 			case h.reads <- struct{}{}:
 			case <-wait.Done():
+				release()
 				if ctx.Err() != nil {
 					return nil, nil, ctx.Err()
 				}
@@ -298,15 +319,18 @@ func (h *Hub) Watch(ctx context.Context, f *fsm.FSM, filt Filter, after uint64, 
 			items, next, moved, err := h.readSelected(f, filt, pos, upTo)
 			<-h.reads
 			if err != nil {
+				release()
 				return nil, nil, err
 			}
 			// Sent outside the read: a client slow to take them holds
 			// no lock of the state machine.
 			for _, it := range items {
 				if err := send(it); err != nil {
+					release()
 					return nil, nil, err
 				}
 			}
+			release()
 			if moved != nil {
 				return nil, moved, nil
 			}

@@ -55,7 +55,7 @@ func TestAdminTokenNeverInPlaintextOffLoopback(t *testing.T) {
 	}{
 		{"members", []string{"members", "--admin", "192.0.2.1:7102"}},
 		{"token list", []string{"token", "list", "--admin", "192.0.2.1:7102"}},
-		{"backup", []string{"backup", "--out", out, "--admin", "192.0.2.1:7102"}},
+		{"backup", []string{"backup", "--out", out, "--backup-key-file", filepath.Join(filepath.Dir(out), "backup.key"), "--admin", "192.0.2.1:7102"}},
 		{"http URL with --tls-ca", []string{"members", "--tls-ca", caFile, "--admin", "http://192.0.2.1:7102"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -116,6 +116,7 @@ func serveFlags(fs *pflag.FlagSet, d cluster.Config, embedded bool) *serveOption
 	fs.IntVar(&cfg.MaxWatchersPerConn, "max-watchers-per-conn", d.MaxWatchersPerConn, "most watches of one client connection")
 	fs.IntVar(&cfg.MaxWatchersPerIdentity, "max-watchers-per-identity", d.MaxWatchersPerIdentity, "most watches of one identity (token, certificate; without auth, client IP) over all its connections (1..max-watchers)")
 	fs.IntVar(&cfg.MaxKeepAliveStreamsPerIdentity, "max-keepalive-streams-per-identity", d.MaxKeepAliveStreamsPerIdentity, "most lease keep-alive streams of one identity (token, certificate; without auth, client IP) (1..1048576)")
+	fs.Int64Var(&cfg.MaxWatchMemory, "max-watch-memory", d.MaxWatchMemory, "bytes of watch messages the node's watches hold at once (list and catch-up pages, messages being sent); one identity holds at most a quarter, more wait (4 MiB..1 TiB)")
 	fs.IntVar(&cfg.MaxConcurrentCatchUps, "max-concurrent-catchups", d.MaxConcurrentCatchUps, "most watches reading history at once to catch up; more wait 250ms, then are refused with a retry hint (1..4096)")
 	fs.IntVar(&cfg.WatchBuffer, "watch-buffer", d.WatchBuffer, "revisions buffered per watcher; a watcher that falls further behind is cancelled (it resumes)")
 	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", d.MaxConnsPerIP, "most open connections from one client IP, on each of the gRPC and RESP listeners (1..1048576)")

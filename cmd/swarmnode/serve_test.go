@@ -76,6 +76,7 @@ func TestServeFlagDefaults(t *testing.T) {
 		// Streams per identity, catch-ups (issue 37).
 		"max-watchers-per-identity":          func(c cluster.Config) any { return c.MaxWatchersPerIdentity },
 		"max-keepalive-streams-per-identity": func(c cluster.Config) any { return c.MaxKeepAliveStreamsPerIdentity },
+		"max-watch-memory":                   func(c cluster.Config) any { return c.MaxWatchMemory },
 		"max-concurrent-catchups":            func(c cluster.Config) any { return c.MaxConcurrentCatchUps },
 	}
 	// The flags whose default is the command line's own: fields

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/swarmkv/swarmkv/internal/fsutil"
 )
 
 // Signatures (format version 2; the layout is in the package doc). The
@@ -113,19 +115,7 @@ func MakeKeyFile(path string) error {
 	if _, err := rand.Read(raw[:]); err != nil {
 		return fmt.Errorf("%w: %w", ErrKeyFile, err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrKeyFile, err)
-	}
-	_, err = f.WriteString(hex.EncodeToString(raw[:]) + "\n")
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(path)
+	if err := fsutil.CreateExclusive(path, []byte(hex.EncodeToString(raw[:])+"\n"), 0o600); err != nil {
 		return fmt.Errorf("%w: %w", ErrKeyFile, err)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/swarmkv/swarmkv/internal/fsutil"
 	"github.com/swarmkv/swarmkv/transport"
 )
 
@@ -88,22 +89,11 @@ func makeClusterSecret(path string) error {
 	if _, err := rand.Read(raw[:]); err != nil {
 		return fmt.Errorf("%w: %w", ErrClusterSecret, err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	err := fsutil.CreateExclusive(path, []byte(hex.EncodeToString(raw[:])+"\n"), 0o600)
 	if errors.Is(err, os.ErrExist) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrClusterSecret, err)
-	}
-	_, err = f.WriteString(hex.EncodeToString(raw[:]) + "\n")
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(path)
 		return fmt.Errorf("%w: %w", ErrClusterSecret, err)
 	}
 	return nil

@@ -56,3 +56,25 @@ func WriteFileDurable(dir, name string, b []byte) error {
 	defer d.Close()
 	return d.Sync()
 }
+
+// CreateExclusive writes b to a new file path with mode perm, synced; it
+// refuses a path that exists (an error wrapping os.ErrExist) and removes
+// what it created when a write fails. For files made once and never
+// replaced, such as a secret or a key file.
+func CreateExclusive(path string, b []byte, perm os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+	}
+	return err
+}

@@ -275,6 +275,11 @@ func (s *leaseServer) KeepAliveStream(st rpc.Lease_KeepAliveStreamServer) error 
 			return first
 		case <-failed:
 			return end(nil)
+		case <-ctx.Done():
+			// The stream is cancelled (the client went away, the server
+			// stops): the receiver may have returned without a word
+			// while handing over a request (it selects on ctx too).
+			return end(ctx.Err())
 		}
 		if err := ValidateLeaseID(id); err != nil {
 			return end(s.statusErr(0, err))
@@ -283,6 +288,8 @@ func (s *leaseServer) KeepAliveStream(st rpc.Lease_KeepAliveStreamServer) error 
 		case sem <- struct{}{}:
 		case <-failed:
 			return end(nil)
+		case <-ctx.Done():
+			return end(ctx.Err())
 		}
 		wg.Add(1)
 		go func() {

@@ -171,7 +171,7 @@ func serveFlags(fs *pflag.FlagSet, d cluster.Config, embedded bool) *serveOption
 }
 
 func newServeCmd(embedded bool) *cobra.Command {
-	c := &cobra.Command{Use: "serve", Short: "start a node", Args: nargs(0, 0)}
+	c := &cobra.Command{Use: "serve", Short: "start a node (swarmnode serve -h: its flags)", Args: nargs(0, 0)}
 	o := serveFlags(c.Flags(), cluster.Config{}.WithDefaults(), embedded)
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		return serve(c.Context(), o, c.OutOrStdout(), c.ErrOrStderr())

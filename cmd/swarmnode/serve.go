@@ -45,7 +45,7 @@ type serveOptions struct {
 // live data: at Go's default of 100 the heap grows to twice them before a
 // collection, and the largest node's RSS reached 2.0-2.1x etcd's. At 50 it
 // reached 1.6x, with throughput within the host's spread (the cache's
-// blocks hold no pointers, so marking them is cheap): docs/performance.md,
+// blocks hold no pointers, so marking them is cheap): docs/performance-log.md,
 // round 14.
 const defaultGCPercent = 50
 

@@ -249,7 +249,7 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error
 	a := srv.Node().Addrs()
 	fmt.Fprintf(stdout, "swarmnode %s: node %s serving\n  grpc   %s\n  http   %s\n  raft   %s\n  gossip %s\n  redis  %s\n  data   %s\n",
 		version, cfg.ID, a.GRPCAddr, a.HTTPAddr, a.RaftAddr, a.GossipAddr, srv.RedisAddr(), cfg.DataDir)
-	if waitReady(ctx, srv.Node().Ready, stdout) {
+	if waitReady(ctx, srv.Node().Ready, readyHintAfter, stdout) {
 		fmt.Fprint(stdout, readyBlock(progName(os.Args[0]), cfg.ID, a.GRPCAddr, srv.HTTPAddr(), srv.RedisAddr(), cfg.TLS.CAFile, cfg.Auth))
 	}
 	<-ctx.Done()
@@ -258,19 +258,18 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error
 }
 
 // waitReady polls ready until it returns nil (true) or ctx ends (false).
-// The first time the node is not ready after readyHintAfter it prints why
-// once (e.g. waiting to be admitted, or for the other nodes of the
-// bootstrap).
-func waitReady(ctx context.Context, ready func() error, stdout io.Writer) bool {
+// When the node is still not ready after hintAfter it prints why, once
+// (e.g. waiting to be admitted, or for the other nodes of the bootstrap).
+func waitReady(ctx context.Context, ready func() error, hintAfter time.Duration, stdout io.Writer) bool {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	hint := time.Now().Add(readyHintAfter)
+	hint := time.Now().Add(hintAfter)
 	for {
 		err := ready()
 		if err == nil {
 			return true
 		}
-		if !hint.IsZero() && time.Now().After(hint) {
+		if !hint.IsZero() && !time.Now().Before(hint) {
 			fmt.Fprintf(stdout, "swarmnode: not ready yet: %v\n", err)
 			hint = time.Time{}
 		}

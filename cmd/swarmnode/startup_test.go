@@ -95,3 +95,31 @@ func TestStartupLines(t *testing.T) {
 		t.Errorf("serve did not end with the shutdown line right after the ready block")
 	}
 }
+
+// TestWaitReady: waitReady says once why the node is not ready yet, and
+// returns true when it is, false when the context ends first.
+func TestWaitReady(t *testing.T) {
+	calls := 0
+	ready := func() error {
+		if calls++; calls < 3 {
+			return fmt.Errorf("waiting to be admitted")
+		}
+		return nil
+	}
+	var out strings.Builder
+	if !waitReady(context.Background(), ready, 0, &out) {
+		t.Fatal("waitReady = false, want true")
+	}
+	if got, want := out.String(), "swarmnode: not ready yet: waiting to be admitted\n"; got != want {
+		t.Errorf("printed %q, want %q", got, want)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out.Reset()
+	if waitReady(ctx, func() error { return fmt.Errorf("no leader") }, time.Hour, &out) {
+		t.Error("waitReady after the context ended = true, want false")
+	}
+	if out.Len() != 0 {
+		t.Errorf("printed %q before the hint's time", out.String())
+	}
+}

@@ -21,7 +21,8 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/swarmnode
 
 # One node, embedded defaults: data under ./data, gRPC on 127.0.0.1:7100,
-# HTTP (/healthz, /readyz) on 127.0.0.1:7102.
+# HTTP (/healthz, /readyz, the console at /ui/) on 127.0.0.1:7102; once
+# ready it prints what to try next (docs/getting-started.md).
 run: build
 	./$(BIN)
 

@@ -59,7 +59,7 @@ type pipelineServer struct {
 // hand-off (one unbuffered channel) gave every waiting worker a function
 // in turn: after a burst of 1,000 clients, any later load of more than
 // 1,000 calls a second kept all 1,000 workers and their grown stacks
-// alive (17 MiB of stacks on a node, docs/performance.md, round 15).
+// alive (17 MiB of stacks on a node, docs/performance-log.md, round 15).
 type workerPool struct {
 	idle time.Duration
 	// mu guards waiting and closed, and orders wg.Add before close's

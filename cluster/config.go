@@ -123,7 +123,7 @@ type Config struct {
 	// so it only bounds how stale an idle shard's followers are, and
 	// every expiry is an AppendEntries round trip per follower and group.
 	// At 50ms (hashicorp/raft's default) those round trips were a third of
-	// an idle 3-node, 8-shard cluster's CPU (docs/performance.md, round 7).
+	// an idle 3-node, 8-shard cluster's CPU (docs/performance-log.md, round 7).
 	// The meta group uses at most metaCommitTimeout, so that every node
 	// learns a cluster-state change promptly.
 	HeartbeatTimeout   time.Duration

@@ -317,7 +317,7 @@ func TestDashboard(t *testing.T) {
 }
 
 // TestPrometheusConfig: prometheus/prometheus.yml scrapes /metrics of
-// the three nodes of the README's loopback cluster.
+// the three nodes of docs/usage.md's loopback cluster.
 func TestPrometheusConfig(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("prometheus", "prometheus.yml"))
 	if err != nil {

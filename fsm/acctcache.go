@@ -9,7 +9,7 @@ import (
 // that a charge reads its account without a Pebble point read: under the
 // ledger load that read was a sixth of the nodes' CPU, since an account
 // rewritten by every charge sits in every L0 sublevel and Pebble builds an
-// iterator stack per read (docs/performance.md, round 15).
+// iterator stack per read (docs/performance-log.md, round 15).
 //
 // It is exact, not a guess: an entry is the value the apply batch holds for
 // its key. Changes put what they write (change.flush) and what they read

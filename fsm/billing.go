@@ -147,7 +147,7 @@ func (ch *change) putTx(op Op, tx *records.CreditTransaction) error {
 // without reading the id: for the balance ops, which have read it as
 // absent in this change (balanceRetry, processUsage). A change reads the
 // batch, which its own queued writes reach only at flush, so a second read
-// would answer the same (docs/performance.md, round 11: it was a quarter
+// would answer the same (docs/performance-log.md, round 11: it was a quarter
 // of a charge's point reads).
 func (ch *change) writeTx(tx *records.CreditTransaction) error {
 	if err := putRecord(ch, keys.Transaction(tx.TransactionID), tx); err != nil {

@@ -397,7 +397,7 @@ func TestTransactionIDReuseNeverLosesACharge(t *testing.T) {
 }
 
 // TestBalanceOpsPointReads pins the point reads of the ops that move money
-// (docs/performance.md, round 11): a charge reads its event, its
+// (docs/performance-log.md, round 11): a charge reads its event, its
 // transaction id and its account once each, and nothing more; the id is not
 // read again when the transaction is written.
 func TestBalanceOpsPointReads(t *testing.T) {

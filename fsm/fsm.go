@@ -92,7 +92,7 @@ const (
 	// overlaps every L6 table, so an L0 compaction rewrites the whole of
 	// L6 to merge in a few MiB: at Pebble's default a put100 run wrote 12
 	// bytes into L6 per byte flushed, and compactions took 40 % of the
-	// nodes' CPU (docs/performance.md, round 14). Waiting for 32 sublevels
+	// nodes' CPU (docs/performance-log.md, round 14). Waiting for 32 sublevels
 	// merges eight times as much per rewrite (16 and 32 were measured:
 	// round 14). Point reads pay one bloom filter probe per sublevel
 	// (filters are on every level), scans one more iterator per sublevel.

@@ -150,7 +150,7 @@ func (h *histRecorder) appendBytes(b []byte) {
 // pools, bots, runners, a user's agents): history records the writes of
 // these only. No watch can ask for the others (the ledger's tables,
 // sessions, the indexes, the Redis keyspace), and recording them cost a
-// ledger charge a third of its throughput (docs/performance.md, round 13).
+// ledger charge a third of its throughput (docs/performance-log.md, round 13).
 // A table a new watch serves joins this list (a change of what replicas
 // record: a protocol version, fsm.opSince).
 var WatchedTables = [256]bool{keys.TableKV: true, keys.TablePools: true, keys.TableBots: true,

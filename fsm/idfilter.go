@@ -13,7 +13,7 @@ import (
 // Under the ledger load those two point reads were a third of the nodes'
 // CPU even with Pebble's bloom filters on every table, since each read
 // builds an iterator per L0 sublevel before it consults a table's filter
-// (docs/performance.md, round 15).
+// (docs/performance-log.md, round 15).
 //
 // It is a chain of Bloom filters over every key of the transactions,
 // usage_events and tx_directory tables (a charge also reads its id's

@@ -367,7 +367,7 @@ func (a *applier) ingest(op Op, m *SlotMove, rec *MoveRecord, index uint64) (rej
 // key order, Validate), and no key is stored here with another value (a
 // sync: with a value of a slot outside the move). The stored values are
 // read with one iterator over the pairs' key range, sought forward
-// (cheaper than a point read per pair: round 17 of docs/performance.md
+// (cheaper than a point read per pair: round 17 of docs/performance-log.md
 // found that check a sixth of a move's CPU). It returns the deletes of a
 // sync that are stored here with a value of the move's slots: the ones to
 // delete.

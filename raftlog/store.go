@@ -41,7 +41,7 @@ type Options struct {
 	// Pebble reuses the WAL of a flushed memtable for the next one, so a
 	// small memtable soon has the store appending over written blocks of a
 	// recycled WAL rather than growing a new file, and such an fsync costs
-	// a third less here (docs/performance.md, round 6). The price is that
+	// a third less here (docs/performance-log.md, round 6). The price is that
 	// entries reach sstables before a snapshot deletes them.
 	MemTableSize uint64
 	// MinSyncInterval is the least time between two WAL fsyncs: a synced

@@ -49,7 +49,7 @@ ep=127.0.0.1:$(node_port 1 0),127.0.0.1:$(node_port 2 0),127.0.0.1:$(node_port 3
 # (a wakeup or a preempted thread resumed) and the nanoseconds threads spent
 # runnable, waiting for a core (/proc/<pid>/task/*/schedstat). On a machine
 # where a wakeup is dear, node CPU per op follows switches per op
-# (docs/performance.md, round 9).
+# (docs/performance-log.md, round 9).
 node_sched() {
   local p
   for p in $(cat "$1/pids"); do cat /proc/"$p"/task/*/schedstat 2>/dev/null; done |

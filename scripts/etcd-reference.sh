@@ -32,7 +32,7 @@
 #   put1000  1000 clients over 8 connections, 100,000 puts
 #   get100   linearizable range of one key, 100 clients over 4 connections,
 #            150,000 reads
-# Lease and watch workloads (docs/performance.md, "Leases and watches";
+# Lease and watch workloads (docs/performance-log.md, "Leases and watches";
 # scripts/perf-ab.sh has swarmkv's):
 #   ka100    lease-keepalive: 100 clients over 4 connections, each granting
 #            one lease (100 s TTL) and renewing it with KeepAliveOnce (a

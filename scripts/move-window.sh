@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Measures how long a split and a merge keep the moved slots unavailable
-# (docs/performance.md, rounds 12, 16 and 17). Starts a 3-node loopback
+# (docs/performance-log.md, rounds 12, 16 and 17). Starts a 3-node loopback
 # cluster of one shard (scripts/loopback-cluster.sh, default ports), writes
 # FILL puts first (random keys of a 1,000,000-key space, 256-byte values),
 # then runs `swarmnode shards split 0 --wait` and `swarmnode shards merge 0 1

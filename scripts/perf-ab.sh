@@ -92,7 +92,7 @@ trap '[ -n "$d" ] && "$here/loopback-cluster.sh" down "$d" >/dev/null 2>&1' EXIT
 for r in $(seq 1 "$rounds"); do
   # Odd rounds run the variants in the given order, even rounds in reverse
   # (A B, B A, A B, ...): the variant that runs first in a round measured
-  # faster, whichever it was (docs/performance.md, round 7).
+  # faster, whichever it was (docs/performance-log.md, round 7).
   order=("${names[@]}")
   if [ $((r % 2)) = 0 ]; then
     order=()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Profiles the 3 nodes of a fresh loopback cluster (scripts/loopback-cluster.sh)
 # under one bench workload and prints where their CPU goes, by component:
-# the breakdown docs/performance.md quotes. The CPU profiles of the three
+# the breakdown docs/performance-log.md quotes. The CPU profiles of the three
 # nodes, taken at the same time in the middle of the run, are kept in OUT for
 # `go tool pprof` (e.g. go tool pprof -top -cum OUT/n1.prof OUT/n2.prof OUT/n3.prof).
 #

@@ -26,7 +26,7 @@ import (
 // that no other leader has been elected: the ReadIndex protocol of the
 // Raft thesis (6.4). hashicorp/raft's VerifyLeader does that with a
 // heartbeat to every follower, per group and per call. Under a read load
-// that was a third of the nodes' CPU (docs/performance.md, round 8): every
+// that was a third of the nodes' CPU (docs/performance-log.md, round 8): every
 // read round of each of a node's leader groups cost two AppendEntries
 // round trips through the Raft transport, msgpack-encoded.
 //

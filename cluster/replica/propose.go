@@ -96,7 +96,7 @@ const (
 	// commit at once. While they do, new proposals queue, and the next
 	// entry takes them all. 1 gave larger entries (5.5 commands per entry
 	// at 100 clients on 8 shards, vs 3.6 with 2) and less CPU per write
-	// (docs/performance.md, round 3); a lone proposal still waits for
+	// (docs/performance-log.md, round 3); a lone proposal still waits for
 	// nothing.
 	maxEntriesInFlight = 1
 )

@@ -16,7 +16,7 @@ import (
 	"github.com/swarmkv/swarmkv/client"
 )
 
-// The lease-keepalive and watch workloads of bench (docs/performance.md,
+// The lease-keepalive and watch workloads of bench (docs/performance-log.md,
 // "Leases and watches"). They follow etcd's benchmark tool (tools/benchmark
 // lease-keepalive, watch and watch-latency) closely enough to set the
 // figures side by side: see the doc for what differs.

@@ -2,12 +2,13 @@
 //
 //	swarmnode                      one-node cluster with embedded defaults
 //	swarmnode serve [flags]        a node (see `swarmnode serve -h`)
-//	swarmnode kv put|get|del|scan  debug client
+//	swarmnode kv|watch|lease ...   read and write a user's keys, follow them, leases
 //	swarmnode registry|billing ... inspect the typed stores
 //	swarmnode members|status|join|remove|transfer-leader|snapshot|shards  operate a cluster
 //	swarmnode backup|restore       back a cluster up, seed a new one from a backup
 //	swarmnode version
 //
+// `swarmnode --help` lists every command by group (commandGroups).
 // It is the composition root: its commands are a github.com/spf13/cobra
 // tree (help, shell completion, flags before or after the arguments), every
 // flag also settable as SWARM_<FLAG>; serve builds the node, the root
@@ -59,37 +60,58 @@ func exitCode(err error) int {
 	return 1
 }
 
-const usage = `swarmnode: a sharded, Raft-replicated key-value store node.
+// commandGroups sorts the root's commands for `swarmnode --help`, in the
+// order listed. Every command is in one (TestHelpListsEveryCommand).
+var commandGroups = []struct {
+	cobra.Group
+	commands []string
+}{
+	{cobra.Group{ID: "node", Title: "Run a node:"}, []string{"serve", "health"}},
+	{cobra.Group{ID: "data", Title: "Data (gRPC API of any member: --endpoints host:port,..., --user ROUTING_KEY):"},
+		[]string{"kv", "watch", "lease", "registry", "billing"}},
+	{cobra.Group{ID: "admin", Title: "Cluster admin (admin HTTP API of any member: --admin host:port of its --http-addr, --json):"},
+		[]string{"members", "status", "join", "remove", "transfer-leader", "snapshot", "shards"}},
+	{cobra.Group{ID: "backup", Title: "Backup:"}, []string{"backup", "restore"}},
+	{cobra.Group{ID: "security", Title: "Security:"}, []string{"certs", "token"}},
+	{cobra.Group{ID: "tools", Title: "Tools:"}, []string{"bench", "completion", "help", "version"}},
+}
 
-Usage:
-  swarmnode                       start a one-node cluster with the embedded
-                                  defaults (data under ./data, 127.0.0.1 ports)
-  swarmnode serve [flags]         start a node (swarmnode serve -h for flags)
-  swarmnode kv put|get|del|scan   debug client (swarmnode kv -h)
-  swarmnode registry ...          inspect agents, sessions, users (swarmnode registry -h)
-  swarmnode billing ...           inspect accounts, transactions, usage events
-  swarmnode bench put|get|mixed|ledger   load generator (swarmnode bench -h)
-  swarmnode health [--ready]      probe nodes' /healthz or /readyz (swarmnode health -h)
-  swarmnode members|status        list members / cluster overview with a shard table
-  swarmnode join|remove NODE_ID   admit a node / decommission one (moves its replicas first)
-  swarmnode transfer-leader SHARD [NODE_ID]   move a shard's leadership
-  swarmnode snapshot SHARD        snapshot every replica of a shard
-  swarmnode shards [split|merge|moves|cancel|policy]   the shard table (slots, size, load);
-                                  split and merge shards, the automatic shard policy
-                                  (operator commands: --admin host:port of any member's
-                                  --http-addr, --json; swarmnode status -h)
-  swarmnode backup --out FILE     back the cluster up into one file (--admin host:port)
-  swarmnode backup verify FILE    check a backup file without a cluster
-  swarmnode restore --from FILE --data-dir DIR   seed an empty data dir: a new cluster
-  swarmnode certs ca|node|client  make a cluster CA, node and client certificates (swarmnode certs -h)
-  swarmnode token create|list|revoke   bearer tokens and their roles (swarmnode token -h)
-  swarmnode completion bash|zsh|fish|powershell   shell completion script
-  swarmnode version               print the version
-
+// rootUsage is `swarmnode --help`: the root's commands by group, each
+// with its use line and what it does.
+func rootUsage(root *cobra.Command) string {
+	var b strings.Builder
+	b.WriteString("swarmnode: a sharded, Raft-replicated key-value store node.\n\n" +
+		"Usage: swarmnode COMMAND [ARGS] [flags]; swarmnode COMMAND -h for a command's flags.\n")
+	const width = 38
+	line := func(use, short string) {
+		if len(use) > width-2 {
+			fmt.Fprintf(&b, "  %s\n  %-*s  %s\n", use, width, "", short)
+			return
+		}
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, use, short)
+	}
+	byName := map[string]*cobra.Command{}
+	for _, c := range root.Commands() {
+		byName[c.Name()] = c
+	}
+	for _, g := range commandGroups { // in the table's order: Execute re-adds help last
+		fmt.Fprintf(&b, "\n%s\n", g.Title)
+		if g.ID == "node" {
+			line("swarmnode", "a one-node cluster: embedded defaults, data in ./data, 127.0.0.1 ports")
+		}
+		for _, name := range g.commands {
+			if c := byName[name]; c != nil && c.GroupID == g.ID && (c.IsAvailableCommand() || name == "help") {
+				line(strings.TrimSuffix("swarmnode "+c.Use, " [flags]"), c.Short)
+			}
+		}
+	}
+	b.WriteString(`
 Flags come before or after the arguments (--flag VALUE or --flag=VALUE).
 Every flag can also be set as an environment variable SWARM_<FLAG>,
 e.g. SWARM_DATA_DIR=/var/lib/swarmkv; the command line wins.
-`
+`)
+	return b.String()
+}
 
 // run executes one command line. With no arguments it serves the embedded
 // one-node cluster; flags without a command are serve's.
@@ -111,7 +133,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cobraHelp := root.HelpFunc()
 	root.SetHelpFunc(func(c *cobra.Command, a []string) {
 		if c == root {
-			fmt.Fprint(c.OutOrStdout(), usage)
+			fmt.Fprint(c.OutOrStdout(), rootUsage(root))
 			return
 		}
 		if h := c.Flags().Lookup("help"); h != nil && h.Changed {
@@ -143,7 +165,7 @@ func newRoot(embedded bool) *cobra.Command {
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args: func(c *cobra.Command, args []string) error {
-			fmt.Fprint(c.ErrOrStderr(), usage)
+			fmt.Fprint(c.ErrOrStderr(), rootUsage(c))
 			return usageError{fmt.Errorf("unknown command %q", args[0])}
 		},
 		// Reached only with an unknown command (run maps no arguments
@@ -162,6 +184,24 @@ func newRoot(embedded bool) *cobra.Command {
 		newVersionCmd())
 	root.AddCommand(newAdminCmds()...)
 	root.AddCommand(newShardsCmd(), newBackupCmd(), newRestoreCmd())
+	root.InitDefaultHelpCmd() // Execute would add them; here to group them
+	root.InitDefaultCompletionCmd()
+	group := map[string]string{}
+	for _, g := range commandGroups {
+		root.AddGroup(&g.Group)
+		for _, name := range g.commands {
+			group[name] = g.ID
+		}
+	}
+	for _, c := range root.Commands() {
+		c.GroupID = group[c.Name()] // none: TestHelpListsEveryCommand fails
+		switch c.Name() {
+		case "help":
+			c.Short = "help about any command (swarmnode help COMMAND)"
+		case "completion":
+			c.Short = "shell completion script (source <(swarmnode completion bash))"
+		}
+	}
 	return root
 }
 

@@ -58,6 +58,7 @@ func runCmd(ctx context.Context, args ...string) (stdout, stderr string, err err
 }
 
 func TestRunVersionAndHelp(t *testing.T) {
+	usage := rootUsage(newRoot(false))
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -79,7 +80,8 @@ func TestRunVersionAndHelp(t *testing.T) {
 			}
 		})
 	}
-	if !strings.Contains(usage, "swarmnode kv put|get|del|scan") || !strings.Contains(usage, "SWARM_<FLAG>") {
+	if !strings.Contains(usage, "swarmnode kv put|get|del|scan") || !strings.Contains(usage, "SWARM_<FLAG>") ||
+		!strings.Contains(usage, "\nCluster admin") {
 		t.Errorf("usage lacks the commands or the environment: %q", usage)
 	}
 }

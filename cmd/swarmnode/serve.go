@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -43,7 +45,7 @@ type serveOptions struct {
 // live data: at Go's default of 100 the heap grows to twice them before a
 // collection, and the largest node's RSS reached 2.0-2.1x etcd's. At 50 it
 // reached 1.6x, with throughput within the host's spread (the cache's
-// blocks hold no pointers, so marking them is cheap): docs/performance.md,
+// blocks hold no pointers, so marking them is cheap): docs/performance-log.md,
 // round 14.
 const defaultGCPercent = 50
 
@@ -171,7 +173,7 @@ func serveFlags(fs *pflag.FlagSet, d cluster.Config, embedded bool) *serveOption
 }
 
 func newServeCmd(embedded bool) *cobra.Command {
-	c := &cobra.Command{Use: "serve", Short: "start a node", Args: nargs(0, 0)}
+	c := &cobra.Command{Use: "serve", Short: "start a node (swarmnode serve -h: its flags)", Args: nargs(0, 0)}
 	o := serveFlags(c.Flags(), cluster.Config{}.WithDefaults(), embedded)
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		return serve(c.Context(), o, c.OutOrStdout(), c.ErrOrStderr())
@@ -247,9 +249,84 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error
 	a := srv.Node().Addrs()
 	fmt.Fprintf(stdout, "swarmnode %s: node %s serving\n  grpc   %s\n  http   %s\n  raft   %s\n  gossip %s\n  redis  %s\n  data   %s\n",
 		version, cfg.ID, a.GRPCAddr, a.HTTPAddr, a.RaftAddr, a.GossipAddr, srv.RedisAddr(), cfg.DataDir)
+	if waitReady(ctx, srv.Node().Ready, readyHintAfter, stdout) {
+		fmt.Fprint(stdout, readyBlock(progName(os.Args[0]), cfg.ID, a.GRPCAddr, srv.HTTPAddr(), srv.RedisAddr(), cfg.TLS.CAFile, cfg.Auth))
+	}
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "swarmnode: shutting down")
 	return srv.Close()
+}
+
+// waitReady polls ready until it returns nil (true) or ctx ends (false).
+// When the node is still not ready after hintAfter it prints why, once
+// (e.g. waiting to be admitted, or for the other nodes of the bootstrap).
+func waitReady(ctx context.Context, ready func() error, hintAfter time.Duration, stdout io.Writer) bool {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	hint := time.Now().Add(hintAfter)
+	for {
+		err := ready()
+		if err == nil {
+			return true
+		}
+		if !hint.IsZero() && !time.Now().Before(hint) {
+			fmt.Fprintf(stdout, "swarmnode: not ready yet: %v\n", err)
+			hint = time.Time{}
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+// readyHintAfter is how long a node may take to be ready before serve
+// says what it waits for.
+const readyHintAfter = 3 * time.Second
+
+// progName is how the ready block names the binary: as it was run when
+// that was a swarmnode (./bin/swarmnode under make run), else swarmnode.
+func progName(arg0 string) string {
+	if filepath.Base(arg0) == "swarmnode" {
+		return arg0
+	}
+	return "swarmnode"
+}
+
+// readyBlock is what serve prints once the node is ready: what to try
+// next against it. Empty addresses (an HTTP or RESP front off) are left
+// out; with TLS (caFile) the commands name the CA, and with TLS or auth
+// it says that clients need a token or a certificate.
+func readyBlock(prog, id, grpcAddr, httpAddr, redisAddr, caFile string, auth bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "swarmnode: node %s ready (every local shard has a leader). Try:\n", id)
+	tls, scheme := "", "http"
+	if caFile != "" {
+		tls, scheme = " --tls-ca "+caFile, "https"
+	}
+	fmt.Fprintf(&b, "  %s kv put --endpoints %s%s --user alice greeting hello\n", prog, grpcAddr, tls)
+	fmt.Fprintf(&b, "  %s kv get --endpoints %s%s --user alice greeting\n", prog, grpcAddr, tls)
+	if httpAddr != "" {
+		fmt.Fprintf(&b, "  %s status --admin %s%s\n", prog, httpAddr, tls)
+		fmt.Fprintf(&b, "  console: %s://%s/ui/   readiness: %s://%s/readyz   metrics: %s://%s/metrics\n",
+			scheme, httpAddr, scheme, httpAddr, scheme, httpAddr)
+	}
+	if redisAddr != "" {
+		if host, port, err := net.SplitHostPort(redisAddr); err == nil {
+			flags := "-h " + host + " -p " + port
+			if caFile != "" {
+				flags += " --tls --cacert " + caFile
+			}
+			fmt.Fprintf(&b, "  redis-cli %s HSET asset:metadata:demo id demo category tool\n", flags)
+		}
+	}
+	fmt.Fprintf(&b, "  Go client: client.New(ctx, client.Config{Endpoints: []string{%q}})\n", grpcAddr)
+	if auth || caFile != "" {
+		b.WriteString("  clients need a token (--token, Redis AUTH) or a client certificate: docs/security.md\n")
+	}
+	b.WriteString("  docs/getting-started.md has more; Ctrl-C stops the node.\n")
+	return b.String()
 }
 
 // tokenKeys loads the bot-token key ring from file or, without one, from

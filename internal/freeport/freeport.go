@@ -30,7 +30,7 @@ const (
 
 // Addr returns "127.0.0.1:<port>" with a port in 10000-31999 that is free
 // for both TCP and UDP (memberlist binds both), away from the ports the
-// README's clusters use (x7100-x7104, x8100-x8104, x9100-x9104).
+// clusters of docs/usage.md use (x7100-x7104, x8100-x8104, x9100-x9104).
 func Addr() (string, error) {
 	next.Lock()
 	defer next.Unlock()

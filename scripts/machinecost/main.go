@@ -3,7 +3,7 @@
 // VM on different days) can be compared: the CPU cost of a system call, of
 // a page fault, and the wall and CPU cost of a small write + fdatasync
 // that grows a file (a new WAL) versus one that overwrites written blocks
-// (a recycled WAL). docs/performance.md quotes its output next to each
+// (a recycled WAL). docs/performance-log.md quotes its output next to each
 // round's figures.
 //
 //	go run ./scripts/machinecost [-dir DIR] [-n N]

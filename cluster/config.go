@@ -410,6 +410,11 @@ type Testing struct {
 	// far; an error cuts the pull off there (tests check that the next
 	// pull resumes after what was ingested).
 	AfterIngest func(moveID uint64, pairs uint64) error
+	// PullChunk, if set, is called by a target shard's leader for each
+	// chunk of a move's data it receives from the source (a pull, a
+	// pre-copy, a sync pass), with the chunk's pairs (tests count what a
+	// resumed pass reads again).
+	PullChunk func(moveID uint64, pairs int)
 	// AfterPrecopy, if set, is called by the mover (meta leader) after a
 	// move's pre-copy and before the source's freeze (tests write the
 	// moving slots there, so that the sync pass has changes to bring).

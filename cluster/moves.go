@@ -22,6 +22,7 @@ func (n *Node) newMover() *shardmove.Mover {
 	return shardmove.New(shardmove.Host{
 		ID: n.cfg.ID, Log: n.log, Limits: applyLimits, PolicyInterval: n.cfg.PolicyInterval, PolicyCooldown: n.cfg.PolicyCooldown,
 		AfterMovePhase: t.AfterMovePhase, BeforeAdopt: t.BeforeAdopt, AfterIngest: t.AfterIngest, AfterPrecopy: t.AfterPrecopy,
+		PullChunk:   t.PullChunk,
 		Unavailable: func(d time.Duration) { n.metrics.ObserveMoveUnavailable(d) },
 		MetaTerm: func() uint64 {
 			if r := n.metaReplica(); r != nil && r.Raft().State() == raft.Leader {

@@ -796,7 +796,8 @@ func SyncParts(pairs []Pair, deletes [][]byte, l Limits, maxBytes int) []SyncPar
 // or agent owner record, which must still be there when its delete is
 // checked). A pre-copy (Deletes false) leaves them to the sync pass. Run
 // again from the first chunk, a pass proposes only what is still
-// different: it is idempotent.
+// different: it is idempotent. A pass cut off in Chunk may instead be
+// resumed: feed it the chunks after its Cursor.
 type SyncPass struct {
 	Local    func(after, upTo []byte) ([]Pair, error)
 	Propose  func(SyncPart) error
@@ -823,11 +824,25 @@ func (s *SyncPass) Chunk(remote []Pair) error {
 		return err
 	}
 	pairs, dels := DiffSlots(local, remote)
+	entries, others := len(s.entryDels), len(s.others)
 	s.keep(dels)
+	if err := s.propose(pairs, nil); err != nil {
+		// The chunk is not done: forget its deletes, and keep the cursor
+		// before it, so the pass resumed (Cursor) compares it again.
+		s.entryDels, s.others = s.entryDels[:entries], s.others[:others]
+		return err
+	}
 	s.last = upTo
 	s.Compared += uint64(len(remote))
-	return s.propose(pairs, nil)
+	return nil
 }
+
+// Cursor is the last key of the last chunk the pass took whole (every
+// difference in it proposed): a pass cut off in Chunk resumes with the
+// source's export after it, and nil before the first chunk. A pass cut
+// off in Finish is not resumed (its deletes may be half proposed): run a
+// new one.
+func (s *SyncPass) Cursor() []byte { return s.last }
 
 // Finish proposes the deletes (with Deletes), after the last chunk.
 func (s *SyncPass) Finish() error {

@@ -244,3 +244,75 @@ func TestDiffSlots(t *testing.T) {
 		t.Fatalf("nothing to do: %+v", parts)
 	}
 }
+
+// TestSyncPassResumes: a sync pass cut off in Chunk (a proposal failed)
+// and resumed with the source's chunks after its Cursor leaves the target
+// with exactly the frozen data, comparing each source pair once. Before
+// Cursor held back a failed chunk, the resumed pass skipped the rest of
+// that chunk (its pairs were never written), and the deletes kept from it
+// were proposed twice.
+func TestSyncPassResumes(t *testing.T) {
+	for _, failAt := range []int{1, 2, 4} {
+		t.Run(fmt.Sprint(failAt), func(t *testing.T) { testSyncPassResumes(t, failAt) })
+	}
+}
+
+func testSyncPassResumes(t *testing.T, failAt int) {
+	rng := rand.New(rand.NewPCG(uint64(failAt), 11))
+	a := newReplica(t, 1, nil)
+	populate(t, a, rng)
+	S := pickSlots(rng)
+	const id, target, ver = 9, 2, 4
+	b := newReplica(t, target, &shard.SlotSet{})
+	l := Limits{MaxBatchOps: 5}
+	syncPass(t, b, id, S, l, false, func(fn func([]Pair) error) error { return a.f.ExportLiveChunks(t.Context(), S, nil, l, 0, fn) })
+	// Writes after the pre-copy: new data, and kv keys deleted (so the
+	// sync pass has deletes to keep across the cut).
+	for i := 0; i < moveUsers; i++ {
+		for _, c := range genUserData(rng, i) {
+			a.apply(c)
+		}
+		rk := []byte(fmt.Sprintf("rk-%d", i))
+		a.must(batchCmd(nil, Mutation{Kind: MutDelete, Key: keys.KV(rk, []byte("a"))}))
+	}
+	a.must(freezeCmd(id, S, target, ver))
+	frozen := dataIn(t, a.f, S)
+
+	p := &SyncPass{Limits: l, Deletes: true}
+	p.Local = func(after, upTo []byte) (out []Pair, err error) {
+		err = b.f.ScanIncoming(t.Context(), id, after, upTo, func(k, v []byte) error {
+			out = append(out, Pair{Key: bytes.Clone(k), Value: nilIfEmpty(bytes.Clone(v))})
+			return nil
+		})
+		return out, err
+	}
+	proposals := 0
+	cut := errors.New("test: cut off")
+	p.Propose = func(part SyncPart) error {
+		if proposals++; proposals == failAt {
+			return cut // before it is applied: lost
+		}
+		b.must(syncCmd(id, S, part.Pairs, part.Deletes...))
+		return nil
+	}
+	err := a.f.ExportChunks(t.Context(), id, nil, l, 0, p.Chunk)
+	if !errors.Is(err, cut) {
+		t.Fatalf("the first run of the pass: %v, want the cut (%d proposals)", err, proposals)
+	}
+	if err := a.f.ExportChunks(t.Context(), id, p.Cursor(), l, 0, p.Chunk); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if d := diffKVs(mustDump(t, b.f), frozen); d != "" {
+		t.Fatalf("after the resumed sync pass (%d written), the target differs from the frozen data: %s", p.Written, d)
+	}
+	var pairs uint64
+	if err := a.f.ExportChunks(t.Context(), id, nil, l, 0, func(c []Pair) error { pairs += uint64(len(c)); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if p.Compared != pairs {
+		t.Fatalf("the resumed pass compared %d pairs, the source exports %d", p.Compared, pairs)
+	}
+}

@@ -203,6 +203,9 @@ func (mr *Mover) export(ctx context.Context, src shard.ID, req *rpc.ExportSlotsR
 			if err != nil {
 				return status.Errorf(codes.Unavailable, "export from shard %d: %s", src, status.Convert(err).Message())
 			}
+			if hook := mr.h.PullChunk; hook != nil {
+				hook(req.MoveId, len(chunk.Pairs))
+			}
 			pairs := make([]fsm.Pair, len(chunk.Pairs))
 			for i, p := range chunk.Pairs {
 				pairs[i] = fsm.Pair{Key: p.Key, Value: p.Value}
@@ -265,11 +268,22 @@ func (mr *Mover) adopt(ctx context.Context, req *rpc.PullSlotsRequest, r *replic
 // the sync pass; the sync pass proposes them last, sessions_by_agent
 // entries first (they are routed through the session and agent owner
 // records, which must still be there), and then adopts. Both are
-// idempotent: a pass cut off is run again from the first key, and
-// proposes only what is still different.
+// idempotent, and a pass cut off while it copies (the mover's round
+// ended, the source's leader changed) resumes on the next pull after the
+// last chunk it took whole, as long as this node leads the target in the
+// same term (savePass): a pass of any size finishes, one round at a time.
+// Cut off later (its deletes, its adoption), or under another leader, a
+// pass runs again from the first key and proposes only what is still
+// different.
 func (mr *Mover) pullDiff(ctx context.Context, req *rpc.PullSlotsRequest, r *replica.Replica, src, dst shard.ID, slots shard.SlotSet) (*rpc.PullSlotsResponse, error) {
 	h := mr.h
-	pass := &fsm.SyncPass{Limits: h.Limits, MaxBytes: moveChunkBytes, Deletes: req.Sync}
+	key, term := passKey{move: req.MoveId, sync: req.Sync}, r.Raft().CurrentTerm()
+	pass := mr.takePass(key, term, time.Now())
+	if pass == nil {
+		pass = &fsm.SyncPass{Limits: h.Limits, MaxBytes: moveChunkBytes, Deletes: req.Sync}
+	} else {
+		h.Log.Info("move: pass resumes", "move", req.MoveId, "sync", req.Sync, "source", uint32(src), "target", uint32(dst), "compared_before", pass.Compared)
+	}
 	pass.Local = func(after, upTo []byte) ([]fsm.Pair, error) {
 		var out []fsm.Pair
 		err := r.FSM().ScanIncoming(ctx, req.MoveId, after, upTo, func(k, v []byte) error {
@@ -289,11 +303,14 @@ func (mr *Mover) pullDiff(ctx context.Context, req *rpc.PullSlotsRequest, r *rep
 		}
 		return mr.afterIngest(req.MoveId, pass.Written+uint64(len(part.Pairs)+len(part.Deletes)))
 	}
-	exp := &rpc.ExportSlotsRequest{Shard: uint32(src), MoveId: req.MoveId, Live: req.Precopy}
+	exp := &rpc.ExportSlotsRequest{Shard: uint32(src), MoveId: req.MoveId, Live: req.Precopy, After: pass.Cursor()}
 	if req.Precopy {
 		exp.Slots = slots.String()
 	}
 	err := mr.export(ctx, src, exp, pass.Chunk)
+	if err != nil && !errors.Is(err, ErrRefused) {
+		mr.savePass(key, term, pass, time.Now())
+	}
 	if err == nil {
 		err = pass.Finish()
 	}

@@ -24,11 +24,12 @@ type Host struct {
 	// PolicyInterval and PolicyCooldown: cluster.Config's.
 	PolicyInterval, PolicyCooldown time.Duration
 	// The test hooks (cluster.Testing's AfterMovePhase, BeforeAdopt,
-	// AfterIngest, AfterPrecopy).
+	// AfterIngest, AfterPrecopy, PullChunk).
 	AfterMovePhase func(moveID uint64, phase string) (halt bool)
 	BeforeAdopt    func(moveID uint64) error
 	AfterIngest    func(moveID uint64, pairs uint64) error
 	AfterPrecopy   func(moveID uint64)
+	PullChunk      func(moveID uint64, pairs int)
 	// Unavailable records a move's unavailability window (the
 	// swarmkv_move_unavailable_seconds metric).
 	Unavailable func(time.Duration)
@@ -72,11 +73,59 @@ type Mover struct {
 
 	mu        sync.Mutex
 	precopied map[uint64]time.Time // move id: when its pre-copy last finished here
+	passes    map[passKey]*savedPass
+}
+
+// passKey names a pull by difference that this node, leading the target
+// shard, may resume: a move's pre-copy or its sync pass.
+type passKey struct {
+	move uint64
+	sync bool
+}
+
+// savedPass is a pull by difference cut off in a chunk (the mover's round
+// ended, the source's leader changed): the next pull of the same pass in
+// the same term of the target's leader resumes after its cursor. In
+// another term it starts over (another leader may have written the move's
+// keys since).
+type savedPass struct {
+	term uint64
+	at   time.Time
+	pass *fsm.SyncPass
+}
+
+// savedPassTTL is how long a cut-off pass is kept for its next pull.
+const savedPassTTL = 10 * time.Minute
+
+// takePass returns the saved pass of k in term (forgetting it, so two
+// pulls of a pass never share one), or nil; it forgets passes older than
+// savedPassTTL.
+func (mr *Mover) takePass(k passKey, term uint64, now time.Time) *fsm.SyncPass {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	for key, sp := range mr.passes {
+		if now.Sub(sp.at) >= savedPassTTL {
+			delete(mr.passes, key)
+		}
+	}
+	sp := mr.passes[k]
+	delete(mr.passes, k)
+	if sp == nil || sp.term != term {
+		return nil
+	}
+	return sp.pass
+}
+
+// savePass keeps pass p of k, cut off in term, for the next pull.
+func (mr *Mover) savePass(k passKey, term uint64, p *fsm.SyncPass, now time.Time) {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	mr.passes[k] = &savedPass{term: term, at: now, pass: p}
 }
 
 // New returns the Mover of the node h describes.
 func New(h Host) *Mover {
-	return &Mover{h: h, kick: make(chan struct{}, 1), precopied: map[uint64]time.Time{}}
+	return &Mover{h: h, kick: make(chan struct{}, 1), precopied: map[uint64]time.Time{}, passes: map[passKey]*savedPass{}}
 }
 
 // The errors of the node's error table (package cluster).

@@ -16,10 +16,14 @@ type commandSpec struct {
 	// fields are the Command fields the op requires, optional those it
 	// may carry (Validate refuses any other).
 	fields, optional field
-	// since is the cluster protocol version that brought the op (0 or 1:
-	// version 1); sinceOf, if set, is the version a command of the op
-	// needs for the fields it carries (Command.Since: until the cluster
-	// runs it, no replica proposes the command).
+	// since is the cluster protocol version that brought the op (package
+	// cluster, version.go; 0 or 1: version 1); sinceOf, if set, is the
+	// version a command of the op needs for the fields it carries (a new
+	// field that binaries before it would ignore). Until the cluster runs
+	// Command.Since, every shard replica refuses to propose the command
+	// (cluster.Node.CheckCommand as replica.Config.Admit:
+	// FailedPrecondition, nothing proposed), so no replica of an older
+	// binary ever applies what it does not know.
 	since   int
 	sinceOf func(c *Command) int
 	// solo ops are entries of their own, never carried by an OpMulti (not

@@ -17,6 +17,6 @@ func init() {
 
 func applyIngestSlots(a *applier, c *Command, index uint64, res *Result) error {
 	a.resync = true
-	rej, err := a.ingest(OpIngestSlots, c.Move, a.st.moves[c.Move.ID], index)
+	rej, err := a.ingest(OpIngestSlots, false, c.Move, a.st.moves[c.Move.ID], index)
 	return settleMove(res, rej, err)
 }

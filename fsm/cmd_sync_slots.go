@@ -18,6 +18,6 @@ func init() {
 
 func applySyncSlots(a *applier, c *Command, index uint64, res *Result) error {
 	a.resync = true
-	rej, err := a.ingest(OpSyncSlots, c.Move, a.st.moves[c.Move.ID], index)
+	rej, err := a.ingest(OpSyncSlots, true, c.Move, a.st.moves[c.Move.ID], index)
 	return settleMove(res, rej, err)
 }

@@ -152,7 +152,7 @@ func (h *histRecorder) appendBytes(b []byte) {
 // sessions, the indexes, the Redis keyspace), and recording them cost a
 // ledger charge a third of its throughput (docs/performance.md, round 13).
 // A table a new watch serves joins this list (a change of what replicas
-// record: a protocol version, fsm.opSince).
+// record: a protocol version, the ops' specs' since).
 var WatchedTables = [256]bool{keys.TableKV: true, keys.TablePools: true, keys.TableBots: true,
 	keys.TableRunners: true, keys.TableAgents: true}
 

@@ -232,7 +232,9 @@ func (a *applier) register(op Op, m *SlotMove) error {
 	return nil
 }
 
-func (a *applier) ingest(op Op, m *SlotMove, rec *MoveRecord, index uint64) (rej, err error) {
+// ingest is the apply of OpIngestSlots and of OpSyncSlots (sync): the
+// pairs, and a sync's deletes, of an incoming move.
+func (a *applier) ingest(op Op, sync bool, m *SlotMove, rec *MoveRecord, index uint64) (rej, err error) {
 	switch {
 	case rec == nil:
 		if rej := a.register(op, m); rej != nil {
@@ -246,7 +248,7 @@ func (a *applier) ingest(op Op, m *SlotMove, rec *MoveRecord, index uint64) (rej
 	// Check every pair and delete before writing any: its slot (through
 	// the pairs before it for a sessions_by_agent entry), and no value of
 	// another slot stored (an ingest: no other value at all).
-	dels, rej, err := a.checkIngest(op, m)
+	dels, rej, err := a.checkIngest(op, sync, m)
 	if rej != nil || err != nil {
 		return rej, err
 	}
@@ -255,7 +257,7 @@ func (a *applier) ingest(op Op, m *SlotMove, rec *MoveRecord, index uint64) (rej
 		c := *rec
 		r = &c
 	}
-	if n := len(m.Pairs); op == OpIngestSlots && n > 0 && bytes.Compare(m.Pairs[n-1].Key, r.Pulled) > 0 {
+	if n := len(m.Pairs); !sync && n > 0 && bytes.Compare(m.Pairs[n-1].Key, r.Pulled) > 0 {
 		// The resume point of a pull cut off (MoveRecord.Pulled); a
 		// repeated chunk (a pull that restarted before this field
 		// existed, or an older binary's) moves it no further back.
@@ -298,7 +300,7 @@ func (a *applier) ingest(op Op, m *SlotMove, rec *MoveRecord, index uint64) (rej
 // found that check a sixth of a move's CPU). It returns the deletes of a
 // sync that are stored here with a value of the move's slots: the ones to
 // delete.
-func (a *applier) checkIngest(op Op, m *SlotMove) (dels [][]byte, rej, err error) {
+func (a *applier) checkIngest(op Op, sync bool, m *SlotMove) (dels [][]byte, rej, err error) {
 	stored := readerGetter(a.b)
 	for _, k := range m.Deletes {
 		v, found, err := stored(k)
@@ -351,7 +353,7 @@ func (a *applier) checkIngest(op Op, m *SlotMove) (dels [][]byte, rej, err error
 		if bytes.Equal(old, p.Value) {
 			continue
 		}
-		if op == OpSyncSlots {
+		if sync {
 			// The stored value's own slot (a sessions_by_agent entry's
 			// through the stored session record).
 			slot, ok, err := slotOfKey(stored, p.Key, old)

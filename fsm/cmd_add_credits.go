@@ -8,7 +8,8 @@ import (
 	"github.com/swarmkv/swarmkv/records"
 )
 
-// OpAddCredits credits an amount, idempotent in its transaction id (see its doc in command.go).
+// OpAddCredits credits an amount, idempotent in its transaction id (see its
+// doc in command.go).
 func init() {
 	commands.register(OpAddCredits, &commandSpec{
 		name:       "add_credits",

@@ -1,7 +1,7 @@
 package fsm
 
-// OpAdoptSlots makes the target own a move's slots (see its doc in move.go). A slot move op is an entry
-// of its own (solo), its log index the step's.
+// OpAdoptSlots makes the target own a move's slots (see its doc in move.go).
+// A slot move op is an entry of its own (solo), its log index the step's.
 func init() {
 	commands.register(OpAdoptSlots, &commandSpec{
 		name:   "adopt_slots",

@@ -5,7 +5,8 @@ import (
 	"github.com/swarmkv/swarmkv/records"
 )
 
-// OpAgentHeartbeat sets an agent's last heartbeat and may attach it to a lease (see its doc in command.go).
+// OpAgentHeartbeat sets an agent's last heartbeat and may attach it to a
+// lease (see its doc in command.go).
 func init() {
 	commands.register(OpAgentHeartbeat, &commandSpec{
 		name:       "agent_heartbeat",

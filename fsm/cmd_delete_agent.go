@@ -7,7 +7,8 @@ import (
 	"github.com/swarmkv/swarmkv/records"
 )
 
-// OpDeleteAgent deletes an agent and its index entries (see its doc in command.go).
+// OpDeleteAgent deletes an agent and its index entries (see its doc in
+// command.go).
 func init() {
 	commands.register(OpDeleteAgent, &commandSpec{
 		name:       "delete_agent",

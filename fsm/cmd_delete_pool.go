@@ -9,7 +9,8 @@ import (
 	"github.com/swarmkv/swarmkv/records"
 )
 
-// OpDeletePool deletes a pool (with its bots: Cascade) (see its doc in command.go).
+// OpDeletePool deletes a pool (with its bots: Cascade) (see its doc in
+// command.go).
 func init() {
 	commands.register(OpDeletePool, &commandSpec{
 		name:       "delete_pool",

@@ -1,7 +1,8 @@
 package fsm
 
-// OpDropSlots deletes a moved or aborted move's keys, Max at a time (see its doc in move.go). A slot move op is an entry
-// of its own (solo), its log index the step's.
+// OpDropSlots deletes a moved or aborted move's keys, Max at a time (see its
+// doc in move.go). A slot move op is an entry of its own (solo), its log
+// index the step's.
 func init() {
 	commands.register(OpDropSlots, &commandSpec{
 		name:   "drop_slots",

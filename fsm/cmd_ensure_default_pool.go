@@ -5,7 +5,8 @@ import (
 	"github.com/swarmkv/swarmkv/records"
 )
 
-// OpEnsureDefaultPool creates the default pool, or makes it public (see its doc in command.go).
+// OpEnsureDefaultPool creates the default pool, or makes it public (see its
+// doc in command.go).
 func init() {
 	commands.register(OpEnsureDefaultPool, &commandSpec{
 		name:       "ensure_default_pool",

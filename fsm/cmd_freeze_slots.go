@@ -1,7 +1,8 @@
 package fsm
 
-// OpFreezeSlots freezes slots the shard owns, the source side of a move (see its doc in move.go). A slot move op is an entry
-// of its own (solo), its log index the step's.
+// OpFreezeSlots freezes slots the shard owns, the source side of a move (see
+// its doc in move.go). A slot move op is an entry of its own (solo), its log
+// index the step's.
 func init() {
 	commands.register(OpFreezeSlots, &commandSpec{
 		name:   "freeze_slots",

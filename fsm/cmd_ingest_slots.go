@@ -1,7 +1,8 @@
 package fsm
 
-// OpIngestSlots writes a chunk of a move's data on the target side (see its doc in move.go). A slot move op is an entry
-// of its own (solo), its log index the step's.
+// OpIngestSlots writes a chunk of a move's data on the target side (see its
+// doc in move.go). A slot move op is an entry of its own (solo), its log
+// index the step's.
 func init() {
 	commands.register(OpIngestSlots, &commandSpec{
 		name:   "ingest_slots",

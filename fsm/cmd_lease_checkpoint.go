@@ -4,7 +4,8 @@ import (
 	"github.com/swarmkv/swarmkv/keys"
 )
 
-// OpLeaseCheckpoint records leases' remaining TTLs as the leader computed them (see its doc in lease.go).
+// OpLeaseCheckpoint records leases' remaining TTLs as the leader computed
+// them (see its doc in lease.go).
 func init() {
 	commands.register(OpLeaseCheckpoint, &commandSpec{
 		name:     "lease_checkpoint",

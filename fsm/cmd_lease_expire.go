@@ -4,7 +4,8 @@ import (
 	"github.com/swarmkv/swarmkv/keys"
 )
 
-// OpLeaseExpire ends the leases the leader found expired in its term (see its doc in lease.go).
+// OpLeaseExpire ends the leases the leader found expired in its term (see
+// its doc in lease.go).
 func init() {
 	commands.register(OpLeaseExpire, &commandSpec{
 		name:     "lease_expire",

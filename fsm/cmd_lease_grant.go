@@ -9,7 +9,8 @@ import (
 	"github.com/swarmkv/swarmkv/shard"
 )
 
-// OpLeaseGrant creates a lease in its routing key's slot (see its doc in lease.go).
+// OpLeaseGrant creates a lease in its routing key's slot (see its doc in
+// lease.go).
 func init() {
 	commands.register(OpLeaseGrant, &commandSpec{
 		name:     "lease_grant",

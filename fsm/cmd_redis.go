@@ -1,8 +1,8 @@
 package fsm
 
 // OpRedis runs one Redis write command; Result.Reply is its reply. Its keys'
-// routing keys are checked (checkRedisSlots); the history records its
-// writes of watched tables (none: the Redis keyspace is not watched).
+// routing keys are checked (checkRedisSlots); the history records its writes
+// of watched tables (none: the Redis keyspace is not watched).
 func init() {
 	commands.register(OpRedis, &commandSpec{
 		name:     "redis",

@@ -7,8 +7,8 @@ import (
 )
 
 // OpRedisMulti runs a MULTI/EXEC block atomically after its WATCH guards;
-// Result.Reply is the array of replies, or the null array (Succeeded
-// false) when a watched key changed.
+// Result.Reply is the array of replies, or the null array (Succeeded false)
+// when a watched key changed.
 func init() {
 	commands.register(OpRedisMulti, &commandSpec{
 		name:     "redis_multi",

@@ -1,6 +1,7 @@
 package fsm
 
-// OpReserveTx reserves a transaction id in the cluster-wide directory (see its doc in command.go).
+// OpReserveTx reserves a transaction id in the cluster-wide directory (see
+// its doc in command.go).
 func init() {
 	commands.register(OpReserveTx, &commandSpec{
 		name:       "reserve_tx",

@@ -4,8 +4,9 @@ import (
 	"fmt"
 )
 
-// OpRestrictSlots narrows a shard that owns every slot to its map's slots, once (see its doc in move.go). A slot move op is an entry
-// of its own (solo), its log index the step's.
+// OpRestrictSlots narrows a shard that owns every slot to its map's slots,
+// once (see its doc in move.go). A slot move op is an entry of its own
+// (solo), its log index the step's.
 func init() {
 	commands.register(OpRestrictSlots, &commandSpec{
 		name:     "restrict_slots",

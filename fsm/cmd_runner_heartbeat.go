@@ -4,7 +4,8 @@ import (
 	"github.com/swarmkv/swarmkv/keys"
 )
 
-// OpRunnerHeartbeat upserts a runner, attached to a lease or to none (see its doc in command.go).
+// OpRunnerHeartbeat upserts a runner, attached to a lease or to none (see
+// its doc in command.go).
 func init() {
 	commands.register(OpRunnerHeartbeat, &commandSpec{
 		name:       "runner_heartbeat",

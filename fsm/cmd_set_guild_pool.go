@@ -5,7 +5,8 @@ import (
 	"github.com/swarmkv/swarmkv/records"
 )
 
-// OpSetGuildPool stores a guild's pool selection (see its doc in command.go).
+// OpSetGuildPool stores a guild's pool selection (see its doc in
+// command.go).
 func init() {
 	commands.register(OpSetGuildPool, &commandSpec{
 		name:       "set_guild_pool",

@@ -1,7 +1,8 @@
 package fsm
 
-// OpSyncSlots writes the difference a pre-copy left (pairs and deletes) (see its doc in move.go). A slot move op is an entry
-// of its own (solo), its log index the step's.
+// OpSyncSlots writes the difference a pre-copy left (pairs and deletes) (see
+// its doc in move.go). A slot move op is an entry of its own (solo), its log
+// index the step's.
 func init() {
 	commands.register(OpSyncSlots, &commandSpec{
 		name:   "sync_slots",

@@ -1,7 +1,7 @@
 package fsm
 
-// OpUnfreezeSlots gives a frozen move's slots back (see its doc in move.go). A slot move op is an entry
-// of its own (solo), its log index the step's.
+// OpUnfreezeSlots gives a frozen move's slots back (see its doc in move.go).
+// A slot move op is an entry of its own (solo), its log index the step's.
 func init() {
 	commands.register(OpUnfreezeSlots, &commandSpec{
 		name:   "unfreeze_slots",

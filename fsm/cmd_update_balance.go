@@ -9,7 +9,8 @@ import (
 	"github.com/swarmkv/swarmkv/records"
 )
 
-// OpUpdateBalance adds a signed delta to a balance (see its doc in command.go).
+// OpUpdateBalance adds a signed delta to a balance (see its doc in
+// command.go).
 func init() {
 	commands.register(OpUpdateBalance, &commandSpec{
 		name:       "update_balance",

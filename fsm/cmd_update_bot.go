@@ -5,7 +5,8 @@ import (
 	"github.com/swarmkv/swarmkv/records"
 )
 
-// OpUpdateBot replaces a bot's fields, may move it to another pool (see its doc in command.go).
+// OpUpdateBot replaces a bot's fields, may move it to another pool (see its
+// doc in command.go).
 func init() {
 	commands.register(OpUpdateBot, &commandSpec{
 		name:       "update_bot",

@@ -5,7 +5,8 @@ import (
 	"github.com/swarmkv/swarmkv/records"
 )
 
-// OpUpdatePool replaces a pool's name, visibility and meta (see its doc in command.go).
+// OpUpdatePool replaces a pool's name, visibility and meta (see its doc in
+// command.go).
 func init() {
 	commands.register(OpUpdatePool, &commandSpec{
 		name:       "update_pool",

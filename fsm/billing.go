@@ -172,139 +172,6 @@ func (ch *change) balanceRetry(op Op, tx *records.CreditTransaction) (balance in
 	return prev.BalanceAfterCents, true, nil
 }
 
-func (ch *change) deleteAccount(id keys.AccountID) error {
-	key := keys.Account(id)
-	found, err := ch.has(key)
-	if err != nil {
-		return err
-	}
-	if !found {
-		return reject(ErrNotFound)
-	}
-	ch.del(key)
-	return nil
-}
-
-// putTransaction is the seed's put_transaction: it creates a transaction,
-// or replaces one of the same account (an administrative correction; no
-// balance moves), never one of another account.
-func (ch *change) putTransaction(tx *records.CreditTransaction) error {
-	return ch.putTx(OpPutTransaction, tx)
-}
-
-func (ch *change) putUsageEvent(e *records.UsageEvent) error {
-	key, err := keys.UsageEvent(e.EventID)
-	if err != nil { // Validate bounds the id: unreachable
-		return reject(fmt.Errorf("%w: op %s: %w", ErrInvalidCommand, OpPutUsageEvent, err))
-	}
-	return putRecord(ch, key, e)
-}
-
-// updateBalance adds the signed delta to the balance (seed update_balance)
-// and records tx with the new balance. Like addCredits it is idempotent in
-// the transaction id: an exact retry answers the recorded balance.
-func (ch *change) updateBalance(id keys.AccountID, delta int64, tx *records.CreditTransaction, now int64) (int64, error) {
-	if bal, done, err := ch.balanceRetry(OpUpdateBalance, tx); done || err != nil {
-		return bal, err
-	}
-	a, err := ch.getAccount(id)
-	if err != nil {
-		return 0, err
-	}
-	if delta < 0 && a.BalanceCents < -delta { // delta > MinInt64 (Validate)
-		return 0, reject(&InsufficientCreditsError{Balance: a.BalanceCents, Required: -delta})
-	}
-	balance, ok := addInt64(a.BalanceCents, delta)
-	if !ok {
-		return 0, reject(errOverflow(OpUpdateBalance, "balance"))
-	}
-	if delta > 0 {
-		if a.LifetimeCreditsCents, ok = addInt64(a.LifetimeCreditsCents, delta); !ok {
-			return 0, reject(errOverflow(OpUpdateBalance, "lifetime credits"))
-		}
-	} else if a.LifetimeUsageCents, ok = addInt64(a.LifetimeUsageCents, -delta); !ok {
-		return 0, reject(errOverflow(OpUpdateBalance, "lifetime usage"))
-	}
-	a.BalanceCents, a.UpdatedAt = balance, now
-	return balance, ch.putAccountAndTx(id, a, tx, "")
-}
-
-// processUsage is the seed's process_usage: charge tx.AmountCents for event
-// e, once.
-func (ch *change) processUsage(e *records.UsageEvent, tx *records.CreditTransaction, now int64) (int64, error) {
-	evKey, err := keys.UsageEvent(e.EventID)
-	if err != nil { // Validate bounds the id: unreachable
-		return 0, reject(fmt.Errorf("%w: op %s: %w", ErrInvalidCommand, OpProcessUsage, err))
-	}
-	dup, err := ch.has(evKey)
-	if err != nil {
-		return 0, err
-	}
-	if dup {
-		// A retry of this very charge (its transaction recorded for this
-		// event, same amount) answers the balance it recorded and changes
-		// nothing, so a client may retry a ProcessUsage whose outcome it
-		// did not learn. Any other attempt to process the event is the
-		// seed's DuplicateEvent.
-		prev, found, err := ch.getTx(tx.TransactionID)
-		if err != nil {
-			return 0, err
-		}
-		if found && prev.TransactionType == records.TxUsage && sameOperation(prev, tx, e.EventID) {
-			return prev.BalanceAfterCents, nil
-		}
-		return 0, reject(&DuplicateEventError{EventID: e.EventID})
-	}
-	// A new event under a recorded transaction id is not a retry: charging
-	// it would replace that transaction.
-	if _, found, err := ch.getTx(tx.TransactionID); err != nil {
-		return 0, err
-	} else if found {
-		return 0, reject(errTxExists(OpProcessUsage, tx.TransactionID))
-	}
-	a, err := ch.getAccount(e.UserID)
-	if err != nil {
-		return 0, err
-	}
-	amount := tx.AmountCents // > 0 (Validate)
-	if a.BalanceCents < amount {
-		return 0, reject(&InsufficientCreditsError{Balance: a.BalanceCents, Required: amount})
-	}
-	var ok bool
-	if a.LifetimeUsageCents, ok = addInt64(a.LifetimeUsageCents, amount); !ok {
-		return 0, reject(errOverflow(OpProcessUsage, "lifetime usage"))
-	}
-	a.BalanceCents -= amount
-	a.UpdatedAt = now
-	if err := ch.putAccountAndTx(e.UserID, a, tx, e.EventID); err != nil {
-		return 0, err
-	}
-	return a.BalanceCents, putRecord(ch, evKey, e)
-}
-
-// addCredits is the seed's add_credits, made idempotent in the transaction
-// id: an exact retry of an applied AddCredits succeeds, changes nothing and
-// answers the balance it recorded; any other command with that id is
-// refused (errTxExists).
-func (ch *change) addCredits(id keys.AccountID, amount int64, tx *records.CreditTransaction, now int64) (int64, error) {
-	if bal, done, err := ch.balanceRetry(OpAddCredits, tx); done || err != nil {
-		return bal, err
-	}
-	a, err := ch.getAccount(id)
-	if err != nil {
-		return 0, err
-	}
-	balance, ok := addInt64(a.BalanceCents, amount)
-	if !ok {
-		return 0, reject(errOverflow(OpAddCredits, "balance"))
-	}
-	if a.LifetimeCreditsCents, ok = addInt64(a.LifetimeCreditsCents, amount); !ok {
-		return 0, reject(errOverflow(OpAddCredits, "lifetime credits"))
-	}
-	a.BalanceCents, a.UpdatedAt = balance, now
-	return balance, ch.putAccountAndTx(id, a, tx, "")
-}
-
 // putAccountAndTx queues the updated account (back under the key it was
 // read from) and a copy of tx carrying the new balance (and eventID, if not
 // empty). The caller has read tx's id as absent in this change.
@@ -318,4 +185,14 @@ func (ch *change) putAccountAndTx(id keys.AccountID, a *records.Account, tx *rec
 		stored.EventID = eventID
 	}
 	return ch.writeTx(&stored)
+}
+
+// txIDSince is the sinceOf of an op that records a transaction: carrying
+// TxID, it reserves the id in the directory in the same change, which
+// came with VersionHardening.
+func txIDSince(c *Command) int {
+	if c.TxID != nil {
+		return VersionHardening
+	}
+	return 1
 }

@@ -58,8 +58,10 @@ var (
 	ErrRestoring = errors.New("fsm: restore in progress or incomplete")
 )
 
-// Op selects what a Command does. New compound operations get a new Op, an
-// entry in opSpecs (name and fields) and a case in the FSM's apply switch.
+// Op selects what a Command does. Each op has its file, cmd_<name>.go,
+// which registers its spec (name, fields, version, validation, slot
+// derivation, apply, history) in the dispatch table (commands.go); a new
+// operation is a new Op, its file and its fields on Command.
 type Op uint8
 
 const (
@@ -100,8 +102,8 @@ const (
 // OpMulti: every known op but OpMulti, OpRedis, OpRedisMulti and the slot
 // move ops (each of which is an entry of its own, its log index the step's).
 func (o Op) Coalescable() bool {
-	_, known := opSpecs[o]
-	return known && o != OpMulti && o != OpRedis && o != OpRedisMulti && !isSlotOp(o)
+	sp := o.spec()
+	return sp != nil && !sp.solo
 }
 
 // Registry operations (seed 000). Each is applied atomically: every check
@@ -277,76 +279,32 @@ const VersionPrecopy = 3
 
 // VersionHardening is the cluster protocol version of the second
 // hardening round (issue 37): lease owners and cluster-wide transaction
-// ids. What it brings is listed in opSince and Since.
+// ids. What it brings is listed in the ops' specs (since, sinceOf).
 const VersionHardening = 4
 
-// opSince maps an op to the cluster protocol version that brought it
-// (package cluster, version.go); an op not listed came with version 1.
-// A new op gets its version here, and a new field of an existing op that
-// binaries before it would ignore gets a rule in Since: until the cluster
-// runs that version every shard replica refuses to propose the command
-// (cluster.Node.CheckCommand as replica.Config.Admit: FailedPrecondition,
-// nothing proposed), so no replica of an older binary ever applies what
-// it does not know.
-var opSince = map[Op]int{
-	OpAgentHeartbeat:  VersionLeases,
-	OpLeaseGrant:      VersionLeases,
-	OpLeaseRevoke:     VersionLeases,
-	OpLeaseExpire:     VersionLeases,
-	OpLeaseCheckpoint: VersionLeases,
-	// The watch history came with the leases: a binary of version 1
-	// keeps none and would not know the op.
-	OpCompactHistory: VersionLeases,
-	OpSyncSlots:      VersionPrecopy,
-	OpReserveTx:      VersionHardening,
-}
-
 // Since returns the protocol version the cluster must run before c may
-// be proposed: its op's (opSince), or the version of a field it carries
+// be proposed (package cluster, version.go): its op's (the spec's since),
+// or the version of a field it carries (the spec's sinceOf)
 // (a lease on a runner heartbeat or a batch's mutation: VersionLeases; an
 // owner, nonce or key bound on a grant, a deny on a revoke:
 // VersionHardening);
 // an OpMulti needs the highest of the commands it carries (those that do
 // not decode count as 1); 1 for everything older than versions.
 func (c *Command) Since() int {
-	if (c.Op == OpLeaseGrant || c.Op == OpLeaseRevoke) && c.Lease.hardening() {
-		return VersionHardening // lease owners, random ids, key bounds, deny
+	sp := c.Op.spec()
+	if sp == nil {
+		return 1
 	}
-	if v := opSince[c.Op]; v > 1 {
-		return v
+	v := max(sp.since, 1)
+	if sp.sinceOf != nil {
+		v = max(v, sp.sinceOf(c))
 	}
-	switch c.Op {
-	case OpRunnerHeartbeat:
-		if c.LeaseID != 0 {
-			return VersionLeases
-		}
-	case OpBatch:
-		if c.Batch != nil {
-			for i := range c.Batch.Mutations {
-				if c.Batch.Mutations[i].Lease != 0 {
-					return VersionLeases
-				}
-			}
-		}
-	case OpUpdateBalance, OpPutTransaction, OpProcessUsage, OpAddCredits:
-		if c.TxID != nil { // the directory reservation in the same change
-			return VersionHardening
-		}
-	case OpMulti:
-		v := 1
-		for _, sub := range c.Multi {
-			if s, err := DecodeCommand(sub); err == nil {
-				v = max(v, s.Since())
-			}
-		}
-		return v
-	}
-	return 1
+	return v
 }
 
 // String returns the op's snake_case name ("put_agent"), or "op(N)".
 func (o Op) String() string {
-	if sp, ok := opSpecs[o]; ok {
+	if sp := o.spec(); sp != nil {
 		return sp.name
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
@@ -684,8 +642,8 @@ func nilEmpty[S ~[]E, E any](s *S) {
 // The error wraps ErrInvalidCommand (and, for a bad record,
 // records.ErrInvalid) and says which field broke which rule.
 func (c *Command) Validate(l Limits) error {
-	sp, ok := opSpecs[c.Op]
-	if !ok {
+	sp := c.Op.spec()
+	if sp == nil {
 		return fmt.Errorf("%w: unknown op %d", ErrInvalidCommand, c.Op)
 	}
 	have := c.fields()
@@ -698,108 +656,10 @@ func (c *Command) Validate(l Limits) error {
 	if c.Time < 0 {
 		return fmt.Errorf("%w: op %s: time %d is negative", ErrInvalidCommand, c.Op, c.Time)
 	}
-	switch c.Op {
-	case OpBatch:
-		if err := c.Batch.validate(l.WithDefaults()); err != nil {
-			return err
-		}
-		return c.Batch.validateSlots()
-	case OpNoop:
+	if sp.validate == nil {
 		return nil
-	case OpRedis, OpRedisMulti:
-		return c.Redis.validate(c.Op, l.WithDefaults())
-	case OpMulti:
-		return validateMulti(c.Multi)
-	case OpCompactHistory:
-		if h := c.History; h.MaxAgeMs < 0 || (h.MaxAgeMs == 0 && h.MaxRevisions == 0) {
-			return fmt.Errorf("%w: op %s: retention needs a revision count or a positive age", ErrInvalidCommand, c.Op)
-		}
-		return nil
-	case OpFreezeSlots, OpUnfreezeSlots, OpIngestSlots, OpAdoptSlots, OpDropSlots, OpRestrictSlots, OpSyncSlots:
-		return c.Move.validate(c.Op, l.WithDefaults())
-	case OpLeaseGrant, OpLeaseRevoke, OpLeaseExpire, OpLeaseCheckpoint:
-		return c.Lease.validate(c.Op)
 	}
-	if err := c.validateRecords(); err != nil {
-		return fmt.Errorf("%w: op %s: %w", ErrInvalidCommand, c.Op, err)
-	}
-	if err := c.validateOp(); err != nil {
-		return fmt.Errorf("%w: op %s: %s", ErrInvalidCommand, c.Op, err)
-	}
-	return nil
-}
-
-// validateMulti checks an OpMulti's bounds. Each command is decoded and
-// validated on its own when applied, as a separate entry would be.
-func validateMulti(cmds [][]byte) error {
-	if len(cmds) == 0 || len(cmds) > MaxMultiCmds {
-		return fmt.Errorf("%w: multi has %d commands, want 1 to %d", ErrInvalidCommand, len(cmds), MaxMultiCmds)
-	}
-	total := 0
-	for _, sub := range cmds {
-		total += len(sub)
-	}
-	if total > MaxMultiBytes {
-		return fmt.Errorf("%w: multi commands total %d bytes, limit %d", ErrInvalidCommand, total, MaxMultiBytes)
-	}
-	return nil
-}
-
-func (b *Batch) validate(l Limits) error {
-	if n := len(b.Guards) + len(b.Mutations); n > l.MaxBatchOps {
-		return fmt.Errorf("%w: batch has %d guards+mutations, limit %d", ErrInvalidCommand, n, l.MaxBatchOps)
-	}
-	for i := range b.Guards {
-		g := &b.Guards[i]
-		if err := validateKey(g.Key, l); err != nil {
-			return fmt.Errorf("%w: guard %d: %s", ErrInvalidCommand, i, err)
-		}
-		switch g.Kind {
-		case GuardExists, GuardAbsent:
-			if len(g.Value) > 0 {
-				return fmt.Errorf("%w: guard %d: value given for an exists/absent guard", ErrInvalidCommand, i)
-			}
-		case GuardEquals:
-			if len(g.Value) > l.MaxValueSize {
-				return fmt.Errorf("%w: guard %d: value is %d bytes, limit %d", ErrInvalidCommand, i, len(g.Value), l.MaxValueSize)
-			}
-		default:
-			return fmt.Errorf("%w: guard %d: unknown guard kind %d", ErrInvalidCommand, i, g.Kind)
-		}
-	}
-	for i := range b.Mutations {
-		m := &b.Mutations[i]
-		if err := validateKey(m.Key, l); err != nil {
-			return fmt.Errorf("%w: mutation %d: %s", ErrInvalidCommand, i, err)
-		}
-		if isLeaseTable(m.Key[0]) {
-			return fmt.Errorf("%w: mutation %d: key is in table %s, which only the lease ops write", ErrInvalidCommand, i, keys.TableName(m.Key[0]))
-		}
-		if m.Lease != 0 {
-			if m.Kind != MutPut {
-				return fmt.Errorf("%w: mutation %d: a lease is given for a delete", ErrInvalidCommand, i)
-			}
-			if m.Key[0] != keys.TableKV {
-				return fmt.Errorf("%w: mutation %d: only kv keys are attached to a lease by a batch", ErrInvalidCommand, i)
-			}
-			if err := validateAttach(m.Lease, m.Key); err != nil {
-				return fmt.Errorf("%w: mutation %d: %s", ErrInvalidCommand, i, err)
-			}
-		}
-		switch m.Kind {
-		case MutPut:
-			if len(m.Value) > l.MaxValueSize {
-				return fmt.Errorf("%w: mutation %d: value is %d bytes, limit %d", ErrInvalidCommand, i, len(m.Value), l.MaxValueSize)
-			}
-		case MutDelete:
-			if len(m.Value) > 0 {
-				return fmt.Errorf("%w: mutation %d: value given for a delete", ErrInvalidCommand, i)
-			}
-		default:
-			return fmt.Errorf("%w: mutation %d: unknown mutation kind %d", ErrInvalidCommand, i, m.Kind)
-		}
-	}
-	return nil
+	return sp.validate(c, l)
 }
 
 // validateKey returns a message (not an error chain) describing what is

@@ -142,7 +142,7 @@ func TestValidateRecordOps(t *testing.T) {
 		// requires nor allows, is invalid; adding an optional one is fine.
 		for bit := field(1); bit <= fLast; bit <<= 1 {
 			d := *c
-			if opSpecs[c.Op].optional&bit != 0 {
+			if c.Op.spec().optional&bit != 0 {
 				setField(&d, bit, true)
 				if err := d.Validate(Limits{}); err != nil {
 					t.Errorf("%s with optional field %s: %v", c.Op, bit.first(), err)
@@ -622,18 +622,25 @@ func BenchmarkDecodeCommand(b *testing.B) {
 	})
 }
 
-// TestOpSinceTable: an op's Since is its opSince entry (1 for the ops
-// older than versions), and every op opSince lists is a known op brought
-// by a later version.
+// TestOpSinceTable: an op's Since is its spec's since (1 for the ops
+// older than versions), as listed here: the versions that brought ops.
 func TestOpSinceTable(t *testing.T) {
-	for op := range opSpecs {
-		if got, want := (&Command{Op: op}).Since(), max(opSince[op], 1); got != want {
-			t.Errorf("%s: Since %d, want %d", op, got, want)
-		}
+	wantSince := map[Op]int{
+		OpAgentHeartbeat:  VersionLeases,
+		OpLeaseGrant:      VersionLeases,
+		OpLeaseRevoke:     VersionLeases,
+		OpLeaseExpire:     VersionLeases,
+		OpLeaseCheckpoint: VersionLeases,
+		OpCompactHistory:  VersionLeases,
+		OpSyncSlots:       VersionPrecopy,
+		OpReserveTx:       VersionHardening,
 	}
-	for op, v := range opSince {
-		if _, ok := opSpecs[op]; !ok || v < 2 {
-			t.Errorf("opSince lists %s at version %d: want a known op of version 2 or more", op, v)
+	for op, sp := range commands {
+		if sp == nil {
+			continue
+		}
+		if got, want := (&Command{Op: Op(op)}).Since(), max(wantSince[Op(op)], 1); got != want {
+			t.Errorf("%s: Since %d, want %d", Op(op), got, want)
 		}
 	}
 }

@@ -92,6 +92,24 @@
 //	lease_checkpoint       63  leases                              leases
 //	compact_history        70  meta (history)                      meta (history)
 //
+// # One command per file
+//
+// Each op is one file, cmd_<name>.go (cmd_batch.go, cmd_put_agent.go,
+// cmd_lease_grant.go, ...), whose init registers the op's commandSpec in
+// the dispatch table commands (commands.go), indexed by Op: its name, the
+// fields it requires and allows, the protocol version that brought it,
+// whether an OpMulti may carry it, its validation, its slot derivation
+// (the routing key its fields name), its apply and its history record.
+// Validate, Since, Coalescable, String and the apply of every entry look
+// the op up there; no code switches on an op. The registry, billing and
+// pool ops give only their body (run, in a change) and their own rule:
+// applyRecord and validateRecordCmd do the rest for all of them, as
+// CockroachDB's batcheval registers one command per file
+// (batcheval/cmd_put.go). To add an operation: its Op constant and its
+// fields on Command (with their bits in validate.go), and its file;
+// TestEveryOpRegistered fails for an Op constant without its file, and
+// register panics at init on a duplicate op or a spec it cannot dispatch.
+//
 // Each command is atomic: it makes every check against the state (as left
 // by earlier entries, including earlier entries of the same run) before it
 // writes anything, and a rejected command writes nothing. Rejections are

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -582,6 +581,22 @@ type applier struct {
 	// leaseIDs and resync are the lease news of the batch (OnLeases).
 	leaseIDs []uint64
 	resync   bool
+	// ch is the change a registry, billing, pool or lease op runs in
+	// (newChange), one at a time: a change handed to an op's body through
+	// the dispatch table (an indirect call) would escape, one heap
+	// allocation per command, where a field of the applier costs none.
+	ch change
+}
+
+// newChange returns the applier's change, reset for a new op; st nil:
+// every slot owned. A ledger change reads through the account cache and
+// the id filter.
+func (a *applier) newChange(st *slotState, ledger bool) *change {
+	a.ch = change{b: a.b, st: st, leases: a}
+	if ledger {
+		a.ch.acct, a.ch.ids = &a.f.accounts, &a.f.ids
+	}
+	return &a.ch
 }
 
 // notify hands the committed batch's lease news to Config.OnLeases.
@@ -646,54 +661,40 @@ func (a *applier) applyEntry(l *raft.Log) (interface{}, error) {
 		return &Result{Index: l.Index, FailedGuard: -1, Err: err}, nil
 	}
 	a.hist.reset()
-	if cmd.Op != OpMulti {
-		res := &Result{Index: l.Index, FailedGuard: -1}
-		if err := a.execRecorded(cmd, 0, l.Index, res); err != nil {
-			return nil, err
-		}
-		return res, a.writeHistory(l.Index)
+	sp := cmd.Op.spec()
+	if sp.entry != nil { // OpMulti
+		return sp.entry(a, l.Index, cmd, own.subs)
 	}
-	out := make([]*Result, len(cmd.Multi))
-	for i, data := range cmd.Multi {
-		res := &Result{Index: l.Index, FailedGuard: -1}
-		out[i] = res
-		var sub *Command
-		if isOwn {
-			sub, err = own.subs[i], own.subs[i].Validate(f.limits)
-		} else {
-			sub, err = f.decode(data)
-		}
-		if err == nil && !sub.Op.Coalescable() {
-			err = fmt.Errorf("%w: op %s cannot be part of a multi", ErrInvalidCommand, sub.Op)
-		}
-		if err != nil {
-			res.Err = err
-			continue
-		}
-		if err := a.execRecorded(sub, i, l.Index, res); err != nil {
-			return nil, err
-		}
+	res := &Result{Index: l.Index, FailedGuard: -1}
+	if err := a.execRecorded(cmd, 0, l.Index, res); err != nil {
+		return nil, err
 	}
-	return out, a.writeHistory(l.Index)
+	return res, a.writeHistory(l.Index)
 }
 
-// execRecorded is exec that records the command's events (the i-th of its
-// entry) in a.hist, from the batch records it wrote.
+// execRecorded applies a validated command other than OpMulti into the
+// run's batch at log index (its spec's apply: a table look-up, no switch)
+// and records its events (the i-th of its entry) in a.hist (its spec's
+// history). The error is a storage error (fatal); a rejection is res.Err.
+//
+// Unless the shard owns every slot, each apply first checks the command
+// against the ownership state, within the same apply (so atomically with
+// its writes): the slot its fields name (the spec's routingKey: the user
+// or account id, the pools routing key; the Redis keys' routing keys, the
+// slot of every OpBatch key), and, for the registry, billing and pool ops,
+// the slot of every key it writes, as written and as stored
+// (applyRecord). A command of a slot not owned is refused with
+// *MovedError and writes nothing.
 func (a *applier) execRecorded(cmd *Command, i int, index uint64, res *Result) error {
 	off := a.b.Len()
-	if err := a.exec(cmd, index, res); err != nil {
+	sp := cmd.Op.spec()
+	if err := sp.apply(a, cmd, index, res); err != nil {
 		return err
 	}
-	switch {
-	case cmd.Op == OpFreezeSlots && res.Err == nil && res.MoveIndex == index:
-		a.hist.addMarker(i, EventFrozen, cmd.Move.ID, *cmd.Move.Slots)
-	case cmd.Op == OpAdoptSlots && res.Err == nil:
-		a.hist.addMarker(i, EventAdopted, cmd.Move.ID, *cmd.Move.Slots)
-	case isSlotOp(cmd.Op) || cmd.Op == OpCompactHistory:
-	case a.b.Len() > off:
-		return a.hist.addWrites(a.b.Repr()[off:], i, commandRoutingKey(cmd))
+	if sp.history != nil {
+		return sp.history(a, cmd, i, index, res, off)
 	}
-	return nil
+	return recordWrites(a, cmd, i, off)
 }
 
 // writeHistory writes the entry's history record, if it has events.
@@ -714,129 +715,6 @@ func (f *FSM) decode(data []byte) (*Command, error) {
 		return nil, err
 	}
 	return cmd, nil
-}
-
-// exec applies a validated command other than OpMulti into the run's batch
-// at log index. The error is a storage error (fatal); a rejection is
-// res.Err.
-//
-// Unless the shard owns every slot, a command is first checked against
-// the ownership state, within the same apply (so atomically with its
-// writes): the slot its fields name (the user or account id, the pools or
-// Redis routing keys, the slot of every OpBatch key), and, for the
-// registry, billing and pool ops, the slot of every key it writes, as
-// written and as stored (applyRecordOp). A command of a slot not owned is
-// refused with *MovedError and writes nothing.
-func (a *applier) exec(cmd *Command, index uint64, res *Result) error {
-	b := a.b
-	if isSlotOp(cmd.Op) {
-		a.resync = true
-		return a.applySlotOp(cmd, index, res)
-	}
-	if isLeaseOp(cmd.Op) {
-		return a.applyLeaseOp(cmd, a.term, res)
-	}
-	var st *slotState // nil: every slot owned, nothing to check
-	if !a.st.owned.IsFull() {
-		st = a.st
-	}
-	switch cmd.Op {
-	case OpBatch:
-		if st != nil {
-			rej, err := st.checkBatch(b, cmd.Batch)
-			if err != nil || rej != nil {
-				res.Err = rej
-				return err
-			}
-		}
-		for i := range cmd.Batch.Mutations { // a raw write of a ledger key
-			m := &cmd.Batch.Mutations[i]
-			a.f.accounts.forget(m.Key)
-			if m.Kind == MutPut {
-				a.f.ids.add(m.Key)
-			}
-		}
-		return applyGuarded(b, cmd.Batch, batchLeases{a}, res)
-	case OpNoop:
-		res.Succeeded = true
-		return nil
-	case OpCompactHistory:
-		return a.compactHistory(cmd.History, cmd.Time, index, res)
-	case OpRedis, OpRedisMulti:
-		if st != nil {
-			if rej := st.checkRedis(cmd.Redis); rej != nil {
-				res.Err = rej
-				return nil
-			}
-		}
-		return applyRedis(b, cmd, index, res)
-	default: // a registry, billing or pool op (Validate knows every op)
-		if st != nil {
-			if rk := commandRoutingKey(cmd); rk != nil {
-				if rej := st.check(shard.SlotOf(rk)); rej != nil {
-					res.Err = rej
-					return nil
-				}
-			}
-		}
-		return applyRecordOp(a, cmd, st, res)
-	}
-}
-
-// applyGuarded checks every guard against b (which reads through to the
-// DB), then, if all hold, and every lease the mutations attach exists
-// (else ErrLeaseNotFound, nothing written), applies the mutations in
-// order, each with its attachment (bl).
-func applyGuarded(b *pebble.Batch, bt *Batch, bl batchLeases, res *Result) error {
-	for i := range bt.Guards {
-		g := &bt.Guards[i]
-		v, found, err := getView(b, g.Key, g.Kind == GuardEquals)
-		if err != nil {
-			return err
-		}
-		var ok bool
-		switch g.Kind {
-		case GuardExists:
-			ok = found
-		case GuardAbsent:
-			ok = !found
-		case GuardEquals:
-			ok = found && bytes.Equal(v, g.Value)
-		}
-		if !ok {
-			res.FailedGuard = i
-			return nil
-		}
-	}
-	if rej, err := bl.check(bt); err != nil || rej != nil {
-		res.Err = rej
-		return err
-	}
-	for i := range bt.Mutations {
-		m := &bt.Mutations[i]
-		switch m.Kind {
-		case MutPut:
-			if err := b.Set(m.Key, m.Value, nil); err != nil {
-				return err
-			}
-		case MutDelete:
-			_, found, err := getView(b, m.Key, false)
-			if err != nil {
-				return err
-			}
-			if found {
-				res.Deleted++
-				if err := b.Delete(m.Key, nil); err != nil {
-					return err
-				}
-			}
-		}
-		if err := bl.after(m); err != nil {
-			return err
-		}
-	}
-	res.Succeeded = true
-	return nil
 }
 
 // getView looks key up in b; with wantValue it returns a copy of the value.

@@ -357,3 +357,9 @@ func genInvalid(rng *rand.Rand) *Command {
 		return batchCmd(nil, put("", "v"))
 	}
 }
+
+// isSlotOp reports whether op is a slot move op (move.go).
+func isSlotOp(op Op) bool { return op >= OpFreezeSlots && op <= OpSyncSlots }
+
+// isPoolOp reports whether op is an agent pool op (pools.go).
+func isPoolOp(op Op) bool { return op >= OpEnsureDefaultPool && op <= OpSetGuildPool }

@@ -152,7 +152,7 @@ func (h *histRecorder) appendBytes(b []byte) {
 // sessions, the indexes, the Redis keyspace), and recording them cost a
 // ledger charge a third of its throughput (docs/performance-log.md, round 13).
 // A table a new watch serves joins this list (a change of what replicas
-// record: a protocol version, fsm.opSince).
+// record: a protocol version, the ops' specs' since).
 var WatchedTables = [256]bool{keys.TableKV: true, keys.TablePools: true, keys.TableBots: true,
 	keys.TableRunners: true, keys.TableAgents: true}
 
@@ -253,62 +253,6 @@ func (f *FSM) ReadHistory(after, upTo uint64, fn func(rev uint64, evs []Event) e
 		}
 		return fn(rev, evs)
 	})
-}
-
-// compactHistory applies an OpCompactHistory at index with the proposer's
-// time now.
-func (a *applier) compactHistory(r *HistoryRetention, now int64, index uint64, res *Result) error {
-	b := a.b
-	floor, err := a.f.histFloor(b)
-	if err != nil {
-		return err
-	}
-	newFloor := floor
-	if r.MaxRevisions > 0 && index > r.MaxRevisions && index-r.MaxRevisions > newFloor {
-		newFloor = index - r.MaxRevisions
-	}
-	if r.MaxAgeMs > 0 && now-r.MaxAgeMs > 0 {
-		// The newest mark at or before now - MaxAgeMs: every revision at
-		// or below its index was committed before that time.
-		cutoff := now - r.MaxAgeMs
-		it, err := b.NewIter(&pebble.IterOptions{LowerBound: metaHistMark, UpperBound: markKey(index)})
-		if err != nil {
-			return err
-		}
-		for ok := it.Last(); ok; ok = it.Prev() {
-			v := it.Value()
-			if len(v) == 8 && int64(binary.BigEndian.Uint64(v)) <= cutoff {
-				if m := binary.BigEndian.Uint64(it.Key()[len(metaHistMark):]); m > newFloor {
-					newFloor = m
-				}
-				break
-			}
-		}
-		if err := it.Close(); err != nil {
-			return err
-		}
-	}
-	var t [8]byte
-	binary.BigEndian.PutUint64(t[:], uint64(now))
-	if err := b.Set(markKey(index), t[:], nil); err != nil {
-		return err
-	}
-	if newFloor > floor {
-		if err := b.DeleteRange(metaHistPrefix, histKey(newFloor+1), nil); err != nil {
-			return err
-		}
-		// Marks at or below the floor are of no further use.
-		if err := b.DeleteRange(metaHistMark, markKey(newFloor), nil); err != nil {
-			return err
-		}
-		var v [8]byte
-		binary.BigEndian.PutUint64(v[:], newFloor)
-		if err := b.Set(metaHistFloor, v[:], nil); err != nil {
-			return err
-		}
-	}
-	res.Succeeded = true
-	return nil
 }
 
 // clearHistory adds to b the deletion of the whole history and a floor

@@ -185,8 +185,6 @@ func (r *LeaseRecord) Remaining() time.Duration {
 	return time.Duration(r.RemainingMs) * time.Millisecond
 }
 
-func isLeaseOp(op Op) bool { return op >= OpLeaseGrant && op <= OpLeaseCheckpoint }
-
 // validateTTL checks a lease TTL in ms.
 func validateTTL(ms int64) error {
 	if ms < MinLeaseTTL.Milliseconds() || ms > MaxLeaseTTL.Milliseconds() {
@@ -195,27 +193,29 @@ func validateTTL(ms int64) error {
 	return nil
 }
 
-// validate checks a for op (called by Command.Validate).
-func (a *LeaseArgs) validate(op Op) error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: op %s: %s", ErrInvalidCommand, op, fmt.Sprintf(format, args...))
-	}
-	has := struct{ id, rk, ttl, ids, cps, term bool }{a.ID != 0, len(a.RoutingKey) > 0, a.TTLMs != 0, len(a.IDs) > 0, len(a.Checkpoints) > 0, a.Term != 0}
-	want := has
-	switch op {
-	case OpLeaseGrant:
-		want = struct{ id, rk, ttl, ids, cps, term bool }{rk: true, ttl: true}
-	case OpLeaseRevoke:
-		want = struct{ id, rk, ttl, ids, cps, term bool }{id: true}
-	case OpLeaseExpire:
-		want = struct{ id, rk, ttl, ids, cps, term bool }{ids: true, term: true}
-	case OpLeaseCheckpoint:
-		want = struct{ id, rk, ttl, ids, cps, term bool }{cps: true, term: true}
-	}
+// leaseArgs is the shape of an op's LeaseArgs: the fields it takes.
+type leaseArgs struct {
+	id, rk, ttl, ids, cps, term bool
+	// grant: Owner, Nonce and MaxKeys may be set; revoke: Deny may be.
+	grant, revoke bool
+	// want names the required fields in the rejection.
+	want string
+}
+
+// leaseBad is the rejection of LeaseArgs that break a rule of op.
+func leaseBad(op Op, format string, args ...any) error {
+	return fmt.Errorf("%w: op %s: %s", ErrInvalidCommand, op, fmt.Sprintf(format, args...))
+}
+
+// validate checks the fields a carries against op's shape want, and the
+// fields every op checks alike (called by the op's spec's validate, which
+// then checks the op's own rules).
+func (a *LeaseArgs) validate(op Op, want leaseArgs) error {
+	bad := func(format string, args ...any) error { return leaseBad(op, format, args...) }
 	switch {
-	case (a.Owner != "" || a.Nonce != 0 || a.MaxKeys != 0) && op != OpLeaseGrant:
+	case (a.Owner != "" || a.Nonce != 0 || a.MaxKeys != 0) && !want.grant:
 		return bad("owner, nonce and max_keys are arguments of a grant")
-	case a.Deny != 0 && op != OpLeaseRevoke:
+	case a.Deny != 0 && !want.revoke:
 		return bad("deny is an argument of a revoke")
 	case len(a.Owner) > MaxLeaseOwner:
 		return bad("owner of %d bytes, limit %d", len(a.Owner), MaxLeaseOwner)
@@ -228,49 +228,9 @@ func (a *LeaseArgs) validate(op Op) error {
 	case a.Deny&^leaseKindsAll != 0:
 		return bad("deny %#x: unknown kinds", a.Deny)
 	}
-	if has != want {
-		return bad("lease arguments: want %s", map[Op]string{
-			OpLeaseGrant: "routing key and ttl", OpLeaseRevoke: "id", OpLeaseExpire: "ids and term", OpLeaseCheckpoint: "checkpoints and term",
-		}[op])
-	}
-	switch op {
-	case OpLeaseGrant:
-		if err := keys.ValidateRoutingKey(a.RoutingKey); err != nil {
-			return bad("%v", err)
-		}
-		if err := validateTTL(a.TTLMs); err != nil {
-			return bad("%v", err)
-		}
-	case OpLeaseRevoke:
-		if !keys.ValidLeaseID(a.ID) {
-			return bad("lease id %016x has sequence 0", a.ID)
-		}
-	case OpLeaseExpire:
-		if len(a.IDs) > MaxLeaseBatch {
-			return bad("%d ids, limit %d", len(a.IDs), MaxLeaseBatch)
-		}
-		for i, id := range a.IDs {
-			if !keys.ValidLeaseID(id) {
-				return bad("id %d: lease id %016x has sequence 0", i, id)
-			}
-			if i > 0 && a.IDs[i-1] >= id {
-				return bad("ids not in strictly ascending order")
-			}
-		}
-	case OpLeaseCheckpoint:
-		if len(a.Checkpoints) > MaxLeaseBatch {
-			return bad("%d checkpoints, limit %d", len(a.Checkpoints), MaxLeaseBatch)
-		}
-		for i, cp := range a.Checkpoints {
-			switch {
-			case !keys.ValidLeaseID(cp.ID):
-				return bad("checkpoint %d: lease id %016x has sequence 0", i, cp.ID)
-			case cp.RemainingMs < 0 || cp.RemainingMs > MaxLeaseTTL.Milliseconds():
-				return bad("checkpoint %d: remaining %d ms, want 0..%d", i, cp.RemainingMs, MaxLeaseTTL.Milliseconds())
-			case i > 0 && a.Checkpoints[i-1].ID >= cp.ID:
-				return bad("checkpoints not in strictly ascending id order")
-			}
-		}
+	if a.ID != 0 != want.id || len(a.RoutingKey) > 0 != want.rk || a.TTLMs != 0 != want.ttl ||
+		len(a.IDs) > 0 != want.ids || len(a.Checkpoints) > 0 != want.cps || a.Term != 0 != want.term {
+		return bad("lease arguments: want %s", want.want)
 	}
 	return nil
 }
@@ -320,31 +280,16 @@ func decodeLease(key, v []byte) (*LeaseRecord, error) {
 // leaseValue is the value of a key_lease key: the lease id.
 func leaseValue(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }
 
-// applyLeaseOp applies a validated lease op at the run's entry (term is
-// its term). A rejection goes to res.Err; the error is a storage error.
-func (a *applier) applyLeaseOp(c *Command, term uint64, res *Result) error {
+// applyLease applies a validated lease op: run, its body, in a change,
+// which it then flushes. A rejection goes to res.Err (and clears what run
+// reported); the error is a storage error.
+func (a *applier) applyLease(c *Command, res *Result, run func(ch *change, c *Command, res *Result) error) error {
 	var st *slotState
 	if !a.st.owned.IsFull() {
 		st = a.st
 	}
-	ch := &change{b: a.b, st: st, leases: a}
-	var err error
-	switch c.Op {
-	case OpLeaseGrant:
-		res.LeaseID, err = ch.grant(c.Lease, c.Time)
-	case OpLeaseRevoke:
-		err = ch.revoke(c.Lease.ID, c.Lease.Deny, c.Time, res)
-	case OpLeaseExpire, OpLeaseCheckpoint:
-		if c.Lease.Term != term {
-			err = reject(fmt.Errorf("%w: %s decided in term %d, applied in an entry of term %d", ErrStaleLeaseCommand, c.Op, c.Lease.Term, term))
-			break
-		}
-		if c.Op == OpLeaseExpire {
-			err = ch.expire(c.Lease.IDs, c.Time, res)
-		} else {
-			err = ch.checkpoint(c.Lease.Checkpoints)
-		}
-	}
+	ch := a.newChange(st, false)
+	err := run(ch, c, res)
 	if err == nil {
 		err = ch.flush()
 	}
@@ -358,6 +303,15 @@ func (a *applier) applyLeaseOp(c *Command, term uint64, res *Result) error {
 	}
 	ch.commitAttach()
 	res.Succeeded = true
+	return nil
+}
+
+// inTerm is the rule of OpLeaseExpire and OpLeaseCheckpoint: they apply
+// only in an entry of the term they were decided in.
+func (ch *change) inTerm(c *Command) error {
+	if term := ch.leases.term; c.Lease.Term != term {
+		return reject(fmt.Errorf("%w: %s decided in term %d, applied in an entry of term %d", ErrStaleLeaseCommand, c.Op, c.Lease.Term, term))
+	}
 	return nil
 }
 
@@ -390,71 +344,6 @@ func (ch *change) getLease(id uint64) (*LeaseRecord, error) {
 	return r, nil
 }
 
-func (ch *change) grant(a *LeaseArgs, now int64) (uint64, error) {
-	slot := shard.SlotOf(a.RoutingKey)
-	if ch.st != nil {
-		if err := ch.st.check(slot); err != nil {
-			return 0, reject(err)
-		}
-	}
-	if a.Nonce != 0 {
-		id := keys.LeaseIDOf(byte(slot), a.Nonce)
-		if old, err := ch.getLease(id); err != nil {
-			return 0, err
-		} else if old != nil {
-			return 0, reject(fmt.Errorf("%w: %016x", ErrLeaseIDTaken, id))
-		}
-		ch.set(keys.Lease(id), encodeLease(&LeaseRecord{ID: id, RoutingKey: bytes.Clone(a.RoutingKey), TTLMs: a.TTLMs, GrantedAt: now,
-			Owner: a.Owner, MaxKeys: a.MaxKeys}))
-		ch.leases.noteLease(id)
-		return id, nil
-	}
-	seqKey := keys.LeaseSeq(byte(slot))
-	var seq uint64
-	v, found, err := ch.pending(seqKey)
-	switch {
-	case err != nil:
-		return 0, err
-	case found && len(v) != 8:
-		return 0, reject(corruptErr(seqKey, fmt.Errorf("%d bytes", len(v))))
-	case found:
-		seq = binary.BigEndian.Uint64(v)
-	}
-	if seq >= keys.MaxLeaseSeq {
-		return 0, reject(fmt.Errorf("%w: op %s: slot %d has used every lease id", ErrInvalidCommand, OpLeaseGrant, slot))
-	}
-	seq++
-	id := keys.LeaseIDOf(byte(slot), seq)
-	ch.set(seqKey, binary.BigEndian.AppendUint64(nil, seq))
-	ch.set(keys.Lease(id), encodeLease(&LeaseRecord{ID: id, RoutingKey: bytes.Clone(a.RoutingKey), TTLMs: a.TTLMs, GrantedAt: now,
-		Owner: a.Owner, MaxKeys: a.MaxKeys}))
-	ch.leases.noteLease(id)
-	return id, nil
-}
-
-func (ch *change) revoke(id uint64, deny uint8, now int64, res *Result) error {
-	if err := ch.ownsLease(id); err != nil {
-		return reject(err)
-	}
-	r, err := ch.getLease(id)
-	if err != nil {
-		return err
-	}
-	if r == nil {
-		return reject(fmt.Errorf("%w: %016x", ErrLeaseNotFound, id))
-	}
-	if deny != 0 {
-		kinds, err := leaseKinds(ch.b, id)
-		if err != nil {
-			return err
-		}
-		if k := kinds & deny; k != 0 {
-			return reject(fmt.Errorf("%w %016x holds %s the revoker may not delete", ErrLeaseDenied, id, LeaseKindNames(k)))
-		}
-	}
-	return ch.endLease(id, now, res)
-}
-
 // LeaseKindNames names the kinds in k ("kv keys, agents").
 func LeaseKindNames(k uint8) string {
 	var names []string
@@ -483,44 +372,6 @@ func leaseKinds(r pebble.Reader, id uint64) (uint8, error) {
 		}
 	}
 	return kinds, it.Close()
-}
-
-func (ch *change) expire(ids []uint64, now int64, res *Result) error {
-	for _, id := range ids {
-		if ch.ownsLease(id) != nil {
-			continue // another shard's now (or frozen): not this one's to end
-		}
-		r, err := ch.getLease(id)
-		if err != nil {
-			return err
-		}
-		if r == nil {
-			continue // revoked or expired already
-		}
-		if err := ch.endLease(id, now, res); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (ch *change) checkpoint(cps []LeaseCheckpoint) error {
-	for _, cp := range cps {
-		if ch.ownsLease(cp.ID) != nil {
-			continue
-		}
-		r, err := ch.getLease(cp.ID)
-		if err != nil {
-			return err
-		}
-		if r == nil || r.RemainingMs == cp.RemainingMs {
-			continue
-		}
-		r.RemainingMs = cp.RemainingMs
-		ch.set(keys.Lease(cp.ID), encodeLease(r))
-		ch.leases.noteLease(cp.ID)
-	}
-	return nil
 }
 
 // endLease queues the end of lease id: every attached key's fate, the

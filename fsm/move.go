@@ -106,46 +106,48 @@ type Pair struct {
 	Value []byte `cbor:"v,omitempty"`
 }
 
-func isSlotOp(op Op) bool { return op >= OpFreezeSlots && op <= OpSyncSlots }
+// moveArgs is the shape of an op's SlotMove: the fields it takes besides
+// the move id.
+type moveArgs struct {
+	slots      bool // Slots, required
+	mapVersion bool // MapVersion, required
+	noPeer     bool // neither Peer nor MapVersion
+	pairs      bool // Pairs, the data it carries
+	deletes    bool // Deletes
+	max        bool // Max, 1..MaxDropKeys
+}
 
-// validate checks m for op (called by Command.Validate).
-func (m *SlotMove) validate(op Op, l Limits) error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: op %s: %s", ErrInvalidCommand, op, fmt.Sprintf(format, args...))
-	}
-	if op == OpRestrictSlots {
-		switch {
-		case m.ID != 0 || m.Peer != 0 || m.MapVersion != 0 || m.Pairs != nil || m.Max != 0 || m.Deletes != nil:
-			return bad("carries more than slots")
-		case m.Slots == nil || m.Slots.IsEmpty():
-			return bad("no slots")
-		}
-		return nil
-	}
+// moveBad is the rejection of a SlotMove that breaks a rule of op.
+func moveBad(op Op, format string, args ...any) error {
+	return fmt.Errorf("%w: op %s: %s", ErrInvalidCommand, op, fmt.Sprintf(format, args...))
+}
+
+// validate checks m for op, whose SlotMove takes the fields want names
+// (called by the op's spec's validate).
+func (m *SlotMove) validate(op Op, want moveArgs, l Limits) error {
+	bad := func(format string, args ...any) error { return moveBad(op, format, args...) }
 	if m.ID == 0 {
 		return bad("move id 0")
 	}
-	wantSlots := op == OpFreezeSlots || op == OpIngestSlots || op == OpAdoptSlots || op == OpSyncSlots
-	carriesData := op == OpIngestSlots || op == OpSyncSlots
 	switch {
-	case wantSlots && (m.Slots == nil || m.Slots.IsEmpty()):
+	case want.slots && (m.Slots == nil || m.Slots.IsEmpty()):
 		return bad("no slots")
-	case !wantSlots && m.Slots != nil:
+	case !want.slots && m.Slots != nil:
 		return bad("carries slots")
-	case op == OpFreezeSlots && m.MapVersion == 0:
+	case want.mapVersion && m.MapVersion == 0:
 		return bad("map version 0")
-	case (op == OpUnfreezeSlots || op == OpDropSlots) && (m.Peer != 0 || m.MapVersion != 0):
+	case want.noPeer && (m.Peer != 0 || m.MapVersion != 0):
 		return bad("carries peer or map version")
-	case !carriesData && m.Pairs != nil:
+	case !want.pairs && m.Pairs != nil:
 		return bad("carries pairs")
-	case op != OpSyncSlots && m.Deletes != nil:
+	case !want.deletes && m.Deletes != nil:
 		return bad("carries deletes")
-	case op != OpDropSlots && m.Max != 0:
+	case !want.max && m.Max != 0:
 		return bad("carries max")
-	case op == OpDropSlots && (m.Max == 0 || m.Max > MaxDropKeys):
+	case want.max && (m.Max == 0 || m.Max > MaxDropKeys):
 		return bad("max %d, want 1..%d", m.Max, MaxDropKeys)
 	}
-	if !carriesData {
+	if !want.pairs {
 		return nil
 	}
 	if n := len(m.Pairs) + len(m.Deletes); n > l.MaxBatchOps {
@@ -183,36 +185,17 @@ func (m *SlotMove) validate(op Op, l Limits) error {
 	return nil
 }
 
-func conflict(op Op, id uint64, format string, args ...any) error {
-	return fmt.Errorf("%w: op %s: move %d: %s", ErrMoveConflict, op, id, fmt.Sprintf(format, args...))
-}
-
-// applySlotOp applies a slot move op. A rejection goes to res.Err; the
-// returned error is a storage error.
-func (a *applier) applySlotOp(c *Command, index uint64, res *Result) error {
-	m := c.Move
-	rec := a.st.moves[m.ID]
-	var rej error
-	var err error
-	switch c.Op {
-	case OpFreezeSlots:
-		rej, err = a.freeze(m, rec, index, res)
-	case OpUnfreezeSlots:
-		rej, err = a.unfreeze(m, rec)
-	case OpIngestSlots, OpSyncSlots:
-		rej, err = a.ingest(c.Op, m, rec, index)
-	case OpAdoptSlots:
-		rej, err = a.adopt(m, rec, index)
-	case OpDropSlots:
-		rej, err = a.drop(m, rec, res)
-	case OpRestrictSlots:
-		rej, err = a.restrict(m)
-	}
+// settleMove ends a slot move op's apply: a rejection goes to res.Err.
+func settleMove(res *Result, rej, err error) error {
 	if err != nil {
 		return err
 	}
 	res.Err, res.Succeeded = rej, rej == nil
 	return nil
+}
+
+func conflict(op Op, id uint64, format string, args ...any) error {
+	return fmt.Errorf("%w: op %s: move %d: %s", ErrMoveConflict, op, id, fmt.Sprintf(format, args...))
 }
 
 // setMove records r (and the owned slots) in the batch and the working
@@ -234,62 +217,6 @@ func (a *applier) setMove(r *MoveRecord, owned shard.SlotSet) error {
 	return nil
 }
 
-func (a *applier) restrict(m *SlotMove) (rej, err error) {
-	switch {
-	case a.st.owned == *m.Slots:
-		return nil, nil
-	case !a.st.owned.IsFull() || len(a.st.moves) > 0:
-		return fmt.Errorf("%w: op %s: the shard owns slots %s and has %d move records; only a shard that owns every slot and never moved one may be restricted",
-			ErrMoveConflict, OpRestrictSlots, a.st.owned.String(), len(a.st.moves)), nil
-	}
-	st := a.st.clone()
-	st.owned = *m.Slots
-	v, _ := st.owned.MarshalBinary()
-	if err := a.b.Set(metaSlots, v, nil); err != nil {
-		return nil, err
-	}
-	a.st = st
-	return nil, nil
-}
-
-func (a *applier) freeze(m *SlotMove, rec *MoveRecord, index uint64, res *Result) (rej, err error) {
-	if rec != nil {
-		if !rec.source() || rec.Slots != *m.Slots || rec.Peer != m.Peer || rec.MapVersion != m.MapVersion {
-			return conflict(OpFreezeSlots, m.ID, "recorded as %s of slots %s (peer %d, map version %d)",
-				rec.State, rec.Slots.String(), rec.Peer, rec.MapVersion), nil
-		}
-		res.MoveIndex = rec.Index
-		return nil, nil
-	}
-	if missing := m.Slots.Minus(a.st.owned); !missing.IsEmpty() {
-		return conflict(OpFreezeSlots, m.ID, "slots %s are not owned", missing.String()), nil
-	}
-	res.MoveIndex = index
-	r := &MoveRecord{ID: m.ID, State: MoveFrozen, Slots: *m.Slots, Peer: m.Peer, MapVersion: m.MapVersion, Index: index}
-	return nil, a.setMove(r, a.st.owned.Minus(*m.Slots))
-}
-
-func (a *applier) unfreeze(m *SlotMove, rec *MoveRecord) (rej, err error) {
-	switch {
-	case rec == nil:
-		return nil, nil
-	case rec.State != MoveFrozen:
-		return conflict(OpUnfreezeSlots, m.ID, "is %s", rec.State), nil
-	}
-	st := a.st.clone()
-	delete(st.moves, m.ID)
-	st.owned = st.owned.Union(rec.Slots)
-	v, _ := st.owned.MarshalBinary()
-	if err := a.b.Set(metaSlots, v, nil); err != nil {
-		return nil, err
-	}
-	if err := a.b.Delete(moveKey(m.ID), nil); err != nil {
-		return nil, err
-	}
-	a.st = st
-	return nil, nil
-}
-
 // register checks that an incoming move's slots are free here.
 func (a *applier) register(op Op, m *SlotMove) error {
 	if busy := m.Slots.Intersect(a.st.owned); !busy.IsEmpty() {
@@ -305,7 +232,9 @@ func (a *applier) register(op Op, m *SlotMove) error {
 	return nil
 }
 
-func (a *applier) ingest(op Op, m *SlotMove, rec *MoveRecord, index uint64) (rej, err error) {
+// ingest is the apply of OpIngestSlots and of OpSyncSlots (sync): the
+// pairs, and a sync's deletes, of an incoming move.
+func (a *applier) ingest(op Op, sync bool, m *SlotMove, rec *MoveRecord, index uint64) (rej, err error) {
 	switch {
 	case rec == nil:
 		if rej := a.register(op, m); rej != nil {
@@ -319,7 +248,7 @@ func (a *applier) ingest(op Op, m *SlotMove, rec *MoveRecord, index uint64) (rej
 	// Check every pair and delete before writing any: its slot (through
 	// the pairs before it for a sessions_by_agent entry), and no value of
 	// another slot stored (an ingest: no other value at all).
-	dels, rej, err := a.checkIngest(op, m)
+	dels, rej, err := a.checkIngest(op, sync, m)
 	if rej != nil || err != nil {
 		return rej, err
 	}
@@ -328,7 +257,7 @@ func (a *applier) ingest(op Op, m *SlotMove, rec *MoveRecord, index uint64) (rej
 		c := *rec
 		r = &c
 	}
-	if n := len(m.Pairs); op == OpIngestSlots && n > 0 && bytes.Compare(m.Pairs[n-1].Key, r.Pulled) > 0 {
+	if n := len(m.Pairs); !sync && n > 0 && bytes.Compare(m.Pairs[n-1].Key, r.Pulled) > 0 {
 		// The resume point of a pull cut off (MoveRecord.Pulled); a
 		// repeated chunk (a pull that restarted before this field
 		// existed, or an older binary's) moves it no further back.
@@ -371,7 +300,7 @@ func (a *applier) ingest(op Op, m *SlotMove, rec *MoveRecord, index uint64) (rej
 // found that check a sixth of a move's CPU). It returns the deletes of a
 // sync that are stored here with a value of the move's slots: the ones to
 // delete.
-func (a *applier) checkIngest(op Op, m *SlotMove) (dels [][]byte, rej, err error) {
+func (a *applier) checkIngest(op Op, sync bool, m *SlotMove) (dels [][]byte, rej, err error) {
 	stored := readerGetter(a.b)
 	for _, k := range m.Deletes {
 		v, found, err := stored(k)
@@ -424,7 +353,7 @@ func (a *applier) checkIngest(op Op, m *SlotMove) (dels [][]byte, rej, err error
 		if bytes.Equal(old, p.Value) {
 			continue
 		}
-		if op == OpSyncSlots {
+		if sync {
 			// The stored value's own slot (a sessions_by_agent entry's
 			// through the stored session record).
 			slot, ok, err := slotOfKey(stored, p.Key, old)
@@ -439,69 +368,6 @@ func (a *applier) checkIngest(op Op, m *SlotMove) (dels [][]byte, rej, err error
 			ErrInvalidCommand, op, m.ID, p.Key, keys.TableName(p.Key[0])), nil
 	}
 	return dels, nil, it.Error()
-}
-
-func (a *applier) adopt(m *SlotMove, rec *MoveRecord, index uint64) (rej, err error) {
-	r := &MoveRecord{ID: m.ID, State: MoveAdopted, Slots: *m.Slots, Peer: m.Peer, MapVersion: m.MapVersion, Index: index}
-	switch {
-	case rec == nil:
-		if rej := a.register(OpAdoptSlots, m); rej != nil {
-			return rej, nil
-		}
-	case rec.Slots != *m.Slots:
-		return conflict(OpAdoptSlots, m.ID, "is of slots %s, not %s", rec.Slots.String(), m.Slots.String()), nil
-	case rec.State == MoveAdopted:
-		return nil, nil
-	case rec.State != MoveIncoming:
-		return conflict(OpAdoptSlots, m.ID, "is %s", rec.State), nil
-	default:
-		c := *rec
-		c.State = MoveAdopted
-		if m.Peer != 0 || m.MapVersion != 0 {
-			c.Peer, c.MapVersion = m.Peer, m.MapVersion
-		}
-		r = &c
-	}
-	return nil, a.setMove(r, a.st.owned.Union(*m.Slots))
-}
-
-func (a *applier) drop(m *SlotMove, rec *MoveRecord, res *Result) (rej, err error) {
-	if rec == nil {
-		return conflict(OpDropSlots, m.ID, "unknown"), nil
-	}
-	c := *rec
-	switch rec.State {
-	case MoveFrozen:
-		c.State = MoveMoved
-	case MoveIncoming:
-		c.State = MoveAborted
-	case MoveMoved, MoveAborted:
-	default:
-		return conflict(OpDropSlots, m.ID, "is %s", rec.State), nil
-	}
-	if c.Dropped {
-		return nil, nil // res.Remaining 0
-	}
-	del, cursor, err := collectSlotKeys(a.b, rec.Slots, rec.Cursor, int(m.Max))
-	if err != nil {
-		return nil, err
-	}
-	for _, k := range del {
-		if err := a.b.Delete(k, nil); err != nil {
-			return nil, err
-		}
-		a.f.accounts.forget(k)
-	}
-	if cursor != nil {
-		c.Cursor = cursor
-	}
-	left, _, err := collectSlotKeys(a.b, rec.Slots, c.Cursor, int(m.Max))
-	if err != nil {
-		return nil, err
-	}
-	res.Remaining, res.Deleted = len(left), len(del)
-	c.Dropped = len(left) == 0
-	return nil, a.setMove(&c, a.st.owned)
 }
 
 // collectSlotKeys returns up to max keys of slots in r after the key after

@@ -181,10 +181,11 @@ func CheckRedis(argv [][]byte, maxArg int) *resp.Value {
 	return nil
 }
 
-// validate checks a RedisTx for op (called by Command.Validate).
-func (t *RedisTx) validate(op Op, l Limits) error {
+// validate checks a RedisTx for op (called by its spec's validate): one
+// command and no watch when single (OpRedis).
+func (t *RedisTx) validate(op Op, single bool, l Limits) error {
 	switch {
-	case op == OpRedis && (len(t.Cmds) != 1 || len(t.Watch) != 0):
+	case single && (len(t.Cmds) != 1 || len(t.Watch) != 0):
 		return fmt.Errorf("%w: op %s: want exactly one command and no watches", ErrInvalidCommand, op)
 	case len(t.Cmds) > MaxRedisTxCmds:
 		return fmt.Errorf("%w: op %s: %d commands, limit %d", ErrInvalidCommand, op, len(t.Cmds), MaxRedisTxCmds)
@@ -251,50 +252,6 @@ func (x *rexec) exec(argv [][]byte) (resp.Value, error) {
 		return re.v, nil
 	}
 	return v, err
-}
-
-// applyRedis applies OpRedis and OpRedisMulti into b at log index.
-func applyRedis(b *pebble.Batch, c *Command, index uint64, res *Result) error {
-	x := &rexec{r: b, w: b, index: index}
-	if c.Op == OpRedis {
-		v, err := x.exec(c.Redis.Cmds[0])
-		if err != nil {
-			return err
-		}
-		res.Reply, res.Succeeded = &v, true
-		return nil
-	}
-	for _, w := range c.Redis.Watch {
-		m, found, err := x.meta(w.Key)
-		if err != nil {
-			var re *replyErr
-			if errors.As(err, &re) { // a corrupt record aborts the block
-				res.Reply = &re.v
-				return nil
-			}
-			return err
-		}
-		var have uint64
-		if found {
-			have = m.Version
-		}
-		if have != w.Version {
-			v := resp.NullArray
-			res.Reply = &v
-			return nil
-		}
-	}
-	out := make([]resp.Value, len(c.Redis.Cmds))
-	for i, argv := range c.Redis.Cmds {
-		v, err := x.exec(argv)
-		if err != nil {
-			return err
-		}
-		out[i] = v
-	}
-	v := resp.Array(out...)
-	res.Reply, res.Succeeded = &v, true
-	return nil
 }
 
 // RedisRead runs a command that does not write (GET, HGETALL, KEYS,
@@ -461,4 +418,18 @@ func (x *rexec) eachRange(lo, hi []byte, fn func(k, v []byte) error) error {
 		}
 	}
 	return it.Close()
+}
+
+// checkRedisSlots is the slot check of the Redis ops: unless the shard
+// owns every slot, every key the command or block names, watches
+// included, must be in an owned slot (else res.Err, the *MovedError).
+func (a *applier) checkRedisSlots(t *RedisTx, res *Result) bool {
+	if a.st.owned.IsFull() {
+		return true
+	}
+	if rej := a.st.checkRedis(t); rej != nil {
+		res.Err = rej
+		return false
+	}
+	return true
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
+	"github.com/swarmkv/swarmkv/shard"
 )
 
 // change is one registry, billing or pool command being applied: it reads
@@ -52,7 +53,7 @@ type write struct {
 }
 
 // rejection is a deterministic Result.Err, returned by the op functions as
-// an error so that it unwinds like one; applyRecordOp unwraps it.
+// an error so that it unwinds like one; applyRecord unwraps it.
 type rejection struct{ err error }
 
 func (r *rejection) Error() string { return r.err.Error() }
@@ -73,22 +74,38 @@ func corruptErr(key []byte, err error) error {
 	return fmt.Errorf("%w: %s key %x: %w", ErrCorruptRecord, keys.TableName(key[0]), key, err)
 }
 
-// applyRecordOp applies a registry, billing or pool command (validated)
-// into b.
-// A rejection goes to res.Err; the returned error is a storage error.
-func applyRecordOp(a *applier, c *Command, st *slotState, res *Result) error {
-	ch := &change{b: a.b, st: st, leases: a, acct: &a.f.accounts, ids: &a.f.ids}
+// applyRecord is the apply of a registry, billing or pool op (a spec with
+// run): unless the shard owns every slot, it checks the slot of the
+// command's routing key, then runs the op in a change and flushes it.
+// An op that records a transaction and carries TxID (optional field)
+// reserves the id in the directory first, in the same change. A
+// rejection goes to res.Err; the returned error is a storage error.
+func applyRecord(a *applier, c *Command, _ uint64, res *Result) error {
+	sp := c.Op.spec()
+	var st *slotState // nil: every slot owned, nothing to check
+	if !a.st.owned.IsFull() {
+		st = a.st
+		if sp.routingKey != nil {
+			if rk := sp.routingKey(c); rk != nil {
+				if rej := st.check(shard.SlotOf(rk)); rej != nil {
+					res.Err = rej
+					return nil
+				}
+			}
+		}
+	}
+	ch := a.newChange(st, true)
 	var balance int64
 	var removed int
 	var err error
-	if c.TxID != nil && c.Op != OpReserveTx {
+	if c.TxID != nil && sp.optional&fTxID != 0 {
 		// An op that records a transaction reserves its id in the
 		// directory first, in the same change (the front's same-shard
 		// case): refused there, the op does not run.
 		err = ch.reserveTx(c.Op, c.Tx.UserID, *c.TxID)
 	}
 	if err == nil {
-		balance, removed, err = ch.recordOp(c)
+		balance, removed, err = sp.run(ch, c)
 	}
 	if err == nil {
 		err = ch.flush()
@@ -103,70 +120,8 @@ func applyRecordOp(a *applier, c *Command, st *slotState, res *Result) error {
 	}
 	ch.commitAttach()
 	res.Succeeded, res.Balance, res.Removed = true, balance, removed
-	if key := recordKey(c); key != nil {
-		res.Record = ch.written(key)
-	}
-	return nil
-}
-
-// recordOp runs the registry, billing or pool op c in ch (not yet
-// flushed): the new balance of a billing op that moves money, the bots an
-// OpDeletePool removed.
-func (ch *change) recordOp(c *Command) (balance int64, removed int, err error) {
-	switch c.Op {
-	case OpPutAgent:
-		err = ch.putAgent(c.Agent)
-	case OpDeleteAgent:
-		err = ch.deleteAgent(*c.UserID, *c.AgentID)
-	case OpUpdateAgentStatus:
-		err = ch.updateAgentStatus(*c.UserID, *c.AgentID, records.AgentState(*c.Status), c.Time)
-	case OpPutSession:
-		err = ch.putSession(c.Session)
-	case OpUpdateSessionStatus:
-		err = ch.updateSessionStatus(*c.SessionID, c.UserID, records.SessionStatus(*c.Status), c.Time)
-	case OpPutUser:
-		err = putRecord(ch, keys.User(c.User.UserID), c.User)
-	case OpAgentHeartbeat:
-		err = ch.agentHeartbeat(*c.UserID, *c.AgentID, c.Time, c.LeaseID)
-	case OpPutAccount:
-		err = ch.putAccount(c.Account.UserID, c.Account)
-	case OpDeleteAccount:
-		err = ch.deleteAccount(*c.AccountID)
-	case OpUpdateBalance:
-		balance, err = ch.updateBalance(*c.AccountID, *c.Amount, c.Tx, c.Time)
-	case OpPutTransaction:
-		err = ch.putTransaction(c.Tx)
-	case OpPutUsageEvent:
-		err = ch.putUsageEvent(c.Event)
-	case OpProcessUsage:
-		balance, err = ch.processUsage(c.Event, c.Tx, c.Time)
-	case OpAddCredits:
-		balance, err = ch.addCredits(*c.AccountID, *c.Amount, c.Tx, c.Time)
-	case OpReserveTx:
-		err = ch.reserveTx(c.Op, *c.AccountID, *c.TxID)
-	default:
-		if isPoolOp(c.Op) {
-			removed, err = ch.poolOp(c)
-			break
-		}
-		// unreachable: Validate knows every op
-		err = reject(fmt.Errorf("%w: unknown op %d", ErrInvalidCommand, c.Op))
-	}
-	return balance, removed, err
-}
-
-// recordKey is the key of the record op c updates and reports in
-// Result.Record, nil for an op that reports none.
-func recordKey(c *Command) []byte {
-	switch c.Op {
-	case OpUpdateAgentStatus, OpAgentHeartbeat:
-		return keys.Agent(*c.UserID, *c.AgentID)
-	case OpUpdateSessionStatus:
-		return keys.Session(*c.SessionID)
-	case OpUpdatePool:
-		return keys.Pool(c.Pool.PoolID)
-	case OpRegisterBot, OpUpdateBot:
-		return keys.Bot(c.Bot.AgentID)
+	if sp.recordKey != nil {
+		res.Record = ch.written(sp.recordKey(c))
 	}
 	return nil
 }
@@ -357,118 +312,4 @@ func putRecord[R records.Record](ch *change, key []byte, r R) error {
 	}
 	ch.set(key, v)
 	return nil
-}
-
-func (ch *change) putAgent(a *records.AgentRecord) error {
-	ownerKey := keys.AgentOwner(a.AgentID)
-	owner, found, err := ch.get(ownerKey)
-	if err != nil {
-		return err
-	}
-	if found && !bytes.Equal(owner, a.UserID[:]) {
-		return reject(errAgentOwned())
-	}
-	key := keys.Agent(a.UserID, a.AgentID)
-	var old records.AgentRecord
-	exists, err := getRecord(ch, key, &old)
-	if err != nil {
-		return err
-	}
-	if exists && old.Status != a.Status {
-		ch.del(keys.AgentByStatus(byte(old.Status), a.UserID, a.AgentID))
-	}
-	if err := putRecord(ch, key, a); err != nil {
-		return err
-	}
-	ch.set(keys.AgentByStatus(byte(a.Status), a.UserID, a.AgentID), nil)
-	ch.set(ownerKey, a.UserID[:])
-	return nil
-}
-
-func (ch *change) deleteAgent(u keys.UserID, a keys.AgentID) error {
-	key := keys.Agent(u, a)
-	var old records.AgentRecord
-	if err := getFound(ch, key, &old); err != nil {
-		return err
-	}
-	ownerKey := keys.AgentOwner(a)
-	owner, found, err := ch.get(ownerKey)
-	if err != nil {
-		return err
-	}
-	ch.del(key)
-	ch.del(keys.AgentByStatus(byte(old.Status), u, a))
-	if found && bytes.Equal(owner, u[:]) {
-		ch.del(ownerKey)
-	}
-	return ch.setLease(key, 0)
-}
-
-// agentHeartbeat sets the agent's last_heartbeat_at and, with a lease,
-// attaches the agent to it.
-func (ch *change) agentHeartbeat(u keys.UserID, a keys.AgentID, now int64, lease uint64) error {
-	key := keys.Agent(u, a)
-	var rec records.AgentRecord
-	if err := getFound(ch, key, &rec); err != nil {
-		return err
-	}
-	rec.LastHeartbeatAt = &now
-	if err := putRecord(ch, key, &rec); err != nil {
-		return err
-	}
-	if lease == 0 {
-		return nil
-	}
-	return ch.setLease(key, lease)
-}
-
-func (ch *change) updateAgentStatus(u keys.UserID, a keys.AgentID, st records.AgentState, now int64) error {
-	key := keys.Agent(u, a)
-	var rec records.AgentRecord
-	if err := getFound(ch, key, &rec); err != nil {
-		return err
-	}
-	if rec.Status != st {
-		ch.del(keys.AgentByStatus(byte(rec.Status), u, a))
-	}
-	rec.Status, rec.UpdatedAt = st, now
-	if err := putRecord(ch, key, &rec); err != nil {
-		return err
-	}
-	ch.set(keys.AgentByStatus(byte(st), u, a), nil)
-	return nil
-}
-
-func (ch *change) putSession(s *records.SessionRecord) error {
-	key := keys.Session(s.SessionID)
-	var old records.SessionRecord
-	exists, err := getRecord(ch, key, &old)
-	if err != nil {
-		return err
-	}
-	if exists && old.AgentID != s.AgentID {
-		ch.del(keys.SessionByAgent(old.AgentID, s.SessionID))
-	}
-	if err := putRecord(ch, key, s); err != nil {
-		return err
-	}
-	ch.set(keys.SessionByAgent(s.AgentID, s.SessionID), nil)
-	return nil
-}
-
-func (ch *change) updateSessionStatus(id keys.SessionID, owner *keys.UserID, st records.SessionStatus, now int64) error {
-	key := keys.Session(id)
-	var rec records.SessionRecord
-	exists, err := getRecord(ch, key, &rec)
-	if err != nil {
-		return err
-	}
-	if !exists || (owner != nil && rec.UserID != *owner) {
-		return reject(ErrNotFound)
-	}
-	rec.Status = st
-	if st != records.SessionActive && rec.ClosedAt == nil {
-		rec.ClosedAt = &now
-	}
-	return putRecord(ch, key, &rec)
 }

@@ -418,42 +418,6 @@ func routedByValue(t byte) bool {
 	return false
 }
 
-// commandRoutingKey returns the routing key a registry, billing or pool
-// command names in its fields, or nil when it names none
-// (OpUpdateSessionStatus without UserID: the slot of the session it
-// touches is checked when it writes).
-func commandRoutingKey(c *Command) []byte {
-	switch c.Op {
-	case OpPutAgent:
-		return c.Agent.UserID[:]
-	case OpDeleteAgent, OpUpdateAgentStatus, OpAgentHeartbeat:
-		return c.UserID[:]
-	case OpPutSession:
-		return c.Session.UserID[:]
-	case OpUpdateSessionStatus:
-		if c.UserID != nil {
-			return c.UserID[:]
-		}
-		return nil
-	case OpPutUser:
-		return c.User.UserID[:]
-	case OpPutAccount:
-		return c.Account.UserID[:]
-	case OpDeleteAccount, OpUpdateBalance, OpAddCredits:
-		return c.AccountID[:]
-	case OpPutTransaction:
-		return c.Tx.UserID[:]
-	case OpPutUsageEvent, OpProcessUsage:
-		return c.Event.UserID[:]
-	case OpReserveTx:
-		return c.TxID[:] // the directory routes by the id itself
-	}
-	if isPoolOp(c.Op) {
-		return []byte(keys.PoolsRoutingKey)
-	}
-	return nil
-}
-
 // noSlot is the rejection of a key whose slot cannot be determined while
 // the shard owns only some slots.
 func noSlot(key []byte) error {
@@ -499,24 +463,6 @@ func (s *slotState) checkWrite(get getter, key, value []byte, del bool) (rej, st
 	return s.check(slot), nil
 }
 
-// checkBatch checks every key of an OpBatch against s.
-func (s *slotState) checkBatch(b *pebble.Batch, bt *Batch) (rej, storage error) {
-	get := batchGetter(b)
-	for i := range bt.Guards {
-		g := &bt.Guards[i]
-		if rej, err := s.checkWrite(get, g.Key, nil, true); rej != nil || err != nil {
-			return rej, err
-		}
-	}
-	for i := range bt.Mutations {
-		m := &bt.Mutations[i]
-		if rej, err := s.checkWrite(get, m.Key, m.Value, m.Kind == MutDelete); rej != nil || err != nil {
-			return rej, err
-		}
-	}
-	return nil, nil
-}
-
 func batchGetter(b *pebble.Batch) getter {
 	return func(key []byte) ([]byte, bool, error) { return getView(b, key, true) }
 }
@@ -534,40 +480,6 @@ func (s *slotState) checkRedis(t *RedisTx) error {
 			if err := s.check(shard.SlotOf(keys.RedisRoutingKey(k))); err != nil {
 				return err
 			}
-		}
-	}
-	return nil
-}
-
-// validateBatchSlots is Validate's rule for OpBatch: the keys whose layout
-// carries their routing key must all be in one slot.
-func (b *Batch) validateSlots() error {
-	var prev []byte
-	var slot shard.Slot
-	have := false
-	check := func(what string, i int, key []byte) error {
-		rk, route, err := keys.RoutingKeyOf(key)
-		if err != nil || route != keys.RouteKey {
-			return nil
-		}
-		if have && bytes.Equal(rk, prev) {
-			return nil
-		}
-		s := shard.SlotOf(rk)
-		if have && s != slot {
-			return fmt.Errorf("%w: %s %d: key in slot %d, the batch's other keys in slot %d", ErrInvalidCommand, what, i, s, slot)
-		}
-		prev, slot, have = rk, s, true
-		return nil
-	}
-	for i := range b.Guards {
-		if err := check("guard", i, b.Guards[i].Key); err != nil {
-			return err
-		}
-	}
-	for i := range b.Mutations {
-		if err := check("mutation", i, b.Mutations[i].Key); err != nil {
-			return err
 		}
 	}
 	return nil

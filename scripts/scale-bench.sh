@@ -30,6 +30,8 @@
 #   SWARM_EXTRA_FLAGS=         more `swarmnode serve` flags, e.g.
 #                              "--heartbeat-timeout 10s --election-timeout 10s"
 #   WORK=/tmp/swarmkv-scale-bench   data dirs, node logs, bench output
+#   WORKLOADS="put100 get100 ledger100"  the benches, a subset of these three
+#                              ("" measures the idle figures only)
 #
 # Every step is bounded (readiness by READY_SECONDS, each bench by its
 # duration plus 300 s for the prefill, under `timeout`), and the nodes are
@@ -42,11 +44,15 @@ shards_list=${SHARDS:-1 8 64 256}
 idle=${IDLE_SECONDS:-10}
 ready_max=${READY_SECONDS:-300}
 work=${WORK:-/tmp/swarmkv-scale-bench}
+workloads=${WORKLOADS-put100 get100 ledger100}
 if [ -n "${QUICK:-}" ]; then settle=${SETTLE:-5} dur=${DURATION:-5s}; else settle=${SETTLE:-15} dur=${DURATION:-10s}; fi
 # shellcheck source=bench-lib.sh
 . "$here/bench-lib.sh"
 [ -x "$bin" ] || { echo "scale-bench: $bin is not built (make build)" >&2; exit 2; }
 export SWARMNODE=$bin
+for w in $workloads; do
+  case $w in put100 | get100 | ledger100) ;; *) echo "scale-bench: WORKLOADS wants put100, get100, ledger100, got '$w'" >&2; exit 2 ;; esac
+done
 for s in $shards_list; do
   [[ $s =~ ^[0-9]+$ && $s -ge 1 ]] || { echo "scale-bench: SHARDS wants counts >= 1, got '$s'" >&2; exit 2; }
 done
@@ -93,6 +99,7 @@ fmt() { # thousands separators; "-" stays
 }
 cell() { # ops/s and errors
   local e=""
+  [ "$1" = - ] && { echo -; return; }
   [ "$3" != - ] && [ "$3" != 0 ] && e=" ($3 errors)"
   echo "$(fmt "$1")/s$e"
 }
@@ -117,8 +124,8 @@ for s in $shards_list; do
   idle_cores=$(awk -v c=$((c1 - c0)) -v hz="$hz" -v s="$idle" 'BEGIN { printf "%.2f", c / hz / s }')
   idle_rss=$(largest VmRSS)
   echo "scale-bench: $s shards: idle ${idle_cores} cores, largest RSS ${idle_rss} MiB" >&2
-  declare -A r=()
-  for w in put100 get100 ledger100; do
+  declare -A r=([put100.t]=- [put100.c]=- [put100.e]=- [get100.t]=- [get100.c]=- [get100.e]=- [ledger100.t]=- [ledger100.c]=- [ledger100.e]=-)
+  for w in $workloads; do
     echo "scale-bench: $s shards: $w for $dur" >&2
     read -r "r[$w.t]" "r[$w.c]" "r[$w.e]" < <(bench "$w")
     echo "scale-bench: $s shards: $w $(fmt "${r[$w.t]}")/s, ${r[$w.c]} µs CPU/op, ${r[$w.e]} errors" >&2

@@ -8,8 +8,10 @@
 #   put/s         put100 of scripts/bench-lib.sh (100 clients, 4 connections)
 #   get/s         get100 (linearizable get, 100 clients, 10k keys prefilled)
 #   ledger/s      ledger100 (ProcessUsage, 100 clients, 10,000 accounts)
-#   CPU/op        the 3 nodes' CPU over each bench (its prefill included, as
-#                 in scripts/perf-ab.sh) over its operations, in µs
+#   CPU/op        the 3 nodes' CPU per operation of each bench, in µs, from
+#                 the bench's first progress line (after its prefill and
+#                 first second) to its end: unlike scripts/perf-ab.sh, the
+#                 prefills of get100 and ledger100 are not counted
 #   peak RSS      the largest node's VmHWM after the three benches
 # and prints one markdown table on stdout (progress on stderr). The load tool
 # runs on the same machine and its CPU is not counted.
@@ -34,8 +36,8 @@
 #                              ("" measures the idle figures only)
 #
 # Every step is bounded (readiness by READY_SECONDS, each bench by its
-# duration plus 300 s for the prefill, under `timeout`), and the nodes are
-# stopped on exit, error or interrupt.
+# duration plus 300 s for the prefill, under `timeout`), and the nodes and
+# a running bench are stopped on exit, error or interrupt.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export PORT_BASE=${PORT_BASE:-24300}
@@ -63,7 +65,11 @@ hz=$(getconf CLK_TCK)
 dur_s=${dur%s}
 mkdir -p "$work"
 d=
-cleanup() { [ -z "$d" ] || "$here/loopback-cluster.sh" down "$d" >/dev/null 2>&1 || true; }
+benchpid=
+cleanup() {
+  [ -z "$benchpid" ] || kill "$benchpid" 2>/dev/null || true
+  [ -z "$d" ] || "$here/loopback-cluster.sh" down "$d" >/dev/null 2>&1 || true
+}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -77,21 +83,31 @@ largest() { # largest FIELD (VmRSS, VmHWM) of the nodes, in MiB
     sort -n | tail -1 | awk '{ printf "%.0f", $1 / 1024 }'
 }
 json_field() { sed -n "s/.*\"$2\":\([0-9.e+-]*\).*/\1/p" <<<"$1"; }
-# bench W: runs workload W, prints "ops/s µs-per-op errors" ("- - -" if it failed)
+# bench W: runs workload W, sets res to "ops/s µs-per-op errors" ("- - -" if it
+# failed); in this shell, so that cleanup knows benchpid
 bench() {
-  local w=$1 c0 c1 out ops tput errs
-  c0=$(node_cpu "$d")
+  local w=$1 c1= d1= c2 out ops tput errs
   # shellcheck disable=SC2046
-  out=$(timeout $((dur_s + 300)) "$bin" bench $(bench_args "$w") --duration "$dur" --json --progress=false \
-    --endpoints "$ep" 2>"$work/$w-$s.err" | tr -d '\n ') || true
-  c1=$(node_cpu "$d")
+  timeout $((dur_s + 300)) "$bin" bench $(bench_args "$w") --duration "$dur" --json --progress=true \
+    --endpoints "$ep" >"$work/$w-$s.json" 2>"$work/$w-$s.err" &
+  benchpid=$!
+  while kill -0 "$benchpid" 2>/dev/null; do
+    if [ -z "$c1" ] && line=$(grep -m1 ' ops/s ' "$work/$w-$s.err"); then
+      c1=$(node_cpu "$d"); d1=$(awk '{ print $2 }' <<<"$line")
+    fi
+    sleep 0.1
+  done
+  wait "$benchpid" || true
+  benchpid=
+  c2=$(node_cpu "$d")
+  out=$(tr -d '\n ' <"$work/$w-$s.json")
   tput=$(json_field "$out" ops_per_sec); ops=$(json_field "$out" ops); errs=$(json_field "$out" errors)
-  if [ -z "$tput" ] || [ "${ops:-0}" = 0 ]; then
-    echo "scale-bench: $s shards, $w failed: $(tail -1 "$work/$w-$s.err")" >&2
-    echo "- - -"; return
+  if [ -z "$tput" ] || [ "${ops:-0}" = 0 ] || [ -z "$c1" ] || [ "$ops" -le "$d1" ]; then
+    echo "scale-bench: $s shards, $w failed: $(grep -v ' ops/s ' "$work/$w-$s.err" | tail -1)" >&2
+    res="- - -"; return
   fi
-  awk -v t="$tput" -v o="$ops" -v c=$((c1 - c0)) -v hz="$hz" -v e="$errs" \
-    'BEGIN { printf "%.0f %.0f %d\n", t, c / hz * 1e6 / o, e }'
+  res=$(awk -v t="$tput" -v o=$((ops - d1)) -v c=$((c2 - c1)) -v hz="$hz" -v e="$errs" \
+    'BEGIN { printf "%.0f %.0f %d\n", t, c / hz * 1e6 / o, e }')
 }
 fmt() { # thousands separators; "-" stays
   [ "$1" = - ] && { echo -; return; }
@@ -127,7 +143,8 @@ for s in $shards_list; do
   declare -A r=([put100.t]=- [put100.c]=- [put100.e]=- [get100.t]=- [get100.c]=- [get100.e]=- [ledger100.t]=- [ledger100.c]=- [ledger100.e]=-)
   for w in $workloads; do
     echo "scale-bench: $s shards: $w for $dur" >&2
-    read -r "r[$w.t]" "r[$w.c]" "r[$w.e]" < <(bench "$w")
+    bench "$w"
+    read -r "r[$w.t]" "r[$w.c]" "r[$w.e]" <<<"$res"
     echo "scale-bench: $s shards: $w $(fmt "${r[$w.t]}")/s, ${r[$w.c]} µs CPU/op, ${r[$w.e]} errors" >&2
   done
   peak=$(largest VmHWM)

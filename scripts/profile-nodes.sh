@@ -21,7 +21,8 @@
 # Each component is the cumulative share of the nodes' CPU samples spent in
 # (under) the functions named; components overlap where one calls the other
 # (the fsyncs are part of the WAL writers, the decoding part of the apply).
-# Needs the ports of scripts/loopback-cluster.sh free.
+# Needs the ports of scripts/loopback-cluster.sh free (PORT_BASE moves them,
+# as there).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 workload=${1:-put100}
@@ -36,8 +37,8 @@ out=${OUT:-/tmp/swarmkv-profile}
 args=
 [ "$workload" = idle ] || args=$(bench_args "$workload") || { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 [ -x "$bin" ] || { echo "profile-nodes: $bin is not built (make build)" >&2; exit 2; }
-if curl -sf -m 1 127.0.0.1:17102/healthz >/dev/null 2>&1; then
-  echo "profile-nodes: a node already answers on 127.0.0.1:17102; stop that cluster first" >&2; exit 1
+if curl -sf -m 1 "127.0.0.1:$(node_port 1 2)/healthz" >/dev/null 2>&1; then
+  echo "profile-nodes: a node already answers on 127.0.0.1:$(node_port 1 2); stop that cluster first" >&2; exit 1
 fi
 rm -rf "$out"; mkdir -p "$out"
 d=$out/cluster
@@ -63,7 +64,7 @@ fi
 sleep 5 # past the prefill of get and ledger
 t0=$(node_cpu "$d")
 for i in 1 2 3; do
-  curl -sf -m $((secs + 10)) -o "$out/n$i.prof" "127.0.0.1:${i}7102/debug/pprof/profile?seconds=$secs" &
+  curl -sf -m $((secs + 10)) -o "$out/n$i.prof" "127.0.0.1:$(node_port "$i" 2)/debug/pprof/profile?seconds=$secs" &
 done
 wait $(jobs -p | grep -vx "${bench:-none}")
 t1=$(node_cpu "$d")

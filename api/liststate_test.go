@@ -116,9 +116,9 @@ func TestListByStatusOneState(t *testing.T) {
 	}
 	defer func() { close(stop); wg.Wait() }()
 
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
 	listings, seen := 0, 0
-	for ; time.Now().Before(deadline) || listings < 200; listings++ {
+	for ; listings < 2000 && time.Now().Before(deadline); listings++ {
 		want := records.AgentRunning
 		if listings%2 == 1 {
 			want = records.AgentStopped

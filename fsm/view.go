@@ -155,7 +155,10 @@ func (v View) Get(key []byte) ([]byte, error) {
 	// The default comparer's prefix is the whole key: an exact lookup,
 	// which consults the bloom filters as Get does.
 	if !v.it.SeekPrefixGE(key) || !bytes.Equal(v.it.Key(), key) {
-		return nil, wrapRead("get", v.it.Error())
+		if err := v.it.Error(); err != nil {
+			return nil, wrapRead("get", err)
+		}
+		return nil, ErrNotFound
 	}
 	val, err := v.it.ValueAndErr()
 	if err != nil {

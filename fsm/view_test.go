@@ -35,6 +35,9 @@ func TestViewSeesOneState(t *testing.T) {
 		if got, err := v.Get(keys.KV([]byte(rk), []byte("b"))); err != nil || string(got) != "1" {
 			return fmt.Errorf("b after the write: %q, %v, want the view's 1", got, err)
 		}
+		if got, err := v.Get(keys.KV([]byte(rk), []byte("c"))); !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("c after the write: %q, %v, want ErrNotFound", got, err)
+		}
 		kvs, more, err := v.ScanPage(prefix, keys.PrefixEnd(prefix), 0, 0)
 		if err != nil || more || len(kvs) != 2 || string(kvs[0].Value) != "1" || string(kvs[1].Value) != "1" {
 			return fmt.Errorf("scan after the write: %d items %v (more %v), want a=1 b=1", len(kvs), err, more)

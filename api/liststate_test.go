@@ -38,7 +38,7 @@ func oneNode(t *testing.T) (*cluster.Node, *server) {
 		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond,
 		LeaderLeaseTimeout: 100 * time.Millisecond,
 		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil))}
-	n, err := cluster.New(cfg, Services)
+	n, err := cluster.New(cfg, func(n *cluster.Node) cluster.Services { return Services(n) })
 	if err != nil {
 		t.Fatal(err)
 	}

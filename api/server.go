@@ -16,7 +16,7 @@ import (
 type server struct {
 	rpc.UnimplementedKVServer
 	rpc.UnimplementedClusterServer
-	node *cluster.Node
+	node Node
 	cfg  cluster.Config // node.Config(), read once
 	// Streams per identity (streamlimit.go): watchers and lease
 	// keep-alive streams.

@@ -187,16 +187,11 @@ func RedisOn(ctx context.Context, n Replicas, r *replica.Replica, req *RedisRequ
 	if !ownsAll(r, req) {
 		return StaleSlotsReply(req.Shard), 0, nil
 	}
-	v, err = r.FSM().RedisRead(req.Cmds[0])
+	// Fenced on the keys' slots before and after the read (a freeze and
+	// drop completing during it answers moved).
+	v, err = r.FSM().ReadRedis(req.Cmds[0])
 	if err != nil {
 		return resp.Value{}, 0, err
-	}
-	// RedisRead checked the keys' slots before reading; check them again
-	// (fsm.FSM.CheckSlot: a freeze and drop completing during the read).
-	for _, k := range fsm.RedisKeys(req.Cmds[0]) {
-		if err := r.FSM().CheckRoutingKey(keys.RedisRoutingKey(k)); err != nil {
-			return resp.Value{}, 0, err
-		}
 	}
 	if !ownsAll(r, req) { // the same, for a shard-wide read
 		return StaleSlotsReply(req.Shard), 0, nil

@@ -6,11 +6,13 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/resp"
 	"github.com/swarmkv/swarmkv/shard"
 )
 
 // The read seam. A front reads a shard replica's state only through Read
-// (or ReadKey, ReadRedis for one key or one Redis command): the slot
+// (or ReadKey for one key, ReadRedis for one Redis command): the slot
 // fencing is done inside, so no handler can forget it, and every read of
 // one call sees one state.
 //
@@ -247,4 +249,23 @@ func (v View) OwnsKey(key, value []byte) (bool, error) {
 		return false, err
 	}
 	return v.st.owned.Has(slot) && cur.owned.Has(slot), nil
+}
+
+// ReadRedis is RedisRead fenced as Read is, on the slot of every key argv
+// names: a key of a slot the shard does not own is refused before the
+// read (RedisRead), and a freeze of one applied during the read turns the
+// answer into its *MovedError. Commands that name several keys read one
+// snapshot; listings (KEYS, SCAN) leave out the keys of slots the shard
+// does not own and are not fenced.
+func (f *FSM) ReadRedis(argv [][]byte) (resp.Value, error) {
+	v, err := f.RedisRead(argv)
+	if err != nil {
+		return resp.Value{}, err
+	}
+	for _, k := range RedisKeys(argv) {
+		if err := f.CheckRoutingKey(keys.RedisRoutingKey(k)); err != nil {
+			return resp.Value{}, err
+		}
+	}
+	return v, nil
 }

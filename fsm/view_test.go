@@ -162,3 +162,36 @@ func BenchmarkGet(b *testing.B) {
 		}
 	})
 }
+
+// TestReadRedisFenced: ReadRedis answers a read of owned keys, refuses a
+// key of a frozen slot with the move's *MovedError (for a multi-key
+// command too, whichever key it is), and a listing leaves the frozen
+// slot's keys out. (The check after the read is CheckRoutingKey, as in
+// Read: TestReadFences lands a freeze during a read.)
+func TestReadRedisFenced(t *testing.T) {
+	h := newRedisHarness(t)
+	h.do("SET", "kept", "1")
+	h.do("SET", "moving", "2")
+	if v, err := h.f.ReadRedis(argv("GET", "moving")); err != nil || string(v.Append(nil, 2)) != "$1\r\n2\r\n" {
+		t.Fatalf("GET before the freeze: %q, %v", v.Append(nil, 2), err)
+	}
+	slot := shard.SlotOf(keys.RedisRoutingKey([]byte("moving")))
+	if shard.SlotOf(keys.RedisRoutingKey([]byte("kept"))) == slot {
+		t.Fatal("the two keys share a slot")
+	}
+	if res := h.apply(freezeCmd(9, shard.SlotSetOf(slot), 3, 4)); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	for _, cmd := range []RedisArgv{argv("GET", "moving"), argv("MGET", "kept", "moving"), argv("EXISTS", "moving", "kept", "kept")} {
+		_, err := h.f.ReadRedis(cmd)
+		if me := movedErr(t, err); me.Target != 3 || me.MapVersion != 4 {
+			t.Fatalf("%q: %+v", cmd, me)
+		}
+	}
+	if v, err := h.f.ReadRedis(argv("GET", "kept")); err != nil || string(v.Append(nil, 2)) != "$1\r\n1\r\n" {
+		t.Fatalf("GET of an owned key: %q, %v", v.Append(nil, 2), err)
+	}
+	if v, err := h.f.ReadRedis(argv("KEYS", "*")); err != nil || string(v.Append(nil, 2)) != "*1\r\n$4\r\nkept\r\n" {
+		t.Fatalf("KEYS: %q, %v", v.Append(nil, 2), err)
+	}
+}

@@ -45,10 +45,23 @@ func (s *server) read(ctx context.Context, rk []byte, c rpc.Consistency, fn func
 	if err != nil {
 		return err
 	}
-	if err := s.readAt(ctx, id, r, c); err != nil {
+	rc, err := s.consistency(id, c)
+	if err != nil {
 		return err
 	}
-	return s.statusErr(id, r.FSM().Read(rk, fn))
+	return s.statusErr(id, r.Read(ctx, rc, rk, fn))
+}
+
+// consistency is the replica's consistency for c (InvalidArgument for an
+// unknown one).
+func (s *server) consistency(id shard.ID, c rpc.Consistency) (replica.Consistency, error) {
+	if err := validateConsistency(c); err != nil {
+		return 0, s.statusErr(id, err)
+	}
+	if c == rpc.Consistency_CONSISTENCY_LINEARIZABLE {
+		return replica.Linearizable, nil
+	}
+	return replica.Stale, nil
 }
 
 // readKey is read of the one key key: its value, fsm.ErrNotFound when
@@ -58,10 +71,11 @@ func (s *server) readKey(ctx context.Context, rk []byte, c rpc.Consistency, key 
 	if err != nil {
 		return nil, err
 	}
-	if err := s.readAt(ctx, id, r, c); err != nil {
+	rc, err := s.consistency(id, c)
+	if err != nil {
 		return nil, err
 	}
-	v, err := r.FSM().ReadKey(rk, key)
+	v, err := r.ReadKey(ctx, rc, rk, key)
 	if errors.Is(err, fsm.ErrNotFound) {
 		return nil, err
 	}
@@ -121,16 +135,21 @@ func (s *server) readTarget(ctx context.Context, t *rpc.Target, idLen int, c rpc
 	if err != nil {
 		return err
 	}
-	if err := s.readAt(ctx, id, r, c); err != nil {
+	rc, err := s.consistency(id, c)
+	if err != nil {
 		return err
 	}
 	rk := targetKey(t)
 	if rk == nil {
-		if err := s.staleMap(id, r, t.GetMapVersion()); err != nil {
-			return err
-		}
+		// Checked after the barrier too (staleMap), as readShard does.
+		return s.statusErr(id, r.Read(ctx, rc, nil, func(v fsm.View) error {
+			if err := s.staleMap(id, r, t.GetMapVersion()); err != nil {
+				return err
+			}
+			return fn(v)
+		}))
 	}
-	return s.statusErr(id, r.FSM().Read(rk, fn))
+	return s.statusErr(id, r.Read(ctx, rc, rk, fn))
 }
 
 // readShard is readTarget for a shard id (a fan-out's listing).
@@ -139,13 +158,17 @@ func (s *server) readShard(ctx context.Context, shardID uint32, mapVersion uint6
 	if err != nil {
 		return err
 	}
-	if err := s.readAt(ctx, id, r, c); err != nil {
+	rc, err := s.consistency(id, c)
+	if err != nil {
 		return err
 	}
-	if err := s.staleMap(id, r, mapVersion); err != nil {
-		return err
-	}
-	return s.statusErr(id, r.FSM().Read(nil, fn))
+	// The map version is checked after the read barrier (in fn).
+	return s.statusErr(id, r.Read(ctx, rc, nil, func(v fsm.View) error {
+		if err := s.staleMap(id, r, mapVersion); err != nil {
+			return err
+		}
+		return fn(v)
+	}))
 }
 
 // staleMap answers moved when shard r gave slots away under a map newer

@@ -9,9 +9,11 @@
 // calls). Errors become gRPC statuses through the core's one table
 // (cluster.StatusError).
 //
-// Reads are fenced by slot (route.go): a routed read of a slot the shard
-// does not own answers the moved status, checked after the read barrier
-// and again after the read; shard-wide listings leave such slots' records
+// Reads are fenced by slot inside the state machine (route.go: every read
+// goes through fsm.FSM.Read or ReadKey, by way of replica.Replica.Read): a
+// routed read of a slot the shard does not own answers the moved status,
+// checked after the read barrier and again after the read, and all the
+// reads of one handler see one state of the shard; shard-wide listings leave such slots' records
 // out, and fan-out lookups that find a record in one answer moved.
 //
 // It owns no state: every handler routes through the interfaces it

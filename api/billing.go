@@ -37,9 +37,7 @@ func (s *billingServer) PutAccount(ctx context.Context, req *rpc.PutAccountReque
 
 func (s *billingServer) GetAccount(ctx context.Context, req *rpc.AccountRef) (*rpc.GetAccountResponse, error) {
 	var a records.Account
-	err := userRead(ctx, s.server, req.GetUserId(), rpc.AccountIDFromBytes, req.GetConsistency(), func(user keys.AccountID, v fsm.View) error {
-		return getRecord(s.server, v, keys.Account(user), &a)
-	})
+	err := userGet(ctx, s.server, req.GetUserId(), rpc.AccountIDFromBytes, req.GetConsistency(), keys.Account, &a)
 	if err != nil {
 		return nil, err
 	}

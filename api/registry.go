@@ -444,9 +444,7 @@ func (s *registryServer) PutUser(ctx context.Context, req *rpc.PutUserRequest) (
 
 func (s *registryServer) GetUser(ctx context.Context, req *rpc.UserRef) (*rpc.GetUserResponse, error) {
 	var u records.UserRecord
-	err := userRead(ctx, s.server, req.GetUserId(), rpc.UserIDFromBytes, req.GetConsistency(), func(user keys.UserID, v fsm.View) error {
-		return getRecord(s.server, v, keys.User(user), &u)
-	})
+	err := userGet(ctx, s.server, req.GetUserId(), rpc.UserIDFromBytes, req.GetConsistency(), keys.User, &u)
 	if err != nil {
 		return nil, err
 	}

@@ -3,12 +3,17 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/records"
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
 )
@@ -204,6 +209,29 @@ func userRead[ID any](ctx context.Context, s *server, b []byte, parse func([]byt
 		return s.statusErr(0, badInput(err))
 	}
 	return s.read(ctx, b, c, func(v fsm.View) error { return fn(user, v) })
+}
+
+// userGet reads the one record of user b (parsed with parse) under the
+// key key names and decodes it into rec: readKey, no view needed;
+// codes.NotFound when absent.
+func userGet[ID any, R records.Record](ctx context.Context, s *server, b []byte, parse func([]byte) (ID, error), c rpc.Consistency,
+	key func(ID) []byte, rec R) error {
+	user, err := parse(b)
+	if err != nil {
+		return s.statusErr(0, badInput(err))
+	}
+	k := key(user)
+	v, err := s.readKey(ctx, b, c, k)
+	if errors.Is(err, fsm.ErrNotFound) {
+		return status.Error(codes.NotFound, "not found")
+	}
+	if err != nil {
+		return err
+	}
+	if err := records.Decode(v, rec); err != nil {
+		return s.statusErr(0, fmt.Errorf("stored record %x: %w", k, err))
+	}
+	return nil
 }
 
 // Slot fencing. A shard answers a read of a routing key only while it

@@ -41,9 +41,9 @@ import (
 
 // View is a read-only view of one shard replica's state at one point: a
 // Pebble iterator opened by Read and repositioned by each of its reads. A
-// View is valid only during the fn it is
-// passed to, and is used by that goroutine alone. Keys of the meta table
-// read as absent. Values returned are copies the caller owns.
+// View is valid only during the fn it is passed to, and is used by that
+// goroutine alone. Keys of the meta table read as absent. Values returned
+// are copies the caller owns.
 type View struct {
 	f  *FSM
 	it *pebble.Iterator // the state viewed
@@ -70,7 +70,9 @@ func (f *FSM) Read(rk []byte, fn func(View) error) error {
 		return wrapRead("read", err)
 	}
 	if f.restoring.Load() {
-		// A Restore began: the view may hold part of its clear.
+		// A Restore began: the view may hold part of its clear. (A whole
+		// Restore between fenceBefore and NewIter would go unseen, as it
+		// did for FSM.Get; raft runs one only on a replica far behind.)
 		_ = it.Close()
 		return ErrRestoring
 	}

@@ -70,9 +70,10 @@ func (f *FSM) Read(rk []byte, fn func(View) error) error {
 		return wrapRead("read", err)
 	}
 	if f.restoring.Load() {
-		// A Restore began: the view may hold part of its clear. (A whole
-		// Restore between fenceBefore and NewIter would go unseen, as it
-		// did for FSM.Get; raft runs one only on a replica far behind.)
+		// A Restore began: the view may hold part of its clear. (One that
+		// began before NewIter and ended between NewIter and this check
+		// would go unseen, the window FSM.Get has too; raft restores only
+		// a replica far behind.)
 		_ = it.Close()
 		return ErrRestoring
 	}

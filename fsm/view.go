@@ -98,11 +98,20 @@ func (f *FSM) ReadKey(rk, key []byte) ([]byte, error) {
 	if _, err := f.fenceBefore(rk); err != nil {
 		return nil, err
 	}
-	v, err := getData(f.db, key)
+	if len(key) == 0 || key[0] == metaPrefix {
+		return nil, ErrNotFound
+	}
+	v, found, err := getCopy(f.db, key)
 	if ferr := f.fenceAfter(rk); ferr != nil {
 		return nil, ferr
 	}
-	return v, err
+	switch {
+	case err != nil:
+		return nil, wrapRead("get", err)
+	case !found:
+		return nil, ErrNotFound
+	}
+	return v, nil
 }
 
 // fenceBefore returns the ownership state as of the applied index, or the
@@ -130,22 +139,6 @@ func (f *FSM) fenceAfter(rk []byte) error {
 		return nil
 	}
 	return f.CheckRoutingKey(rk)
-}
-
-// getData is Get on r: a copy of key's value, ErrNotFound when absent or
-// in the meta table.
-func getData(r pebble.Reader, key []byte) ([]byte, error) {
-	if len(key) == 0 || key[0] == metaPrefix {
-		return nil, ErrNotFound
-	}
-	v, found, err := readerGetter(r)(key)
-	if err != nil {
-		return nil, wrapRead("get", err)
-	}
-	if !found {
-		return nil, ErrNotFound
-	}
-	return v, nil
 }
 
 // Shard is the shard id of the replica viewed.

@@ -114,8 +114,9 @@ func TestReadFences(t *testing.T) {
 }
 
 // BenchmarkGet compares a point read of a routed key: the handlers' old
-// path (check the slot, Get, check again), Read with View.Get (a Pebble
-// snapshot), and ReadKey (the DB directly, fenced the same way). The shard
+// path (check the slot, Get, check again), Read with View.Get (one Pebble
+// iterator), the same over a Pebble snapshot, and ReadKey (the DB
+// directly, fenced the same way). The shard
 // owns half the slots, so the checks do their work.
 func BenchmarkGet(b *testing.B) {
 	rk := []byte("user-1")
@@ -149,6 +150,24 @@ func BenchmarkGet(b *testing.B) {
 				v, err = view.Get(key)
 				return err
 			}); err != nil || v == nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("snapshot", func(b *testing.B) { // what View is not: a Pebble snapshot per read
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := r.f.CheckRoutingKey(rk); err != nil {
+				b.Fatal(err)
+			}
+			snap := r.f.db.NewSnapshot()
+			if _, found, err := readerGetter(snap)(key); err != nil || !found {
+				b.Fatal(err)
+			}
+			if err := snap.Close(); err != nil {
+				b.Fatal(err)
+			}
+			if err := r.f.CheckRoutingKey(rk); err != nil {
 				b.Fatal(err)
 			}
 		}

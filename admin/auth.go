@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/swarmkv/swarmkv/auth"
-	"github.com/swarmkv/swarmkv/cluster"
 )
 
 // Authorize guards the admin HTTP API of node n (package auth/authn has the
@@ -22,7 +21,7 @@ import (
 // backups (they copy every record) and every refusal are audit-logged
 // (Audit). Without auth (On false)
 // every request passes.
-func Authorize(n *cluster.Node, next http.Handler) http.Handler {
+func Authorize(n Node, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch p := r.URL.Path; {
 		case p == "/healthz", p == "/readyz", p == "/metrics",

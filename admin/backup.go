@@ -31,7 +31,7 @@ import (
 // its status; after it the connection is cut, so the client sees a
 // truncated section, never a short one that looks whole.
 
-func backupRoutes(n *cluster.Node, handle handleFunc, mux *http.ServeMux) {
+func backupRoutes(n Node, handle handleFunc, mux *http.ServeMux) {
 	handle("GET "+backup.StatePath, func(ctx context.Context, r *http.Request) (any, error) {
 		return n.BackupState(ctx)
 	})

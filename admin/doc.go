@@ -6,7 +6,7 @@
 // their JSON, the HTTP server and its timeouts, the Host check of a
 // loopback listener (DNS rebinding) and the HTTP auth rules (who may call
 // what); the operations themselves and the identification of callers are
-// the node's (cluster.Node: Status, JoinNode, CreateToken...; its
+// the node's (the Node interface of node.go: Status, JoinNode, CreateToken...; its
 // authenticator, Node.Authn: IdentifyHTTP, Allows, Audit).
 //
 // It may import cluster, auth, auth/authn (and internal helpers); cluster
@@ -15,7 +15,7 @@
 //
 // Usage:
 //
-//	n, err := cluster.New(cfg, api.Services)
+//	n, err := cluster.New(cfg, server.Services)
 //	...
 //	a := admin.Start(n) // nil without Config.HTTPAddr
 //	defer n.Close()

@@ -45,7 +45,7 @@ import (
 //	GET|PUT /debug/faults  injected Raft-port faults (only with Config.Faults:
 //	              swarmnode serve --fault-injection); PUT replaces them with
 //	              {"delay":"50ms","drop_rate":0.01,"block":["<peer IP>"]}
-func Handler(n *cluster.Node) http.Handler {
+func Handler(n Node) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
@@ -72,7 +72,7 @@ func Handler(n *cluster.Node) http.Handler {
 	return checkHost(n, Authorize(n, mux))
 }
 
-func faultRoutes(n *cluster.Node, f *faultnet.Local, mux *http.ServeMux) {
+func faultRoutes(n Node, f *faultnet.Local, mux *http.ServeMux) {
 	mux.HandleFunc("GET /debug/faults", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(f.Faults())
@@ -97,7 +97,7 @@ func faultRoutes(n *cluster.Node, f *faultnet.Local, mux *http.ServeMux) {
 
 // routes registers the cluster admin routes on mux (see Handler); errors
 // answer their status from the node's one table (cluster.HTTPStatus).
-func routes(n *cluster.Node, mux *http.ServeMux) {
+func routes(n Node, mux *http.ServeMux) {
 	const timeout = 30 * time.Second
 	handle := func(pattern string, fn func(ctx context.Context, r *http.Request) (any, error)) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {

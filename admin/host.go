@@ -27,7 +27,7 @@ import (
 // refused with 403: command-line clients send none.
 // On other listen addresses the handler is next itself: their names are
 // not known, and they need TLS or --insecure (docs/security.md).
-func checkHost(n *cluster.Node, next http.Handler) http.Handler {
+func checkHost(n Node, next http.Handler) http.Handler {
 	cfg, a := n.Config(), n.Addrs()
 	return hostGuard(cfg.HTTPAddr, []string{a.HTTPAddr, a.GRPCAddr, a.RaftAddr, a.GossipAddr,
 		cfg.GRPCAdvertise, cfg.RaftAdvertise, cfg.GossipAdvertise, cfg.RedisAddr}, n.Logger(), next)

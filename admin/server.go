@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/internal/lograte"
 )
 
@@ -30,7 +29,7 @@ type Server struct {
 // (cluster.Node.HTTPListener; with TLS when the node has TLS). It returns
 // nil when the node has no HTTP listener (Config.HTTPAddr empty, or taken
 // before).
-func Start(n *cluster.Node) *Server {
+func Start(n Node) *Server {
 	ln := n.HTTPListener()
 	if ln == nil {
 		return nil

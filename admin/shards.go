@@ -31,7 +31,7 @@ const maxShardBody = 64 << 10
 
 type handleFunc func(pattern string, fn func(ctx context.Context, r *http.Request) (any, error))
 
-func shardRoutes(n *cluster.Node, handle handleFunc) {
+func shardRoutes(n Node, handle handleFunc) {
 	handle("POST /v1/shards/{shard}/split", func(ctx context.Context, r *http.Request) (any, error) {
 		id, err := parseShardID(r.PathValue("shard"))
 		if err != nil {

@@ -37,7 +37,7 @@ import (
 // leader.
 const forwardedHeader = "X-Swarmkv-Forwarded"
 
-func tokenRoutes(n *cluster.Node, mux *http.ServeMux) {
+func tokenRoutes(n Node, mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/tokens", tokenHandler(n, func(ctx context.Context, r *http.Request) (any, error) {
 		var req struct {
 			Name  string   `json:"name"`
@@ -62,7 +62,7 @@ func tokenRoutes(n *cluster.Node, mux *http.ServeMux) {
 // table gives it (cluster.HTTPStatus: a bad request 400, an unknown token
 // 404, no meta leader reached 409, a leader not ready yet 503...) and
 // {"error": its text}.
-func tokenHandler(n *cluster.Node, fn func(ctx context.Context, r *http.Request) (any, error)) http.HandlerFunc {
+func tokenHandler(n Node, fn func(ctx context.Context, r *http.Request) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 		defer cancel()
@@ -118,7 +118,7 @@ func tokenHandler(n *cluster.Node, fn func(ctx context.Context, r *http.Request)
 }
 
 // forwardToMetaLeader replays r on the meta leader a and copies its answer.
-func forwardToMetaLeader(ctx context.Context, n *cluster.Node, w http.ResponseWriter, r *http.Request, a cluster.NodeAddrs, body []byte) {
+func forwardToMetaLeader(ctx context.Context, n Node, w http.ResponseWriter, r *http.Request, a cluster.NodeAddrs, body []byte) {
 	fail := func(msg string) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		writeJSONError(w, msg)

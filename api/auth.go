@@ -6,7 +6,6 @@ import (
 
 	"github.com/swarmkv/swarmkv/auth"
 	"github.com/swarmkv/swarmkv/auth/authn"
-	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/rpc"
 	"google.golang.org/grpc"
@@ -150,7 +149,7 @@ func authorize(a *authn.Authenticator, ctx context.Context, method string, perm 
 // authUnary guards every unary gRPC call (authorize; a Redis Exec's
 // permission is its request's, redisPerm), and binds a Pools call's actor
 // to the caller (bindActor).
-func authUnary(n *cluster.Node, ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func authUnary(n Node, ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	a := n.Authn()
 	if !a.On() {
 		return handler(ctx, req)
@@ -185,7 +184,7 @@ func authUnary(n *cluster.Node, ctx context.Context, req any, info *grpc.UnarySe
 // stream's context (authn.CallerOf). Streams whose permission depends on
 // what they carry check that themselves besides: the Pipeline authorizes
 // each call with authUnary, Watch its request's table (watchServer.Watch).
-func authStream(n *cluster.Node, srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+func authStream(n Node, srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	a := n.Authn()
 	if !a.On() {
 		return handler(srv, ss)

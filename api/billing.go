@@ -35,14 +35,10 @@ func (s *billingServer) PutAccount(ctx context.Context, req *rpc.PutAccountReque
 		})
 }
 
-func (s *billingServer) GetAccount(ctx context.Context, req *rpc.AccountRef) (resp *rpc.GetAccountResponse, err error) {
-	user, r, err := userRead(ctx, s.server, req.GetUserId(), rpc.AccountIDFromBytes, req.GetConsistency())
-	if err != nil {
-		return nil, err
-	}
-	defer fence(s.server, r, user[:], &resp, &err)
+func (s *billingServer) GetAccount(ctx context.Context, req *rpc.AccountRef) (*rpc.GetAccountResponse, error) {
 	var a records.Account
-	if err := getRecord(s.server, r, keys.Account(user), &a); err != nil {
+	err := userGet(ctx, s.server, req.GetUserId(), rpc.AccountIDFromBytes, req.GetConsistency(), keys.Account, &a)
+	if err != nil {
 		return nil, err
 	}
 	return &rpc.GetAccountResponse{Account: rpc.AccountToProto(&a)}, nil
@@ -120,12 +116,21 @@ func (s *billingServer) GetTransaction(ctx context.Context, req *rpc.Transaction
 // ListTransactionsByUser lists newest first: offset paging as the seed
 // does (cost grows with the offset), or cursor paging with before (cost
 // independent of depth).
-func (s *billingServer) ListTransactionsByUser(ctx context.Context, req *rpc.ListTransactionsRequest) (resp *rpc.TransactionList, err error) {
-	user, r, err := userRead(ctx, s.server, req.GetUserId(), rpc.AccountIDFromBytes, req.GetConsistency())
+func (s *billingServer) ListTransactionsByUser(ctx context.Context, req *rpc.ListTransactionsRequest) (*rpc.TransactionList, error) {
+	var resp *rpc.TransactionList
+	err := userRead(ctx, s.server, req.GetUserId(), rpc.AccountIDFromBytes, req.GetConsistency(), func(user keys.AccountID, v fsm.View) (err error) {
+		resp, err = s.transactions(v, user, req)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer fence(s.server, r, user[:], &resp, &err)
+	return resp, nil
+}
+
+// transactions answers a page of user's transactions from v: the index
+// and the records from one view.
+func (s *billingServer) transactions(v fsm.View, user keys.AccountID, req *rpc.ListTransactionsRequest) (*rpc.TransactionList, error) {
 	limit := int(req.GetLimit())
 	if limit <= 0 || limit > s.cfg.MaxScanPage {
 		limit = s.cfg.MaxScanPage
@@ -136,16 +141,16 @@ func (s *billingServer) ListTransactionsByUser(ctx context.Context, req *rpc.Lis
 	if b := req.GetBefore(); len(b) > 0 {
 		before, err := rpc.TransactionIDFromBytes(b)
 		if err != nil {
-			return nil, s.statusErr(r.ID(), badInput(err))
+			return nil, s.statusErr(v.Shard(), badInput(err))
 		}
 		if skip > 0 {
-			return nil, s.statusErr(r.ID(), invalid("offset and before are exclusive"))
+			return nil, s.statusErr(v.Shard(), invalid("offset and before are exclusive"))
 		}
 		end = keys.TransactionByUser(user, before)
 	}
-	kvs, err := r.FSM().ScanReverse(prefix, end, limit+1, skip)
+	kvs, err := v.ScanReverse(prefix, end, limit+1, skip)
 	if err != nil {
-		return nil, s.statusErr(r.ID(), err)
+		return nil, s.statusErr(v.Shard(), err)
 	}
 	out := &rpc.TransactionList{}
 	more := len(kvs) > limit
@@ -155,11 +160,11 @@ func (s *billingServer) ListTransactionsByUser(ctx context.Context, req *rpc.Lis
 	for _, kv := range kvs {
 		_, txID, err := keys.DecodeTransactionByUser(kv.Key)
 		if err != nil {
-			return nil, s.statusErr(r.ID(), err)
+			return nil, s.statusErr(v.Shard(), err)
 		}
 		var tx records.CreditTransaction
-		if err := getRecord(s.server, r, keys.Transaction(txID), &tx); err != nil {
-			return nil, s.statusErr(r.ID(), fmt.Errorf("transaction index entry without its transaction: %w", err))
+		if err := getRecord(s.server, v, keys.Transaction(txID), &tx); err != nil {
+			return nil, s.statusErr(v.Shard(), fmt.Errorf("transaction index entry without its transaction: %w", err))
 		}
 		out.Transactions = append(out.Transactions, rpc.TransactionToProto(&tx))
 		if more {

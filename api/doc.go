@@ -9,13 +9,15 @@
 // calls). Errors become gRPC statuses through the core's one table
 // (cluster.StatusError).
 //
-// Reads are fenced by slot (route.go): a routed read of a slot the shard
-// does not own answers the moved status, checked after the read barrier
-// and again after the read; shard-wide listings leave such slots' records
+// Reads are fenced by slot inside the state machine (route.go: every read
+// goes through fsm.FSM.Read or ReadKey, by way of replica.Replica.Read): a
+// routed read of a slot the shard does not own answers the moved status,
+// checked after the read barrier and again after the read, and all the
+// reads of one handler see one state of the shard; shard-wide listings leave such slots' records
 // out, and fan-out lookups that find a record in one answer moved.
 //
-// It owns no state: every handler routes through the narrow API of
-// cluster.Node (cluster/services.go, cluster/front.go) and
+// It owns no state: every handler routes through the interfaces it
+// declares (Node, Replicas: node.go), which *cluster.Node satisfies, and
 // replica.Replica (its ID, FSM, Leader, IsLeader, ReadBarrier and
 // Propose; package cluster/replica). It may import cluster,
 // cluster/replica, fsm, records, keys, shard, resp, rpc, auth and
@@ -25,7 +27,7 @@
 //
 // Usage:
 //
-//	n, err := cluster.New(cfg, api.Services)
+//	n, err := cluster.New(cfg, server.Services) // api.Services for a *cluster.Node
 package api
 
 import (
@@ -41,7 +43,7 @@ import (
 // interceptors for cluster.New, which registers them before its gRPC
 // server serves and stops the Pipeline's streams (Stop) and joins its
 // goroutines (Close) when the node closes.
-func Services(n *cluster.Node) cluster.Services {
+func Services(n Node) cluster.Services {
 	srv := &server{node: n, cfg: n.Config()}
 	srv.watchersOf = newIdentityLimit("watchers", "max-watchers-per-identity", srv.cfg.MaxWatchersPerIdentity)
 	srv.watchMem = newWatchMemory(srv.cfg.MaxWatchMemory)

@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 
-	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 
@@ -126,18 +125,18 @@ func collect[T proto.Message](pg *pager, kvs []fsm.KV, more bool, item func(fsm.
 	return out, pg.next(more), nil
 }
 
-// page reads one page of the listing under prefix from r, continuing after
+// page reads one page of the listing under prefix from v, continuing after
 // cursor, asking for limit items: the pager to fill, the stored items, and
 // whether more follow them.
-func (s *server) page(r *replica.Replica, prefix, cursor []byte, limit uint32) (*pager, []fsm.KV, bool, error) {
+func (s *server) page(v fsm.View, prefix, cursor []byte, limit uint32) (*pager, []fsm.KV, bool, error) {
 	start, err := cursorStart(prefix, cursor)
 	if err != nil {
-		return nil, nil, false, s.statusErr(r.ID(), err)
+		return nil, nil, false, s.statusErr(v.Shard(), err)
 	}
 	pg := s.newPager(limit)
-	kvs, more, err := r.FSM().ScanPage(start, keys.PrefixEnd(prefix), pg.limit, pg.maxBytes)
+	kvs, more, err := v.ScanPage(start, keys.PrefixEnd(prefix), pg.limit, pg.maxBytes)
 	if err != nil {
-		return nil, nil, false, s.statusErr(r.ID(), err)
+		return nil, nil, false, s.statusErr(v.Shard(), err)
 	}
 	return pg, kvs, more, nil
 }

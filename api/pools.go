@@ -230,22 +230,10 @@ func (s *poolsServer) poolsReplica() (*replica.Replica, error) {
 	return r, err
 }
 
-// read routes to the pools shard, passes the read barrier for c and
-// checks the pools' slot (the handler fences its answer: pfence).
-func (s *poolsServer) read(ctx context.Context, c rpc.Consistency) (*replica.Replica, error) {
-	r, err := s.poolsReplica()
-	if err != nil {
-		return nil, err
-	}
-	if err := s.readAt(ctx, r.ID(), r, c); err != nil {
-		return nil, err
-	}
-	return r, s.checkSlot(r, poolsRoutingKey)
-}
-
-// pfence is fence for the pools' slot.
-func pfence[T any](s *poolsServer, r *replica.Replica, resp *T, err *error) {
-	fence(s.server, r, poolsRoutingKey, resp, err)
+// view reads the pools shard: the read barrier for c, then fn on a view
+// fenced on the pools' slot (server.read).
+func (s *poolsServer) view(ctx context.Context, c rpc.Consistency, fn func(fsm.View) error) error {
+	return s.read(ctx, poolsRoutingKey, c, fn)
 }
 
 // propose proposes cmd to the pools shard and returns the replica it went
@@ -267,10 +255,10 @@ func (s *poolsServer) seal() sealFunc {
 	return nil
 }
 
-// getPool reads pool id from r; NotFound when absent.
-func (s *poolsServer) getPool(r *replica.Replica, id string) (*records.Pool, error) {
+// getPool reads pool id from v; NotFound when absent.
+func (s *poolsServer) getPool(v fsm.View, id string) (*records.Pool, error) {
 	var p records.Pool
-	if err := getRecord(s.server, r, keys.Pool(id), &p); err != nil {
+	if err := getRecord(s.server, v, keys.Pool(id), &p); err != nil {
 		if status.Code(err) == codes.NotFound {
 			return nil, status.Errorf(codes.NotFound, "pool %s not found", id)
 		}
@@ -280,8 +268,8 @@ func (s *poolsServer) getPool(r *replica.Replica, id string) (*records.Pool, err
 }
 
 // visiblePool reads pool id and checks actor may see it.
-func (s *poolsServer) visiblePool(r *replica.Replica, actor, id string) (*records.Pool, error) {
-	p, err := s.getPool(r, id)
+func (s *poolsServer) visiblePool(v fsm.View, actor, id string) (*records.Pool, error) {
+	p, err := s.getPool(v, id)
 	if err != nil {
 		return nil, err
 	}
@@ -291,10 +279,10 @@ func (s *poolsServer) visiblePool(r *replica.Replica, actor, id string) (*record
 	return p, nil
 }
 
-// getBot reads bot agentID from r; NotFound when absent.
-func (s *poolsServer) getBot(r *replica.Replica, agentID string) (*records.Bot, error) {
+// getBot reads bot agentID from v; NotFound when absent.
+func (s *poolsServer) getBot(v fsm.View, agentID string) (*records.Bot, error) {
 	var b records.Bot
-	if err := getRecord(s.server, r, keys.Bot(agentID), &b); err != nil {
+	if err := getRecord(s.server, v, keys.Bot(agentID), &b); err != nil {
 		if status.Code(err) == codes.NotFound {
 			return nil, status.Errorf(codes.NotFound, "bot %s not found", agentID)
 		}
@@ -304,15 +292,15 @@ func (s *poolsServer) getBot(r *replica.Replica, agentID string) (*records.Bot, 
 }
 
 // poolBots returns the bots of pool id, in agent id order.
-func (s *poolsServer) poolBots(r *replica.Replica, id string) ([]*records.Bot, error) {
+func (s *poolsServer) poolBots(v fsm.View, id string) ([]*records.Bot, error) {
 	prefix := keys.BotsByPoolPrefix(id)
-	kvs, err := r.FSM().Scan(prefix, keys.PrefixEnd(prefix), 0)
+	kvs, err := v.Scan(prefix, keys.PrefixEnd(prefix), 0)
 	if err != nil {
-		return nil, s.statusErr(r.ID(), err)
+		return nil, s.statusErr(v.Shard(), err)
 	}
 	out := make([]*records.Bot, 0, len(kvs))
 	for _, kv := range kvs {
-		b, err := s.indexedBot(r, kv.Key)
+		b, err := s.indexedBot(v, kv.Key)
 		if err != nil {
 			return nil, err
 		}
@@ -322,14 +310,14 @@ func (s *poolsServer) poolBots(r *replica.Replica, id string) ([]*records.Bot, e
 }
 
 // indexedBot reads the bot of a bots_by_pool index key.
-func (s *poolsServer) indexedBot(r *replica.Replica, indexKey []byte) (*records.Bot, error) {
+func (s *poolsServer) indexedBot(v fsm.View, indexKey []byte) (*records.Bot, error) {
 	_, agentID, err := keys.DecodeBotByPool(indexKey)
 	if err != nil {
-		return nil, s.statusErr(r.ID(), err)
+		return nil, s.statusErr(v.Shard(), err)
 	}
 	var b records.Bot
-	if err := getRecord(s.server, r, keys.Bot(agentID), &b); err != nil {
-		return nil, s.statusErr(r.ID(), fmt.Errorf("bots_by_pool entry without its bot %s: %w", agentID, err))
+	if err := getRecord(s.server, v, keys.Bot(agentID), &b); err != nil {
+		return nil, s.statusErr(v.Shard(), fmt.Errorf("bots_by_pool entry without its bot %s: %w", agentID, err))
 	}
 	return &b, nil
 }
@@ -345,29 +333,32 @@ func (s *poolsServer) CreatePool(ctx context.Context, req *rpc.CreatePoolRequest
 	return &rpc.PoolResponse{Pool: rpc.PoolToProto(pool)}, nil
 }
 
-// poolRead validates a pool reference and reads the pool, after the read
-// barrier, if actor may see it (visiblePool).
-func (s *poolsServer) poolRead(ctx context.Context, actor, poolID string, c rpc.Consistency) (*replica.Replica, *records.Pool, error) {
+// poolRead validates a pool reference and reads, after the read barrier:
+// the pool, if actor may see it (visiblePool), then fn with the view and
+// the pool. The answer, NotFound included, is fenced.
+func (s *poolsServer) poolRead(ctx context.Context, actor, poolID string, c rpc.Consistency, fn func(fsm.View, *records.Pool) error) error {
 	if err := checkRef(actor, "pool_id", poolID, keys.MaxPoolIDLen); err != nil {
-		return nil, nil, s.statusErr(0, err)
+		return s.statusErr(0, err)
 	}
-	r, err := s.read(ctx, c)
-	if err != nil {
-		return nil, nil, err
-	}
-	p, err := s.visiblePool(r, actor, poolID)
-	return r, p, err
+	return s.view(ctx, c, func(v fsm.View) error {
+		p, err := s.visiblePool(v, actor, poolID)
+		if err != nil {
+			return err
+		}
+		return fn(v, p)
+	})
 }
 
-func (s *poolsServer) GetPool(ctx context.Context, req *rpc.PoolRef) (resp *rpc.PoolResponse, err error) {
-	r, p, err := s.poolRead(ctx, req.GetActor(), req.GetPoolId(), req.GetConsistency())
-	if r != nil { // read: the answer, NotFound included, is fenced
-		defer pfence(s, r, &resp, &err)
-	}
+func (s *poolsServer) GetPool(ctx context.Context, req *rpc.PoolRef) (*rpc.PoolResponse, error) {
+	var pool *records.Pool
+	err := s.poolRead(ctx, req.GetActor(), req.GetPoolId(), req.GetConsistency(), func(_ fsm.View, p *records.Pool) error {
+		pool = p
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	return &rpc.PoolResponse{Pool: rpc.PoolToProto(p)}, nil
+	return &rpc.PoolResponse{Pool: rpc.PoolToProto(pool)}, nil
 }
 
 func (s *poolsServer) UpdatePool(ctx context.Context, req *rpc.UpdatePoolRequest) (*rpc.PoolResponse, error) {
@@ -398,33 +389,33 @@ func (s *poolsServer) DeletePool(ctx context.Context, req *rpc.DeletePoolRequest
 	return &rpc.DeletePoolResponse{BotsRemoved: uint32(res.Removed)}, nil
 }
 
-func (s *poolsServer) ListPools(ctx context.Context, req *rpc.ListPoolsRequest) (resp *rpc.PoolList, err error) {
+func (s *poolsServer) ListPools(ctx context.Context, req *rpc.ListPoolsRequest) (*rpc.PoolList, error) {
 	if err := checkActor(req.GetActor()); err != nil {
 		return nil, s.statusErr(0, err)
 	}
-	r, err := s.read(ctx, req.GetConsistency())
-	if err != nil {
-		return nil, err
-	}
-	defer pfence(s, r, &resp, &err)
-	pg, kvs, more, err := s.page(r, keys.TablePrefix(keys.TablePools), req.GetCursor(), req.GetLimit())
-	if err != nil {
-		return nil, err
-	}
-	pools, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Pool, bool, error) {
-		var p records.Pool
-		if err := records.Decode(kv.Value, &p); err != nil {
-			return nil, false, s.statusErr(r.ID(), fmt.Errorf("stored pool %x: %w", kv.Key, err))
+	var resp *rpc.PoolList
+	err := s.view(ctx, req.GetConsistency(), func(v fsm.View) error {
+		pg, kvs, more, err := s.page(v, keys.TablePrefix(keys.TablePools), req.GetCursor(), req.GetLimit())
+		if err != nil {
+			return err
 		}
-		if !p.UsableBy(req.GetActor()) {
-			return nil, false, nil
-		}
-		return rpc.PoolToProto(&p), true, nil
+		pools, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Pool, bool, error) {
+			var p records.Pool
+			if err := records.Decode(kv.Value, &p); err != nil {
+				return nil, false, s.statusErr(v.Shard(), fmt.Errorf("stored pool %x: %w", kv.Key, err))
+			}
+			if !p.UsableBy(req.GetActor()) {
+				return nil, false, nil
+			}
+			return rpc.PoolToProto(&p), true, nil
+		})
+		resp = &rpc.PoolList{Pools: pools, NextCursor: next}
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &rpc.PoolList{Pools: pools, NextCursor: next}, nil
+	return resp, nil
 }
 
 func (s *poolsServer) RegisterBot(ctx context.Context, req *rpc.RegisterBotRequest) (*rpc.BotResponse, error) {
@@ -452,15 +443,16 @@ func (s *poolsServer) UpdateBot(ctx context.Context, req *rpc.UpdateBotRequest) 
 		if err := checkID("agent_id", req.GetBot().GetAgentId(), keys.MaxStringIDLen); err != nil {
 			return nil, s.statusErr(0, err)
 		}
-		r, err := s.read(ctx, rpc.Consistency_CONSISTENCY_LINEARIZABLE)
+		err := s.view(ctx, rpc.Consistency_CONSISTENCY_LINEARIZABLE, func(v fsm.View) error {
+			cur, err := s.getBot(v, req.GetBot().GetAgentId())
+			if err == nil {
+				keepPool = cur.PoolID
+			}
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
-		cur, err := s.getBot(r, req.GetBot().GetAgentId())
-		if err != nil {
-			return nil, err
-		}
-		keepPool = cur.PoolID
 	}
 	b, err := botFromRequest(req.GetActor(), req.GetBot(), now, false, keepPool, s.seal())
 	if err != nil {
@@ -477,23 +469,26 @@ func (s *poolsServer) UpdateBot(ctx context.Context, req *rpc.UpdateBotRequest) 
 	return &rpc.BotResponse{Bot: rpc.BotToProto(&stored)}, nil
 }
 
-// botRead validates a BotRef and reads the bot after the read barrier.
-func (s *poolsServer) botRead(ctx context.Context, req *rpc.BotRef) (*replica.Replica, *records.Bot, error) {
+// botRead validates a BotRef and reads, after the read barrier, the bot,
+// then fn with the view and the bot. The answer, NotFound included, is
+// fenced.
+func (s *poolsServer) botRead(ctx context.Context, req *rpc.BotRef, fn func(fsm.View, *records.Bot) error) error {
 	if err := checkRef(req.GetActor(), "agent_id", req.GetAgentId(), keys.MaxStringIDLen); err != nil {
-		return nil, nil, s.statusErr(0, err)
+		return s.statusErr(0, err)
 	}
-	r, err := s.read(ctx, req.GetConsistency())
-	if err != nil {
-		return nil, nil, err
-	}
-	b, err := s.getBot(r, req.GetAgentId())
-	return r, b, err
+	return s.view(ctx, req.GetConsistency(), func(v fsm.View) error {
+		b, err := s.getBot(v, req.GetAgentId())
+		if err != nil {
+			return err
+		}
+		return fn(v, b)
+	})
 }
 
 // botPool reads the pool of bot b; nil if it is missing (a stored bot
 // always has its pool; a missing one grants nothing).
-func (s *poolsServer) botPool(r *replica.Replica, b *records.Bot) (*records.Pool, error) {
-	p, err := s.getPool(r, b.PoolID)
+func (s *poolsServer) botPool(v fsm.View, b *records.Bot) (*records.Pool, error) {
+	p, err := s.getPool(v, b.PoolID)
 	if status.Code(err) == codes.NotFound {
 		return nil, nil
 	}
@@ -516,22 +511,23 @@ func botForReader(b *records.Bot, p *records.Pool, actor string) *rpc.Bot {
 // GetBot answers the bot without its token to its contributor and to
 // whoever may see its pool (botForReader: the contributor's id only to the
 // contributor and the pool's owner).
-func (s *poolsServer) GetBot(ctx context.Context, req *rpc.BotRef) (resp *rpc.BotResponse, err error) {
-	r, b, err := s.botRead(ctx, req)
-	if r != nil { // read: the answer, NotFound included, is fenced
-		defer pfence(s, r, &resp, &err)
-	}
+func (s *poolsServer) GetBot(ctx context.Context, req *rpc.BotRef) (*rpc.BotResponse, error) {
+	var resp *rpc.BotResponse
+	err := s.botRead(ctx, req, func(v fsm.View, b *records.Bot) error {
+		p, err := s.botPool(v, b)
+		if err != nil {
+			return err
+		}
+		if b.OwnerUserID != req.GetActor() && (p == nil || !p.UsableBy(req.GetActor())) {
+			return permissionDenied("bot %s is in pool %s, private to its owner", b.AgentID, b.PoolID)
+		}
+		resp = &rpc.BotResponse{Bot: botForReader(b, p, req.GetActor())}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	p, err := s.botPool(r, b)
-	if err != nil {
-		return nil, err
-	}
-	if b.OwnerUserID != req.GetActor() && (p == nil || !p.UsableBy(req.GetActor())) {
-		return nil, permissionDenied("bot %s is in pool %s, private to its owner", b.AgentID, b.PoolID)
-	}
-	return &rpc.BotResponse{Bot: botForReader(b, p, req.GetActor())}, nil
+	return resp, nil
 }
 
 func (s *poolsServer) RemoveBot(ctx context.Context, req *rpc.BotRef) (*rpc.RemoveBotResponse, error) {
@@ -544,62 +540,60 @@ func (s *poolsServer) RemoveBot(ctx context.Context, req *rpc.BotRef) (*rpc.Remo
 	return &rpc.RemoveBotResponse{}, nil
 }
 
-func (s *poolsServer) ListBots(ctx context.Context, req *rpc.ListBotsRequest) (resp *rpc.BotList, err error) {
-	r, p, err := s.poolRead(ctx, req.GetActor(), req.GetPoolId(), req.GetConsistency())
-	if r != nil { // read: the answer, NotFound included, is fenced
-		defer pfence(s, r, &resp, &err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	pg, kvs, more, err := s.page(r, keys.BotsByPoolPrefix(req.GetPoolId()), req.GetCursor(), req.GetLimit())
-	if err != nil {
-		return nil, err
-	}
-	bots, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Bot, bool, error) {
-		b, err := s.indexedBot(r, kv.Key)
+func (s *poolsServer) ListBots(ctx context.Context, req *rpc.ListBotsRequest) (*rpc.BotList, error) {
+	var resp *rpc.BotList
+	err := s.poolRead(ctx, req.GetActor(), req.GetPoolId(), req.GetConsistency(), func(v fsm.View, p *records.Pool) error {
+		pg, kvs, more, err := s.page(v, keys.BotsByPoolPrefix(req.GetPoolId()), req.GetCursor(), req.GetLimit())
 		if err != nil {
-			return nil, false, err
+			return err
 		}
-		return botForReader(b, p, req.GetActor()), true, nil
+		bots, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Bot, bool, error) {
+			b, err := s.indexedBot(v, kv.Key)
+			if err != nil {
+				return nil, false, err
+			}
+			return botForReader(b, p, req.GetActor()), true, nil
+		})
+		resp = &rpc.BotList{Bots: bots, NextCursor: next}
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &rpc.BotList{Bots: bots, NextCursor: next}, nil
+	return resp, nil
 }
 
 // GetBotToken is the one call that answers a token: decrypted with the
 // node's key ring, for the bot's contributor or its pool's owner. The
 // caller needs pools:secrets (grpcPerms), and its actor is bound to its
 // credential (bindActor).
-func (s *poolsServer) GetBotToken(ctx context.Context, req *rpc.BotRef) (resp *rpc.GetBotTokenResponse, err error) {
-	r, b, err := s.botRead(ctx, req)
-	if r != nil { // read: the answer, NotFound included, is fenced
-		defer pfence(s, r, &resp, &err)
-	}
+func (s *poolsServer) GetBotToken(ctx context.Context, req *rpc.BotRef) (*rpc.GetBotTokenResponse, error) {
+	var token string
+	err := s.botRead(ctx, req, func(v fsm.View, b *records.Bot) error {
+		if b.OwnerUserID != req.GetActor() {
+			p, err := s.botPool(v, b)
+			if err != nil {
+				return err
+			}
+			if p == nil || p.OwnerUserID != req.GetActor() {
+				return permissionDenied("only the contributor of bot %s or the owner of its pool may read its token", b.AgentID)
+			}
+		}
+		if b.Token.IsZero() {
+			return status.Errorf(codes.FailedPrecondition, "bot %s has no stored token", b.AgentID)
+		}
+		ring := s.cfg.TokenKeys
+		if ring == nil {
+			return s.statusErr(v.Shard(), cluster.ErrNoTokenKeys)
+		}
+		var err error
+		if token, err = ring.Decrypt(b.AgentID, b.Token); err != nil {
+			return s.statusErr(v.Shard(), err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	if b.OwnerUserID != req.GetActor() {
-		p, err := s.botPool(r, b)
-		if err != nil {
-			return nil, err
-		}
-		if p == nil || p.OwnerUserID != req.GetActor() {
-			return nil, permissionDenied("only the contributor of bot %s or the owner of its pool may read its token", b.AgentID)
-		}
-	}
-	if b.Token.IsZero() {
-		return nil, status.Errorf(codes.FailedPrecondition, "bot %s has no stored token", b.AgentID)
-	}
-	ring := s.cfg.TokenKeys
-	if ring == nil {
-		return nil, s.statusErr(r.ID(), cluster.ErrNoTokenKeys)
-	}
-	token, err := ring.Decrypt(b.AgentID, b.Token)
-	if err != nil {
-		return nil, s.statusErr(r.ID(), err)
 	}
 	return &rpc.GetBotTokenResponse{Token: token}, nil
 }
@@ -626,41 +620,41 @@ func (s *poolsServer) Heartbeat(ctx context.Context, req *rpc.HeartbeatRequest) 
 	return &rpc.HeartbeatResponse{Runner: rpc.RunnerToProto(rn)}, nil
 }
 
-func (s *poolsServer) ListRunners(ctx context.Context, req *rpc.ListRunnersRequest) (resp *rpc.RunnerList, err error) {
+func (s *poolsServer) ListRunners(ctx context.Context, req *rpc.ListRunnersRequest) (*rpc.RunnerList, error) {
 	if req.GetStaleAfterMs() < 0 {
 		return nil, s.statusErr(0, invalid("stale_after_ms %d is negative", req.GetStaleAfterMs()))
 	}
-	r, err := s.read(ctx, req.GetConsistency())
-	if err != nil {
-		return nil, err
-	}
-	defer pfence(s, r, &resp, &err)
-	pg, kvs, more, err := s.page(r, keys.TablePrefix(keys.TableRunners), req.GetCursor(), req.GetLimit())
-	if err != nil {
-		return nil, err
-	}
-	now := nowMs()
-	runners, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Runner, bool, error) {
-		var rn records.Runner
-		if err := records.Decode(kv.Value, &rn); err != nil {
-			return nil, false, s.statusErr(r.ID(), fmt.Errorf("stored runner %x: %w", kv.Key, err))
+	var resp *rpc.RunnerList
+	err := s.view(ctx, req.GetConsistency(), func(v fsm.View) error {
+		pg, kvs, more, err := s.page(v, keys.TablePrefix(keys.TableRunners), req.GetCursor(), req.GetLimit())
+		if err != nil {
+			return err
 		}
-		// Key order is runner id order, the order staleRunners sorts by.
-		if len(staleRunners([]*records.Runner{&rn}, now, req.GetStaleAfterMs())) == 0 {
-			return nil, false, nil
-		}
-		return rpc.RunnerToProto(&rn), true, nil
+		now := nowMs()
+		runners, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Runner, bool, error) {
+			var rn records.Runner
+			if err := records.Decode(kv.Value, &rn); err != nil {
+				return nil, false, s.statusErr(v.Shard(), fmt.Errorf("stored runner %x: %w", kv.Key, err))
+			}
+			// Key order is runner id order, the order staleRunners sorts by.
+			if len(staleRunners([]*records.Runner{&rn}, now, req.GetStaleAfterMs())) == 0 {
+				return nil, false, nil
+			}
+			return rpc.RunnerToProto(&rn), true, nil
+		})
+		resp = &rpc.RunnerList{Runners: runners, NextCursor: next}
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &rpc.RunnerList{Runners: runners, NextCursor: next}, nil
+	return resp, nil
 }
 
 // guildPool returns the pool guild selected, "" if none.
-func (s *poolsServer) guildPool(r *replica.Replica, guild string) (string, error) {
+func (s *poolsServer) guildPool(v fsm.View, guild string) (string, error) {
 	var g records.GuildSettings
-	err := getRecord(s.server, r, keys.GuildSettings(guild), &g)
+	err := getRecord(s.server, v, keys.GuildSettings(guild), &g)
 	if status.Code(err) == codes.NotFound {
 		return "", nil
 	}
@@ -670,16 +664,15 @@ func (s *poolsServer) guildPool(r *replica.Replica, guild string) (string, error
 	return g.SelectedPoolID, nil
 }
 
-func (s *poolsServer) GetGuildPool(ctx context.Context, req *rpc.GuildRef) (resp *rpc.GuildPoolResponse, err error) {
+func (s *poolsServer) GetGuildPool(ctx context.Context, req *rpc.GuildRef) (*rpc.GuildPoolResponse, error) {
 	if err := checkID("guild_id", req.GetGuildId(), keys.MaxStringIDLen); err != nil {
 		return nil, s.statusErr(0, err)
 	}
-	r, err := s.read(ctx, req.GetConsistency())
-	if err != nil {
-		return nil, err
-	}
-	defer pfence(s, r, &resp, &err)
-	pool, err := s.guildPool(r, req.GetGuildId())
+	var pool string
+	err := s.view(ctx, req.GetConsistency(), func(v fsm.View) (err error) {
+		pool, err = s.guildPool(v, req.GetGuildId())
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -703,30 +696,33 @@ func (s *poolsServer) SetGuildPool(ctx context.Context, req *rpc.SetGuildPoolReq
 // PlanDeploy is a linearizable read: the pool is the request's, else the
 // guild's selection, else records.DefaultPoolID, and must be visible to
 // the actor.
-func (s *poolsServer) PlanDeploy(ctx context.Context, req *rpc.PlanDeployRequest) (resp *rpc.DeployPlan, err error) {
+func (s *poolsServer) PlanDeploy(ctx context.Context, req *rpc.PlanDeployRequest) (*rpc.DeployPlan, error) {
 	if err := validatePlanRequest(req); err != nil {
 		return nil, s.statusErr(0, err)
 	}
-	r, err := s.read(ctx, rpc.Consistency_CONSISTENCY_LINEARIZABLE)
-	if err != nil {
-		return nil, err
-	}
-	defer pfence(s, r, &resp, &err)
-	poolID := req.GetPoolId()
-	if poolID == "" {
-		if poolID, err = s.guildPool(r, req.GetGuildId()); err != nil {
-			return nil, err
+	var plan *rpc.DeployPlan
+	err := s.view(ctx, rpc.Consistency_CONSISTENCY_LINEARIZABLE, func(v fsm.View) (err error) {
+		poolID := req.GetPoolId()
+		if poolID == "" {
+			if poolID, err = s.guildPool(v, req.GetGuildId()); err != nil {
+				return err
+			}
 		}
-	}
-	if poolID == "" {
-		poolID = records.DefaultPoolID
-	}
-	if _, err := s.visiblePool(r, req.GetActor(), poolID); err != nil {
-		return nil, err
-	}
-	bots, err := s.poolBots(r, poolID)
+		if poolID == "" {
+			poolID = records.DefaultPoolID
+		}
+		if _, err := s.visiblePool(v, req.GetActor(), poolID); err != nil {
+			return err
+		}
+		bots, err := s.poolBots(v, poolID)
+		if err != nil {
+			return err
+		}
+		plan = planDeploy(poolID, req.GetDesired(), req.GetPresentAgentIds(), bots)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	return planDeploy(poolID, req.GetDesired(), req.GetPresentAgentIds(), bots), nil
+	return plan, nil
 }

@@ -168,7 +168,7 @@ func misrouted(smap *shard.Map, req *RedisRequest) error {
 // index is the entry's log index (0 for reads). A key of a slot the shard
 // does not own fails it with *fsm.MovedError, nothing executed (a block
 // is refused whole, before any write).
-func RedisOn(ctx context.Context, n *cluster.Node, r *replica.Replica, req *RedisRequest) (v resp.Value, index uint64, err error) {
+func RedisOn(ctx context.Context, n Replicas, r *replica.Replica, req *RedisRequest) (v resp.Value, index uint64, err error) {
 	if req.Multi || fsm.LookupRedis(req.Cmds[0][0]).Write {
 		op := fsm.OpRedis
 		if req.Multi {
@@ -187,16 +187,11 @@ func RedisOn(ctx context.Context, n *cluster.Node, r *replica.Replica, req *Redi
 	if !ownsAll(r, req) {
 		return StaleSlotsReply(req.Shard), 0, nil
 	}
-	v, err = r.FSM().RedisRead(req.Cmds[0])
+	// Fenced on the keys' slots before and after the read (a freeze and
+	// drop completing during it answers moved).
+	v, err = r.FSM().ReadRedis(req.Cmds[0])
 	if err != nil {
 		return resp.Value{}, 0, err
-	}
-	// RedisRead checked the keys' slots before reading; check them again
-	// (fsm.FSM.CheckSlot: a freeze and drop completing during the read).
-	for _, k := range fsm.RedisKeys(req.Cmds[0]) {
-		if err := r.FSM().CheckRoutingKey(keys.RedisRoutingKey(k)); err != nil {
-			return resp.Value{}, 0, err
-		}
 	}
 	if !ownsAll(r, req) { // the same, for a shard-wide read
 		return StaleSlotsReply(req.Shard), 0, nil
@@ -209,7 +204,7 @@ func RedisOn(ctx context.Context, n *cluster.Node, r *replica.Replica, req *Redi
 // RedisOn does. It returns cluster.ErrNotLeader when n holds no leading
 // replica of the shard (the caller forwards the request to the leader),
 // fsm.ErrInvalidCommand for a command the state machine refuses.
-func RedisLocal(ctx context.Context, n *cluster.Node, req *RedisRequest) (resp.Value, error) {
+func RedisLocal(ctx context.Context, n Replicas, req *RedisRequest) (resp.Value, error) {
 	r := n.LocalReplica(req.Shard)
 	if r == nil || !r.IsLeader() {
 		return resp.Value{}, cluster.ErrNotLeader

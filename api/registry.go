@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/cluster"
-	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/records"
@@ -30,18 +29,18 @@ type registryServer struct {
 // command enters the log, never in the state machine.
 func nowMs() int64 { return time.Now().UnixMilli() }
 
-// getRecord reads key from r and decodes it into rec; codes.NotFound when
+// getRecord reads key from v and decodes it into rec; codes.NotFound when
 // absent.
-func getRecord[R records.Record](s *server, r *replica.Replica, key []byte, rec R) error {
-	b, err := r.FSM().Get(key)
+func getRecord[R records.Record](s *server, v fsm.View, key []byte, rec R) error {
+	b, err := v.Get(key)
 	if errors.Is(err, fsm.ErrNotFound) {
 		return status.Error(codes.NotFound, "not found")
 	}
 	if err != nil {
-		return s.statusErr(r.ID(), err)
+		return s.statusErr(v.Shard(), err)
 	}
 	if err := records.Decode(b, rec); err != nil {
-		return s.statusErr(r.ID(), fmt.Errorf("stored record %x: %w", key, err))
+		return s.statusErr(v.Shard(), fmt.Errorf("stored record %x: %w", key, err))
 	}
 	return nil
 }
@@ -86,25 +85,21 @@ func putRecord[Resp, P, R any](ctx context.Context, s *server, p P, fromProto fu
 // shard does not own answers the moved status: the slot is moving, and
 // the record is the new owner's to answer.
 func getTargeted[R records.Record](ctx context.Context, s *server, t *rpc.Target, idLen int, c rpc.Consistency,
-	key []byte, rec R, owner func() []byte) (err error) {
-	r, err := s.readTarget(ctx, t, idLen, c)
-	if err != nil {
-		return err
-	}
-	var none struct{}
-	defer fence(s, r, targetKey(t), &none, &err)
-	if err := getRecord(s, r, key, rec); err != nil {
-		return err
-	}
-	if t.GetHasShard() {
-		if err := s.checkSlot(r, owner()); err != nil {
+	key []byte, rec R, owner func() []byte) error {
+	return s.readTarget(ctx, t, idLen, c, func(v fsm.View) error {
+		if err := getRecord(s, v, key, rec); err != nil {
 			return err
 		}
-	}
-	if !ownedBy(t, owner()) {
-		return status.Error(codes.NotFound, "not found")
-	}
-	return nil
+		if t.GetHasShard() {
+			if err := s.checkViewSlot(v, owner()); err != nil {
+				return err
+			}
+		}
+		if !ownedBy(t, owner()) {
+			return status.Error(codes.NotFound, "not found")
+		}
+		return nil
+	})
 }
 
 // ownedBy reports whether a record of user may be answered to a request
@@ -125,40 +120,43 @@ func (s *registryServer) PutAgent(ctx context.Context, req *rpc.PutAgentRequest)
 }
 
 // agentOwner resolves the user of an agent: from the request when routed,
-// else from the shard's agent_owners index.
-func (s *server) agentOwner(r *replica.Replica, t *rpc.Target, agent keys.AgentID) (keys.UserID, error) {
+// else from the shard's agent_owners index (get reads it).
+func (s *server) agentOwner(id shard.ID, get func([]byte) ([]byte, error), t *rpc.Target, agent keys.AgentID) (keys.UserID, error) {
 	if !t.GetHasShard() {
 		return rpc.UserIDFromBytes(t.GetUserId())
 	}
-	b, err := r.FSM().Get(keys.AgentOwner(agent))
+	b, err := get(keys.AgentOwner(agent))
 	if errors.Is(err, fsm.ErrNotFound) {
 		return keys.UserID{}, status.Error(codes.NotFound, "agent not found")
 	}
 	if err != nil {
-		return keys.UserID{}, s.statusErr(r.ID(), err)
+		return keys.UserID{}, s.statusErr(id, err)
 	}
 	return rpc.UserIDFromBytes(b)
 }
 
 // GetAgent answers the agent of a user (routed, fenced) or, addressed to a
 // shard, the agent its agent_owners index names, or moved when that
-// owner's slot is not the shard's (getTargeted).
-func (s *registryServer) GetAgent(ctx context.Context, req *rpc.AgentRef) (resp *rpc.GetAgentResponse, err error) {
+// owner's slot is not the shard's (as getTargeted).
+func (s *registryServer) GetAgent(ctx context.Context, req *rpc.AgentRef) (*rpc.GetAgentResponse, error) {
 	agent, err := rpc.AgentIDFromBytes(req.GetAgentId())
 	if err != nil {
 		return nil, s.statusErr(0, badInput(err))
 	}
-	r, err := s.readTarget(ctx, req.GetTarget(), len(keys.UserID{}), req.GetConsistency())
-	if err != nil {
-		return nil, err
-	}
-	user, err := s.agentOwner(r, req.GetTarget(), agent)
-	if err != nil {
-		return nil, err
-	}
-	defer fence(s.server, r, user[:], &resp, &err)
 	var a records.AgentRecord
-	if err := getRecord(s.server, r, keys.Agent(user, agent), &a); err != nil {
+	err = s.readTarget(ctx, req.GetTarget(), len(keys.UserID{}), req.GetConsistency(), func(v fsm.View) error {
+		user, err := s.agentOwner(v.Shard(), v.Get, req.GetTarget(), agent)
+		if err != nil {
+			return err
+		}
+		if req.GetTarget().GetHasShard() {
+			if err := s.checkViewSlot(v, user[:]); err != nil {
+				return err
+			}
+		}
+		return getRecord(s.server, v, keys.Agent(user, agent), &a)
+	})
+	if err != nil {
 		return nil, err
 	}
 	return &rpc.GetAgentResponse{Agent: rpc.AgentToProto(&a)}, nil
@@ -178,7 +176,7 @@ func (s *registryServer) DeleteAgent(ctx context.Context, req *rpc.AgentRef) (*r
 			return nil, err
 		}
 	}
-	user, err := s.agentOwner(r, req.GetTarget(), agent)
+	user, err := s.agentOwner(id, r.FSM().Get, req.GetTarget(), agent)
 	if err != nil {
 		return nil, err
 	}
@@ -189,39 +187,40 @@ func (s *registryServer) DeleteAgent(ctx context.Context, req *rpc.AgentRef) (*r
 }
 
 // ListAgentsByUser answers one page of user's agents (paging.go).
-func (s *registryServer) ListAgentsByUser(ctx context.Context, req *rpc.ListAgentsByUserRequest) (resp *rpc.AgentList, err error) {
-	user, r, err := userRead(ctx, s.server, req.GetUserId(), rpc.UserIDFromBytes, req.GetConsistency())
-	if err != nil {
-		return nil, err
-	}
-	defer fence(s.server, r, user[:], &resp, &err)
-	pg, kvs, more, err := s.page(r, keys.AgentPrefix(user), req.GetCursor(), req.GetLimit())
-	if err != nil {
-		return nil, err
-	}
-	agents, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Agent, bool, error) {
-		var a records.AgentRecord
-		if err := records.Decode(kv.Value, &a); err != nil {
-			return nil, false, s.statusErr(r.ID(), err)
+func (s *registryServer) ListAgentsByUser(ctx context.Context, req *rpc.ListAgentsByUserRequest) (*rpc.AgentList, error) {
+	var resp *rpc.AgentList
+	err := userRead(ctx, s.server, req.GetUserId(), rpc.UserIDFromBytes, req.GetConsistency(), func(user keys.UserID, v fsm.View) error {
+		pg, kvs, more, err := s.page(v, keys.AgentPrefix(user), req.GetCursor(), req.GetLimit())
+		if err != nil {
+			return err
 		}
-		return rpc.AgentToProto(&a), true, nil
+		agents, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Agent, bool, error) {
+			var a records.AgentRecord
+			if err := records.Decode(kv.Value, &a); err != nil {
+				return nil, false, s.statusErr(v.Shard(), err)
+			}
+			return rpc.AgentToProto(&a), true, nil
+		})
+		resp = &rpc.AgentList{Agents: agents, NextCursor: next}
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &rpc.AgentList{Agents: agents, NextCursor: next}, nil
+	return resp, nil
 }
 
-func (s *registryServer) CountAgentsByUser(ctx context.Context, req *rpc.UserRef) (resp *rpc.CountResponse, err error) {
-	user, r, err := userRead(ctx, s.server, req.GetUserId(), rpc.UserIDFromBytes, req.GetConsistency())
+func (s *registryServer) CountAgentsByUser(ctx context.Context, req *rpc.UserRef) (*rpc.CountResponse, error) {
+	var n int
+	err := userRead(ctx, s.server, req.GetUserId(), rpc.UserIDFromBytes, req.GetConsistency(), func(user keys.UserID, v fsm.View) (err error) {
+		prefix := keys.AgentPrefix(user)
+		if n, err = v.Count(prefix, keys.PrefixEnd(prefix)); err != nil {
+			return s.statusErr(v.Shard(), err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	defer fence(s.server, r, user[:], &resp, &err)
-	prefix := keys.AgentPrefix(user)
-	n, err := r.FSM().Count(prefix, keys.PrefixEnd(prefix))
-	if err != nil {
-		return nil, s.statusErr(r.ID(), err)
 	}
 	return &rpc.CountResponse{Count: uint32(n)}, nil
 }
@@ -289,54 +288,56 @@ func (s *registryServer) AgentHeartbeat(ctx context.Context, req *rpc.AgentHeart
 
 // ListShardAgents lists a page of the shard's agents (or of its status
 // index), leaving out those of slots the shard does not own.
+//
+// By status, the status index and the agents' records are read from one
+// view of the shard (fsm.FSM.Read), so every agent listed has the status
+// asked for, however writes move agents between statuses meanwhile. A
+// listing of several pages, or of several shards, reads one view per page
+// and per shard: an agent may be listed twice or missed across pages.
 func (s *registryServer) ListShardAgents(ctx context.Context, req *rpc.ShardAgentsRequest) (*rpc.AgentList, error) {
-	id, r, err := s.shardReplica(req.GetShard())
-	if err != nil {
-		return nil, err
-	}
-	if err := s.readAt(ctx, id, r, req.GetConsistency()); err != nil {
-		return nil, err
-	}
-	if err := s.staleMap(id, r, req.GetMapVersion()); err != nil {
-		return nil, err
-	}
 	var prefix []byte
 	if req.GetByStatus() {
 		if req.GetStatus() > 255 || !records.AgentState(req.GetStatus()).Valid() {
-			return nil, s.statusErr(id, invalid("agent status %d", req.GetStatus()))
+			return nil, s.statusErr(shard.ID(req.GetShard()), invalid("agent status %d", req.GetStatus()))
 		}
 		prefix = keys.AgentByStatusPrefix(byte(req.GetStatus()))
 	} else {
 		prefix = keys.TablePrefix(keys.TableAgents)
 	}
-	pg, kvs, more, err := s.page(r, prefix, req.GetCursor(), req.GetLimit())
-	if err != nil {
-		return nil, err
-	}
-	agents, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Agent, bool, error) {
-		if ok, err := s.ownsKey(r, kv); !ok || err != nil {
-			return nil, false, err
+	var resp *rpc.AgentList
+	err := s.readShard(ctx, req.GetShard(), req.GetMapVersion(), req.GetConsistency(), func(v fsm.View) error {
+		id := v.Shard()
+		pg, kvs, more, err := s.page(v, prefix, req.GetCursor(), req.GetLimit())
+		if err != nil {
+			return err
 		}
-		b := kv.Value
-		if req.GetByStatus() {
-			_, user, agent, err := keys.DecodeAgentByStatus(kv.Key)
-			if err != nil {
+		agents, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Agent, bool, error) {
+			if ok, err := s.ownsKey(v, kv); !ok || err != nil {
+				return nil, false, err
+			}
+			b := kv.Value
+			if req.GetByStatus() {
+				_, user, agent, err := keys.DecodeAgentByStatus(kv.Key)
+				if err != nil {
+					return nil, false, s.statusErr(id, err)
+				}
+				if b, err = v.Get(keys.Agent(user, agent)); err != nil {
+					return nil, false, s.statusErr(id, fmt.Errorf("status index entry without its agent: %w", err))
+				}
+			}
+			var a records.AgentRecord
+			if err := records.Decode(b, &a); err != nil {
 				return nil, false, s.statusErr(id, err)
 			}
-			if b, err = r.FSM().Get(keys.Agent(user, agent)); err != nil {
-				return nil, false, s.statusErr(id, fmt.Errorf("status index entry without its agent: %w", err))
-			}
-		}
-		var a records.AgentRecord
-		if err := records.Decode(b, &a); err != nil {
-			return nil, false, s.statusErr(id, err)
-		}
-		return rpc.AgentToProto(&a), true, nil
+			return rpc.AgentToProto(&a), true, nil
+		})
+		resp = &rpc.AgentList{Agents: agents, NextCursor: next}
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &rpc.AgentList{Agents: agents, NextCursor: next}, nil
+	return resp, nil
 }
 
 func (s *registryServer) PutSession(ctx context.Context, req *rpc.PutSessionRequest) (*rpc.PutSessionResponse, error) {
@@ -397,41 +398,41 @@ func (s *registryServer) UpdateSessionStatus(ctx context.Context, req *rpc.Updat
 // ListSessionsByAgent answers one page of the by-agent index (paging.go);
 // routed by user, other users' sessions are skipped; addressed to a shard,
 // the sessions of slots the shard does not own.
-func (s *registryServer) ListSessionsByAgent(ctx context.Context, req *rpc.ListSessionsByAgentRequest) (resp *rpc.SessionList, err error) {
+func (s *registryServer) ListSessionsByAgent(ctx context.Context, req *rpc.ListSessionsByAgentRequest) (*rpc.SessionList, error) {
 	agent, err := rpc.AgentIDFromBytes(req.GetAgentId())
 	if err != nil {
 		return nil, s.statusErr(0, badInput(err))
 	}
-	r, err := s.readTarget(ctx, req.GetTarget(), len(keys.UserID{}), req.GetConsistency())
-	if err != nil {
-		return nil, err
-	}
-	defer fence(s.server, r, targetKey(req.GetTarget()), &resp, &err)
-	pg, kvs, more, err := s.page(r, keys.SessionByAgentPrefix(agent), req.GetCursor(), req.GetLimit())
-	if err != nil {
-		return nil, err
-	}
-	sessions, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Session, bool, error) {
-		_, sid, err := keys.DecodeSessionByAgent(kv.Key)
+	var resp *rpc.SessionList
+	err = s.readTarget(ctx, req.GetTarget(), len(keys.UserID{}), req.GetConsistency(), func(v fsm.View) error {
+		pg, kvs, more, err := s.page(v, keys.SessionByAgentPrefix(agent), req.GetCursor(), req.GetLimit())
 		if err != nil {
-			return nil, false, s.statusErr(r.ID(), err)
+			return err
 		}
-		var sess records.SessionRecord
-		if err := getRecord(s.server, r, keys.Session(sid), &sess); err != nil {
-			return nil, false, s.statusErr(r.ID(), fmt.Errorf("session index entry without its session: %w", err))
-		}
-		if !ownedBy(req.GetTarget(), sess.UserID[:]) {
-			return nil, false, nil
-		}
-		if ok, err := s.owns(r, sess.UserID[:]); !ok || err != nil {
-			return nil, false, err
-		}
-		return rpc.SessionToProto(&sess), true, nil
+		sessions, next, err := collect(pg, kvs, more, func(kv fsm.KV) (*rpc.Session, bool, error) {
+			_, sid, err := keys.DecodeSessionByAgent(kv.Key)
+			if err != nil {
+				return nil, false, s.statusErr(v.Shard(), err)
+			}
+			var sess records.SessionRecord
+			if err := getRecord(s.server, v, keys.Session(sid), &sess); err != nil {
+				return nil, false, s.statusErr(v.Shard(), fmt.Errorf("session index entry without its session: %w", err))
+			}
+			if !ownedBy(req.GetTarget(), sess.UserID[:]) {
+				return nil, false, nil
+			}
+			if ok, err := s.owns(v, sess.UserID[:]); !ok || err != nil {
+				return nil, false, err
+			}
+			return rpc.SessionToProto(&sess), true, nil
+		})
+		resp = &rpc.SessionList{Sessions: sessions, NextCursor: next}
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &rpc.SessionList{Sessions: sessions, NextCursor: next}, nil
+	return resp, nil
 }
 
 func (s *registryServer) PutUser(ctx context.Context, req *rpc.PutUserRequest) (*rpc.PutUserResponse, error) {
@@ -441,14 +442,10 @@ func (s *registryServer) PutUser(ctx context.Context, req *rpc.PutUserRequest) (
 		})
 }
 
-func (s *registryServer) GetUser(ctx context.Context, req *rpc.UserRef) (resp *rpc.GetUserResponse, err error) {
-	user, r, err := userRead(ctx, s.server, req.GetUserId(), rpc.UserIDFromBytes, req.GetConsistency())
-	if err != nil {
-		return nil, err
-	}
-	defer fence(s.server, r, user[:], &resp, &err)
+func (s *registryServer) GetUser(ctx context.Context, req *rpc.UserRef) (*rpc.GetUserResponse, error) {
 	var u records.UserRecord
-	if err := getRecord(s.server, r, keys.User(user), &u); err != nil {
+	err := userGet(ctx, s.server, req.GetUserId(), rpc.UserIDFromBytes, req.GetConsistency(), keys.User, &u)
+	if err != nil {
 		return nil, err
 	}
 	return &rpc.GetUserResponse{User: rpc.UserToProto(&u)}, nil

@@ -3,12 +3,17 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
+	"github.com/swarmkv/swarmkv/records"
 	"github.com/swarmkv/swarmkv/rpc"
 	"github.com/swarmkv/swarmkv/shard"
 )
@@ -18,8 +23,9 @@ import (
 // the node's local replica of its shard (route, target; none here:
 // NotLeader with the leader hint, so the client refreshes its map); a
 // write is proposed to it (proposeRouted, proposeTo); a read passes the
-// replica's read barrier first when linearizable (readReplica, readAt,
-// readTarget, userRead). One write traced through these hops:
+// replica's read barrier first when linearizable, then reads a view of
+// the shard fenced on the slot of its routing key (read, readKey,
+// readTarget, readShard, userRead; fsm.FSM.Read). One write traced through these hops:
 // docs/architecture.md, "One write, hop by hop".
 
 // route resolves the routing key to a local replica; a node without a
@@ -35,19 +41,50 @@ func (s *server) route(rk []byte) (shard.ID, *replica.Replica, error) {
 	return id, r, nil
 }
 
-// readReplica routes a read and, for linearizable reads, waits for the
-// read barrier; then it checks the slot of rk.
-func (s *server) readReplica(ctx context.Context, rk []byte, c rpc.Consistency) (*replica.Replica, error) {
+// read routes rk, passes the read barrier for c and runs fn on a view of
+// the shard's state fenced on rk's slot (fsm.FSM.Read: refused before fn
+// when the shard does not own the slot, the moved status after fn when it
+// lost it meanwhile).
+func (s *server) read(ctx context.Context, rk []byte, c rpc.Consistency, fn func(fsm.View) error) error {
+	id, r, err := s.route(rk)
+	if err != nil {
+		return err
+	}
+	rc, err := s.consistency(id, c)
+	if err != nil {
+		return err
+	}
+	return s.statusErr(id, r.Read(ctx, rc, rk, fn))
+}
+
+// consistency is the replica's consistency for c (InvalidArgument for an
+// unknown one).
+func (s *server) consistency(id shard.ID, c rpc.Consistency) (replica.Consistency, error) {
+	if err := validateConsistency(c); err != nil {
+		return 0, s.statusErr(id, err)
+	}
+	if c == rpc.Consistency_CONSISTENCY_LINEARIZABLE {
+		return replica.Linearizable, nil
+	}
+	return replica.Stale, nil
+}
+
+// readKey is read of the one key key: its value, fsm.ErrNotFound when
+// absent (fsm.FSM.ReadKey: fenced the same way, without a view).
+func (s *server) readKey(ctx context.Context, rk []byte, c rpc.Consistency, key []byte) ([]byte, error) {
 	id, r, err := s.route(rk)
 	if err != nil {
 		return nil, err
 	}
-	if c == rpc.Consistency_CONSISTENCY_LINEARIZABLE {
-		if err := r.ReadBarrier(ctx); err != nil {
-			return nil, s.statusErr(id, err)
-		}
+	rc, err := s.consistency(id, c)
+	if err != nil {
+		return nil, err
 	}
-	return r, s.checkSlot(r, rk)
+	v, err := r.ReadKey(ctx, rc, rk, key)
+	if errors.Is(err, fsm.ErrNotFound) {
+		return nil, err
+	}
+	return v, s.statusErr(id, err)
 }
 
 // shardReplica returns the local replica of shard id for a request that
@@ -95,20 +132,48 @@ func (s *server) target(t *rpc.Target, idLen int) (shard.ID, *replica.Replica, e
 	return s.route(t.GetUserId())
 }
 
-// readTarget resolves t and passes the read barrier; for a user, then
-// checks the user's slot.
-func (s *server) readTarget(ctx context.Context, t *rpc.Target, idLen int, c rpc.Consistency) (*replica.Replica, error) {
+// readTarget resolves t, passes the read barrier for c and runs fn on a
+// view of the shard's state: fenced on the user's slot for a user, not
+// fenced for a shard (whose map version is checked: staleMap).
+func (s *server) readTarget(ctx context.Context, t *rpc.Target, idLen int, c rpc.Consistency, fn func(fsm.View) error) error {
 	id, r, err := s.target(t, idLen)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := s.readAt(ctx, id, r, c); err != nil {
-		return nil, err
+	rc, err := s.consistency(id, c)
+	if err != nil {
+		return err
 	}
-	if rk := targetKey(t); rk != nil {
-		return r, s.checkSlot(r, rk)
+	rk := targetKey(t)
+	if rk == nil {
+		// Checked after the barrier too (staleMap), as readShard does.
+		return s.statusErr(id, r.Read(ctx, rc, nil, func(v fsm.View) error {
+			if err := s.staleMap(id, r, t.GetMapVersion()); err != nil {
+				return err
+			}
+			return fn(v)
+		}))
 	}
-	return r, s.staleMap(id, r, t.GetMapVersion())
+	return s.statusErr(id, r.Read(ctx, rc, rk, fn))
+}
+
+// readShard is readTarget for a shard id (a fan-out's listing).
+func (s *server) readShard(ctx context.Context, shardID uint32, mapVersion uint64, c rpc.Consistency, fn func(fsm.View) error) error {
+	id, r, err := s.shardReplica(shardID)
+	if err != nil {
+		return err
+	}
+	rc, err := s.consistency(id, c)
+	if err != nil {
+		return err
+	}
+	// The map version is checked after the read barrier (in fn).
+	return s.statusErr(id, r.Read(ctx, rc, nil, func(v fsm.View) error {
+		if err := s.staleMap(id, r, mapVersion); err != nil {
+			return err
+		}
+		return fn(v)
+	}))
 }
 
 // staleMap answers moved when shard r gave slots away under a map newer
@@ -135,59 +200,65 @@ func (s *server) staleMap(id shard.ID, r *replica.Replica, version uint64) error
 }
 
 // userRead parses the user (or account) id b with parse (InvalidArgument
-// when malformed), routes by it, passes the read barrier for c and checks
-// the slot of b. It routes by b itself: parse accepts only the id's exact
-// bytes.
-func userRead[ID any](ctx context.Context, s *server, b []byte, parse func([]byte) (ID, error), c rpc.Consistency) (ID, *replica.Replica, error) {
+// when malformed) and reads: routed by b, fenced on its slot (read). It
+// routes by b itself: parse accepts only the id's exact bytes.
+func userRead[ID any](ctx context.Context, s *server, b []byte, parse func([]byte) (ID, error), c rpc.Consistency,
+	fn func(ID, fsm.View) error) error {
 	user, err := parse(b)
 	if err != nil {
-		return user, nil, s.statusErr(0, badInput(err))
+		return s.statusErr(0, badInput(err))
 	}
-	id, r, err := s.route(b)
+	return s.read(ctx, b, c, func(v fsm.View) error { return fn(user, v) })
+}
+
+// userGet reads the one record of user b (parsed with parse) under the
+// key key names and decodes it into rec: readKey, no view needed;
+// codes.NotFound when absent.
+func userGet[ID any, R records.Record](ctx context.Context, s *server, b []byte, parse func([]byte) (ID, error), c rpc.Consistency,
+	key func(ID) []byte, rec R) error {
+	user, err := parse(b)
 	if err != nil {
-		return user, nil, err
+		return s.statusErr(0, badInput(err))
 	}
-	if err := s.readAt(ctx, id, r, c); err != nil {
-		return user, nil, err
+	k := key(user)
+	v, err := s.readKey(ctx, b, c, k)
+	if errors.Is(err, fsm.ErrNotFound) {
+		return status.Error(codes.NotFound, "not found")
 	}
-	return user, r, s.checkSlot(r, b)
+	if err != nil {
+		return err
+	}
+	if err := records.Decode(v, rec); err != nil {
+		return s.statusErr(0, fmt.Errorf("stored record %x: %w", k, err))
+	}
+	return nil
 }
 
 // Slot fencing. A shard answers a read of a routing key only while it
-// owns the key's slot (fsm.FSM.CheckRoutingKey): the routed read helpers
-// (readReplica, userRead, readTarget for a user, the pools service's
-// read) check it after the read barrier, for stale reads too, so a slot
-// frozen at an index the read waited for is refused with the moved status
-// and the client retries at the new owner. The handler checks it again
-// after reading (fence, deferred): a freeze and drop completing during
-// the read could have left it a partial state, which it then drops for
-// the moved status. Listings of a whole shard and lookups by an id
-// without its user (fan-out) are not refused: a listing leaves out the
-// keys of slots the shard does not own (fsm.FSM.OwnsKey), a lookup that
-// finds its record in such a slot answers moved (the record is elsewhere
-// or about to be; the client asks every shard again).
+// owns the key's slot. Every read goes through fsm.FSM.Read (or ReadKey)
+// after the read barrier, which refuses a slot the shard does not own
+// before reading and turns the answer into the moved status when a freeze
+// (and drop) of the slot applied during the read; the client retries at
+// the new owner. Listings of a whole shard and lookups by an id without
+// its user (fan-out) are not fenced: a listing leaves out the keys of
+// slots the shard does not own (fsm.View.OwnsKey), a lookup that finds its
+// record in such a slot answers moved (fsm.View.CheckRoutingKey; the
+// record is elsewhere or about to be; the client asks every shard again).
+
+// checkViewSlot returns the moved status when the shard v views does not
+// own the slot of routing key rk.
+func (s *server) checkViewSlot(v fsm.View, rk []byte) error {
+	return s.statusErr(v.Shard(), v.CheckRoutingKey(rk))
+}
 
 // checkSlot returns the moved status when r's shard does not own the slot
-// of routing key rk.
+// of routing key rk (a watch's check before it starts; reads are fenced in
+// fsm.FSM.Read).
 func (s *server) checkSlot(r *replica.Replica, rk []byte) error {
 	if err := r.FSM().CheckRoutingKey(rk); err != nil {
 		return s.statusErr(r.ID(), err)
 	}
 	return nil
-}
-
-// fence, deferred by a routed read's handler once its read helper passed,
-// checks the slot of rk again after the read: if the shard lost it
-// meanwhile, the handler's answer (*resp, *err) becomes the moved status.
-// A nil rk (a shard-addressed request) is not fenced.
-func fence[T any](s *server, r *replica.Replica, rk []byte, resp *T, err *error) {
-	if rk == nil {
-		return
-	}
-	if ferr := s.checkSlot(r, rk); ferr != nil {
-		var zero T
-		*resp, *err = zero, ferr
-	}
 }
 
 // targetKey is the routing key a Target routes by: its user id, nil for
@@ -199,26 +270,27 @@ func targetKey(t *rpc.Target) []byte {
 	return t.GetUserId()
 }
 
-// owns reports whether r's shard owns the slot of routing key rk: false
-// for a slot it does not own, an error (a status) when it cannot tell.
-func (s *server) owns(r *replica.Replica, rk []byte) (bool, error) {
-	err := r.FSM().CheckRoutingKey(rk)
+// owns reports whether the shard v views owns the slot of routing key
+// rk: false for a slot it does not own, an error (a status) when it
+// cannot tell.
+func (s *server) owns(v fsm.View, rk []byte) (bool, error) {
+	err := v.CheckRoutingKey(rk)
 	var me *fsm.MovedError
 	if errors.As(err, &me) {
 		return false, nil
 	}
 	if err != nil {
-		return false, s.statusErr(r.ID(), err)
+		return false, s.statusErr(v.Shard(), err)
 	}
 	return true, nil
 }
 
-// ownsKey reports whether r's shard owns the slot of the stored key (and
-// value) kv: listings of a whole shard leave the others out.
-func (s *server) ownsKey(r *replica.Replica, kv fsm.KV) (bool, error) {
-	ok, err := r.FSM().OwnsKey(kv.Key, kv.Value)
+// ownsKey reports whether the shard v views owns the slot of the stored
+// key (and value) kv: listings of a whole shard leave the others out.
+func (s *server) ownsKey(v fsm.View, kv fsm.KV) (bool, error) {
+	ok, err := v.OwnsKey(kv.Key, kv.Value)
 	if err != nil {
-		return false, s.statusErr(r.ID(), err)
+		return false, s.statusErr(v.Shard(), err)
 	}
 	return ok, nil
 }

@@ -16,7 +16,7 @@ import (
 type server struct {
 	rpc.UnimplementedKVServer
 	rpc.UnimplementedClusterServer
-	node *cluster.Node
+	node Node
 	cfg  cluster.Config // node.Config(), read once
 	// Streams per identity (streamlimit.go): watchers and lease
 	// keep-alive streams.
@@ -33,21 +33,16 @@ func (s *server) statusErr(id shard.ID, err error) error {
 // notLeader answers with the leader hint this node has for shard id.
 func (s *server) notLeader(id shard.ID) error { return s.statusErr(id, cluster.ErrNotLeader) }
 
-func (s *server) Get(ctx context.Context, req *rpc.GetRequest) (resp *rpc.GetResponse, err error) {
+func (s *server) Get(ctx context.Context, req *rpc.GetRequest) (*rpc.GetResponse, error) {
 	if err := ValidateGet(req, s.cfg.Limits); err != nil {
 		return nil, s.statusErr(0, err)
 	}
-	r, err := s.readReplica(ctx, req.GetRoutingKey(), req.GetConsistency())
-	if err != nil {
-		return nil, err
-	}
-	defer fence(s, r, req.GetRoutingKey(), &resp, &err)
-	v, err := r.FSM().Get(keys.KV(req.GetRoutingKey(), req.GetKey()))
+	v, err := s.readKey(ctx, req.GetRoutingKey(), req.GetConsistency(), keys.KV(req.GetRoutingKey(), req.GetKey()))
 	if errors.Is(err, fsm.ErrNotFound) {
 		return &rpc.GetResponse{}, nil
 	}
 	if err != nil {
-		return nil, s.statusErr(r.ID(), err)
+		return nil, err
 	}
 	return &rpc.GetResponse{Found: true, Value: v}, nil
 }
@@ -90,15 +85,23 @@ func (s *server) Batch(ctx context.Context, req *rpc.BatchRequest) (*rpc.BatchRe
 	return &rpc.BatchResponse{Succeeded: res.Succeeded, FailedGuard: int32(res.FailedGuard), Index: res.Index}, nil
 }
 
-func (s *server) Scan(ctx context.Context, req *rpc.ScanRequest) (out *rpc.ScanResponse, err error) {
+func (s *server) Scan(ctx context.Context, req *rpc.ScanRequest) (*rpc.ScanResponse, error) {
 	if err := ValidateScan(req, s.cfg.Limits); err != nil {
 		return nil, s.statusErr(0, err)
 	}
-	r, err := s.readReplica(ctx, req.GetRoutingKey(), req.GetConsistency())
+	var resp *rpc.ScanResponse
+	err := s.read(ctx, req.GetRoutingKey(), req.GetConsistency(), func(v fsm.View) (err error) {
+		resp, err = s.scan(v, req)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer fence(s, r, req.GetRoutingKey(), &out, &err)
+	return resp, nil
+}
+
+// scan answers req from v.
+func (s *server) scan(v fsm.View, req *rpc.ScanRequest) (*rpc.ScanResponse, error) {
 	pg := s.newPager(req.GetLimit())
 	rk := req.GetRoutingKey()
 	prefix := keys.KVPrefix(rk, req.GetPrefix())
@@ -110,15 +113,15 @@ func (s *server) Scan(ctx context.Context, req *rpc.ScanRequest) (out *rpc.ScanR
 			start = after
 		}
 	}
-	kvs, more, err := r.FSM().ScanPage(start, keys.PrefixEnd(prefix), pg.limit, pg.maxBytes)
+	kvs, more, err := v.ScanPage(start, keys.PrefixEnd(prefix), pg.limit, pg.maxBytes)
 	if err != nil {
-		return nil, s.statusErr(r.ID(), err)
+		return nil, s.statusErr(v.Shard(), err)
 	}
 	resp := &rpc.ScanResponse{}
 	for _, kv := range kvs {
 		_, k, err := keys.DecodeKV(kv.Key)
 		if err != nil {
-			return nil, s.statusErr(r.ID(), err)
+			return nil, s.statusErr(v.Shard(), err)
 		}
 		item := &rpc.KeyValue{Key: k, Value: kv.Value}
 		if !pg.take(kv.Key, item) {

@@ -1,10 +1,12 @@
 package cluster_test
 
 import (
+	"net/http"
+
 	"github.com/swarmkv/swarmkv/admin"
-	"github.com/swarmkv/swarmkv/api"
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/redisfront"
+	"github.com/swarmkv/swarmkv/server"
 )
 
 // The harness (harness_test.go) starts a node's gRPC services through
@@ -12,9 +14,9 @@ import (
 // cluster.StartAdmin: set here, outside package cluster, because the core
 // never imports them.
 func init() {
-	cluster.APIServices = api.Services
+	cluster.APIServices = server.Services
 	cluster.StartAdmin = func(n *cluster.Node) func() { return admin.Start(n).Close }
-	cluster.AdminAuth = admin.Authorize
+	cluster.AdminAuth = func(n *cluster.Node, next http.Handler) http.Handler { return admin.Authorize(n, next) }
 	cluster.StartRedisFront = func(n *cluster.Node, addr string) (string, func(), error) {
 		f, err := redisfront.Start(n, addr)
 		if err != nil {

@@ -39,15 +39,14 @@ import (
 	"github.com/swarmkv/swarmkv/cluster/events"
 )
 
-// Source is what the console reads of its node (*cluster.Node).
+// Source is what the console reads of its node, declared here where it is
+// used; *cluster.Node satisfies it (checked in package server).
 type Source interface {
 	ID() string
 	Status(ctx context.Context) (*cluster.ClusterStatus, error)
 	NodeStats(ctx context.Context, ids []string) []cluster.NodeStatsResult
 	Events() []events.Event
 }
-
-var _ Source = (*cluster.Node)(nil)
 
 const (
 	// MinInterval is the least time between two rounds of counters: a

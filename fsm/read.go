@@ -14,16 +14,31 @@ func (f *FSM) iter(start, end []byte) (*pebble.Iterator, error) {
 	if f.restoring.Load() {
 		return nil, ErrRestoring
 	}
-	lower := start
+	return dataIter(f.db, start, end)
+}
+
+// dataIter opens an iterator of r over [start, end) minus the meta table;
+// it returns a nil iterator for an empty range. An empty end means no
+// upper bound.
+func dataIter(r pebble.Reader, start, end []byte) (*pebble.Iterator, error) {
+	lower, upper, ok := dataBounds(start, end)
+	if !ok {
+		return nil, nil
+	}
+	return r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+}
+
+// dataBounds returns the iterator bounds of [start, end) minus the meta
+// table (an empty end: no upper bound), ok false for an empty range.
+func dataBounds(start, end []byte) (lower, upper []byte, ok bool) {
+	lower = start
 	if bytes.Compare(lower, dataStart) < 0 {
 		lower = dataStart
 	}
 	if len(end) == 0 {
-		end = nil
-	} else if bytes.Compare(end, lower) <= 0 {
-		return nil, nil
+		return lower, nil, true
 	}
-	return f.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: end})
+	return lower, end, bytes.Compare(end, lower) > 0
 }
 
 // ScanReverse returns copies of the keys in [start, end) and their values
@@ -36,10 +51,26 @@ func (f *FSM) ScanReverse(start, end []byte, limit, skip int) ([]KV, error) {
 		return nil, err
 	}
 	defer f.mu.RUnlock()
-	it, err := f.iter(start, end)
+	if f.restoring.Load() {
+		return nil, ErrRestoring
+	}
+	return scanReverse(f.db, start, end, limit, skip)
+}
+
+func scanReverse(r pebble.Reader, start, end []byte, limit, skip int) ([]KV, error) {
+	it, err := dataIter(r, start, end)
 	if err != nil || it == nil {
 		return nil, wrapRead("scan reverse", err)
 	}
+	out, err := scanReverseIter(it, limit, skip)
+	if cerr := it.Close(); err == nil && cerr != nil {
+		err = wrapRead("scan reverse", cerr)
+	}
+	return out, err
+}
+
+// scanReverseIter is scanReverse on a bounded iterator it, left open.
+func scanReverseIter(it *pebble.Iterator, limit, skip int) ([]KV, error) {
 	var out []KV
 	ok := it.Last()
 	for ; ok && skip > 0; ok = it.Prev() {
@@ -48,7 +79,6 @@ func (f *FSM) ScanReverse(start, end []byte, limit, skip int) ([]KV, error) {
 	for ; ok && (limit <= 0 || len(out) < limit); ok = it.Prev() {
 		v, err := it.ValueAndErr()
 		if err != nil {
-			_ = it.Close()
 			return nil, wrapRead("scan reverse", err)
 		}
 		out = append(out, KV{
@@ -56,10 +86,7 @@ func (f *FSM) ScanReverse(start, end []byte, limit, skip int) ([]KV, error) {
 			Value: append(make([]byte, 0, len(v)), v...),
 		})
 	}
-	if err := it.Close(); err != nil {
-		return nil, wrapRead("scan reverse", err)
-	}
-	return out, nil
+	return out, wrapRead("scan reverse", it.Error())
 }
 
 // Count returns the number of keys in [start, end) (an empty end means no
@@ -69,18 +96,31 @@ func (f *FSM) Count(start, end []byte) (int, error) {
 		return 0, err
 	}
 	defer f.mu.RUnlock()
-	it, err := f.iter(start, end)
+	if f.restoring.Load() {
+		return 0, ErrRestoring
+	}
+	return count(f.db, start, end)
+}
+
+func count(r pebble.Reader, start, end []byte) (int, error) {
+	it, err := dataIter(r, start, end)
 	if err != nil || it == nil {
 		return 0, wrapRead("count", err)
 	}
+	n, err := countIter(it)
+	if cerr := it.Close(); err == nil && cerr != nil {
+		err = wrapRead("count", cerr)
+	}
+	return n, err
+}
+
+// countIter is count on a bounded iterator it, left open.
+func countIter(it *pebble.Iterator) (int, error) {
 	n := 0
 	for ok := it.First(); ok; ok = it.Next() {
 		n++
 	}
-	if err := it.Close(); err != nil {
-		return 0, wrapRead("count", err)
-	}
-	return n, nil
+	return n, wrapRead("count", it.Error())
 }
 
 // wrapRead prefixes a storage error; ErrRestoring and nil pass unchanged.
@@ -104,10 +144,26 @@ func (f *FSM) ScanPage(start, end []byte, limit, maxBytes int) (page []KV, more 
 		return nil, false, err
 	}
 	defer f.mu.RUnlock()
-	it, err := f.iter(start, end)
+	if f.restoring.Load() {
+		return nil, false, ErrRestoring
+	}
+	return scanPage(f.db, start, end, limit, maxBytes)
+}
+
+func scanPage(r pebble.Reader, start, end []byte, limit, maxBytes int) (page []KV, more bool, err error) {
+	it, err := dataIter(r, start, end)
 	if err != nil || it == nil {
 		return nil, false, wrapRead("scan page", err)
 	}
+	page, more, err = scanPageIter(it, limit, maxBytes)
+	if cerr := it.Close(); err == nil && cerr != nil {
+		return nil, false, wrapRead("scan page", cerr)
+	}
+	return page, more, err
+}
+
+// scanPageIter is scanPage on a bounded iterator it, left open.
+func scanPageIter(it *pebble.Iterator, limit, maxBytes int) (page []KV, more bool, err error) {
 	size := 0
 	ok := it.First()
 	for ; ok; ok = it.Next() {
@@ -123,7 +179,6 @@ func (f *FSM) ScanPage(start, end []byte, limit, maxBytes int) (page []KV, more 
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
-			_ = it.Close()
 			return nil, false, wrapRead("scan page", err)
 		}
 		size += n
@@ -132,7 +187,7 @@ func (f *FSM) ScanPage(start, end []byte, limit, maxBytes int) (page []KV, more 
 			Value: append(make([]byte, 0, len(v)), v...),
 		})
 	}
-	if err := it.Close(); err != nil {
+	if err := it.Error(); err != nil {
 		return nil, false, wrapRead("scan page", err)
 	}
 	return page, ok, nil

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/swarmkv/swarmkv/admin"
-	"github.com/swarmkv/swarmkv/api"
 	"github.com/swarmkv/swarmkv/internal/freeport"
+	"github.com/swarmkv/swarmkv/server"
 
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/internal/faultnet"
@@ -229,7 +229,7 @@ func (d *InProc) Start(_ context.Context, node string) error {
 	if d.mu.nodes[node] != nil {
 		return nil
 	}
-	n, err := cluster.New(c, api.Services)
+	n, err := cluster.New(c, server.Services)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", node, err)
 	}

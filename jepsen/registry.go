@@ -253,11 +253,11 @@ func (r *Registry) Check(h History, _ string) Verdict {
 			}
 		}
 	}
-	// A status listing reads the index, then each record, not from one
-	// snapshot (documented: an agent changing status meanwhile may be seen
-	// with its new status). So an agent listed under s with status t is
-	// a torn read if some write set t before the listing ended, and an
-	// anomaly otherwise.
+	// A status listing reads each page's index entries and their records
+	// from one view of the shard (fsm.FSM.Read, docs/architecture.md, "The
+	// read seam"), so an agent listed under s has status s: another status
+	// is an anomaly, a torn read if some write had set it before the
+	// listing ended (counted too), a status no write set otherwise.
 	for _, op := range h {
 		out, ok := op.Output.(RegistryOut)
 		if op.F != "list" || !ok {
@@ -273,6 +273,7 @@ func (r *Registry) Check(h History, _ string) Verdict {
 			}
 			if explained {
 				v.count("list-torn-reads", 1)
+				v.anomaly("op %d: listing of status %d returned agent %s with status %d: torn between the index and the record", op.Index, op.Input.(RegistryIn).Status, m.Agent, m.Status)
 			} else {
 				v.anomaly("op %d: listing of status %d returned agent %s with status %d, which no write had set", op.Index, op.Input.(RegistryIn).Status, m.Agent, m.Status)
 			}

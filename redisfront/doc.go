@@ -6,9 +6,9 @@
 // internal Redis gRPC service through the Go client) and the front's
 // authentication (auth.go: AUTH, client certificates, roles per command).
 //
-// It owns no state of the cluster: it uses the narrow API of
-// cluster.Node (ShardMap, Config, the identity checks of its
-// authenticator, Node.Authn) and runs a request on a local leader with
+// It owns no state of the cluster: it uses its node through the Node
+// interface it declares (node.go: ShardMap, Config, the identity checks
+// of its authenticator, Authn, the local replicas) and runs a request on a local leader with
 // package api's RedisLocal. It may import cluster, api, client, rpc,
 // resp, fsm, keys, shard, auth, auth/authn and internal/retry; the core
 // never imports it. A request refused because a slot moved is sent again

@@ -50,7 +50,7 @@ const redisVersion = "7.2.4"
 
 // Front is a node's RESP front: a listener and its connections.
 type Front struct {
-	n      *cluster.Node
+	n      Node
 	cfg    cluster.Config // the node's, read once at Start
 	log    *slog.Logger
 	peer   *tls.Config // the node's own identity for forwarded calls; nil without TLS
@@ -103,7 +103,7 @@ func (c *redisConn) unwatch() {
 }
 
 // Start binds addr and serves RESP for node n until Close.
-func Start(n *cluster.Node, addr string) (*Front, error) {
+func Start(n Node, addr string) (*Front, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("redisfront: listen %s: %w", addr, err)

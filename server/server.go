@@ -23,8 +23,26 @@ import (
 	"github.com/swarmkv/swarmkv/admin"
 	"github.com/swarmkv/swarmkv/api"
 	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/console"
 	"github.com/swarmkv/swarmkv/redisfront"
 )
+
+// The fronts reach the core through small interfaces each declares where
+// it uses them (api.Node, api.Replicas, admin.Node, redisfront.Node,
+// console.Source); this package is the one that names the concrete
+// *cluster.Node, and checks here that it satisfies every one.
+var (
+	_ api.Node        = (*cluster.Node)(nil)
+	_ api.Replicas    = (*cluster.Node)(nil)
+	_ admin.Node      = (*cluster.Node)(nil)
+	_ redisfront.Node = (*cluster.Node)(nil)
+	_ console.Source  = (*cluster.Node)(nil)
+)
+
+// Services is api.Services for a *cluster.Node, in the form cluster.New
+// takes (the in-process jepsen driver and the cluster tests build their
+// nodes with it too).
+func Services(n *cluster.Node) cluster.Services { return api.Services(n) }
 
 // Server is a node with its fronts.
 type Server struct {
@@ -42,7 +60,7 @@ type Server struct {
 // listener, then the RESP front. On an error whatever was started is
 // closed.
 func New(cfg cluster.Config) (*Server, error) {
-	n, err := cluster.New(cfg, api.Services)
+	n, err := cluster.New(cfg, Services)
 	if err != nil {
 		return nil, err
 	}

@@ -54,7 +54,9 @@ var (
 	// read.
 	ErrNewerFormat = errors.New("backup: newer format")
 	// ErrMoveInProgress: a split or merge runs, or ran during the backup.
-	ErrMoveInProgress = errors.New("backup: a split or merge is in progress")
+	// It is placement.ErrMoveInProgress, which the node core returns, so
+	// errors.Is matches either name.
+	ErrMoveInProgress = placement.ErrMoveInProgress
 	// ErrMapChanged: the cluster's shard map changed during the backup.
 	ErrMapChanged = errors.New("backup: the shard map changed during the backup")
 	// ErrBadToken is a token of the manifest that token create would

@@ -84,7 +84,7 @@ func TestRestoreSeedRevalidatesTokens(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, backup.SeedFile), seed, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cfg := Config{ID: "n1", DataDir: dir, RaftAddr: freePort(t), GRPCAddr: freePort(t), GossipAddr: freePort(t),
+		cfg := Config{ID: "n1", DataDir: dir, Seed: backup.Seeds{}, RaftAddr: freePort(t), GRPCAddr: freePort(t), GossipAddr: freePort(t),
 			GossipProfile: "local", Logger: testLogger(t)}
 		n, err := New(cfg, APIServices)
 		if err == nil {
@@ -106,7 +106,7 @@ func TestRestoreSeedRevalidatesTokens(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "n1")
 	os.Mkdir(dir, 0o700)
 	os.WriteFile(filepath.Join(dir, backup.SeedFile), editManifest(t, file, func(*backup.Manifest) {}), 0o600)
-	n, err := New(Config{ID: "n1", DataDir: dir, RaftAddr: freePort(t), GRPCAddr: freePort(t), GossipAddr: freePort(t),
+	n, err := New(Config{ID: "n1", DataDir: dir, Seed: backup.Seeds{}, RaftAddr: freePort(t), GRPCAddr: freePort(t), GossipAddr: freePort(t),
 		GossipProfile: "local", Logger: testLogger(t)}, APIServices)
 	if err != nil {
 		t.Fatalf("a valid seed: %v", err)

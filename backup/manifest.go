@@ -41,7 +41,7 @@ const maxManifest = 16 << 20
 const maxTokens = 1000
 
 // SeedFile is the name of the seed Seed writes into a data dir; a node
-// that finds it at its first start restores the backup (package cluster).
+// that finds it at its first start restores the backup (Seeds, for package cluster).
 const SeedFile = "restore.swkvbak"
 
 var (

@@ -16,7 +16,7 @@ import (
 // goes, to dataDir/SeedFile (written as a temporary file, synced, then
 // renamed). dataDir must be empty or absent (then it is made, owner-only, in
 // a parent that exists). A
-// node's first start on dataDir consumes the seed (package cluster): it
+// node's first start on dataDir consumes the seed (Seeds, cluster.Config.Seed): it
 // starts a new cluster alone, with the backup's shard map, data and
 // tokens, which other nodes then join.
 //

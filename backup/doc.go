@@ -2,7 +2,9 @@
 // below), a writer, a reader that checks everything, taking a backup of a
 // running cluster through the admin HTTP API of any member (Save, over a
 // Source: HTTPSource) and seeding a data dir with a verified backup
-// (Seed), which package cluster consumes on the node's first start.
+// (Seed), which the node's first start consumes: Seeds reads the seed
+// into a cluster/seed.Restore for package cluster (cluster.Config.Seed,
+// set by package server), which reads no backup file itself.
 //
 // Usage:
 //

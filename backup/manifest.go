@@ -41,7 +41,7 @@ const maxManifest = 16 << 20
 const maxTokens = 1000
 
 // SeedFile is the name of the seed Seed writes into a data dir; a node
-// that finds it at its first start restores the backup (package cluster).
+// that finds it at its first start restores the backup (Seeds, for package cluster).
 const SeedFile = "restore.swkvbak"
 
 var (
@@ -54,7 +54,9 @@ var (
 	// read.
 	ErrNewerFormat = errors.New("backup: newer format")
 	// ErrMoveInProgress: a split or merge runs, or ran during the backup.
-	ErrMoveInProgress = errors.New("backup: a split or merge is in progress")
+	// It is placement.ErrMoveInProgress, which the node core returns, so
+	// errors.Is matches either name.
+	ErrMoveInProgress = placement.ErrMoveInProgress
 	// ErrMapChanged: the cluster's shard map changed during the backup.
 	ErrMapChanged = errors.New("backup: the shard map changed during the backup")
 	// ErrBadToken is a token of the manifest that token create would

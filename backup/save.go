@@ -68,7 +68,7 @@ func Save(ctx context.Context, src Source, path string, o Options) (_ *Manifest,
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckNoMoves(st); err != nil {
+	if err := placement.CheckNoMoves(st); err != nil {
 		return nil, err
 	}
 	m := ManifestOf(st, now())
@@ -155,22 +155,11 @@ func saveShard(ctx context.Context, src Source, w *Writer, p *Progress, limit *r
 	return info, nil
 }
 
-// CheckNoMoves refuses (ErrMoveInProgress) a cluster state with a split
-// or merge in progress: the node refuses GET /v1/backup/state with it too.
-func CheckNoMoves(st *placement.State) error {
-	if len(st.Moves) == 0 {
-		return nil
-	}
-	mv := st.Moves[0]
-	return fmt.Errorf("%w (move %d, %s of shard %d into shard %d, %s): wait for it to finish, or cancel it (swarmnode shards cancel %d)",
-		ErrMoveInProgress, mv.ID, mv.Kind, mv.Source, mv.Target, mv.Phase, mv.ID)
-}
-
 // sameShape fails unless after has the shard map, the groups and the
 // next move id of before, and no move: then no slot moved, and no move
 // ran, while the shards were copied.
 func sameShape(before, after *placement.State) error {
-	if err := CheckNoMoves(after); err != nil {
+	if err := placement.CheckNoMoves(after); err != nil {
 		return fmt.Errorf("%w; retry the backup", err)
 	}
 	ids := func(st *placement.State) []shard.ID {

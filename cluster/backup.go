@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/swarmkv/swarmkv/backup"
+	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/fsm"
 	"github.com/swarmkv/swarmkv/internal/retry"
@@ -32,13 +32,14 @@ const backupChunkBytes = 1 << 20
 
 // BackupState returns the committed cluster state, tokens' secret hashes
 // included (a restore needs them), for a backup; while a split or merge
-// is in progress it refuses (FailedPrecondition, backup.ErrMoveInProgress).
+// is in progress it refuses (FailedPrecondition,
+// placement.ErrMoveInProgress).
 func (n *Node) BackupState(ctx context.Context) (*State, error) {
 	st, err := n.adminMeta(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if err := backup.CheckNoMoves(st); err != nil {
+	if err := placement.CheckNoMoves(st); err != nil {
 		return nil, err
 	}
 	return st, nil

@@ -55,7 +55,7 @@ func restoredCluster(t *testing.T, file string, n int, tweak func(*Config)) *tes
 	base := t.TempDir()
 	for i := range n {
 		name := fmt.Sprintf("r%d", i+1)
-		cfg := Config{ID: name, DataDir: filepath.Join(base, name), RaftAddr: freePort(t), GRPCAddr: freePort(t),
+		cfg := Config{ID: name, DataDir: filepath.Join(base, name), Seed: backup.Seeds{}, RaftAddr: freePort(t), GRPCAddr: freePort(t),
 			GossipAddr: freePort(t), HTTPAddr: freePort(t), HeartbeatTimeout: testHeartbeat,
 			ReconcileInterval: 200 * time.Millisecond, // replicas placed sooner: a shorter test
 			ElectionTimeout:   testHeartbeat, LeaderLeaseTimeout: testHeartbeat / 2, GossipProfile: "local",

@@ -37,6 +37,10 @@ type Config struct {
 	// DataDir holds the node's state (cluster.json, one folder per shard
 	// replica). Created if missing.
 	DataDir string
+	// Seed finds the restore a data dir holding no cluster state was
+	// seeded with (restore.go); nil: the node restores nothing and
+	// starts or joins a cluster as usual. server sets backup.Seeds.
+	Seed Seeder
 
 	// RaftAddr is the TCP address the node's one Raft port listens on,
 	// shared by every local replica. Default "127.0.0.1:7101".

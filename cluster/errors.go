@@ -8,7 +8,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/swarmkv/swarmkv/auth/authn"
-	"github.com/swarmkv/swarmkv/backup"
 	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/cluster/shardmove"
@@ -81,7 +80,7 @@ var errKinds = []struct {
 	{placement.ErrMoveRefused, rpc.KindFailedPrecondition, ""},
 	{shardmove.ErrRefused, rpc.KindFailedPrecondition, ""},
 	{fsm.ErrMoveConflict, rpc.KindFailedPrecondition, ""},
-	{backup.ErrMoveInProgress, rpc.KindFailedPrecondition, ""}, // no backup during a move
+	{placement.ErrMoveInProgress, rpc.KindFailedPrecondition, ""}, // no backup during a move
 	{fsm.ErrInvalidCommand, rpc.KindInvalidArgument, ""},
 	// A command the cluster's protocol version does not allow yet
 	// (version.go: CheckCommand).

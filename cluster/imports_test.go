@@ -6,30 +6,40 @@ import (
 	"testing"
 )
 
-// TestImportsOneWay: the core (cluster, cluster/placement,
-// cluster/gossip, cluster/replica, cluster/shardmove, cluster/reconcile, cluster/metrics and cluster/events), with everything it imports, imports none of the
-// packages above it: the gRPC services (api), the fronts (redisfront,
-// admin, console), their composition (server) and the Go client. `go list -deps` lists the transitive
-// imports of the packages' code (tests excluded: they may use the
-// client and the fronts).
-func TestImportsOneWay(t *testing.T) {
+// coreDeps are the module's packages the core (cluster and every package
+// under it), with everything it imports, imports: `go list -deps` lists
+// the transitive imports of the packages' code (tests excluded: they may
+// use the client, the fronts and backup files).
+func coreDeps(t *testing.T) []string {
+	t.Helper()
 	const module = "github.com/swarmkv/swarmkv/"
-	above := []string{"api", "redisfront", "admin", "console", "server", "client", "cmd"}
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", ".", "./placement", "./gossip", "./replica", "./shardmove", "./reconcile", "./metrics", "./events").Output()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "./...").Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
 			t.Fatalf("go list: %v\n%s", err, ee.Stderr)
 		}
 		t.Fatalf("go list: %v", err)
 	}
+	var deps []string
 	for _, p := range strings.Fields(string(out)) {
-		rel, ok := strings.CutPrefix(p, module)
-		if !ok {
-			continue
+		if rel, ok := strings.CutPrefix(p, module); ok {
+			deps = append(deps, rel)
 		}
-		for _, a := range above {
-			if rel == a || strings.HasPrefix(rel, a+"/") {
-				t.Errorf("the core imports %s (directly or through another package): cluster, cluster/placement, cluster/gossip, cluster/replica, cluster/shardmove, cluster/reconcile, cluster/metrics and cluster/events may not import %v", p, above)
+	}
+	return deps
+}
+
+// TestImportsOneWay: the core imports none of the packages above it: the
+// gRPC services (api), the fronts (redisfront, admin, console), their
+// composition (server), the Go client and the commands; nor package
+// backup, the backup file: a node's restore comes to it as a seed.Restore
+// (Config.Seed, which server sets to backup.Seeds).
+func TestImportsOneWay(t *testing.T) {
+	forbidden := []string{"api", "redisfront", "admin", "console", "server", "client", "cmd", "backup"}
+	for _, p := range coreDeps(t) {
+		for _, a := range forbidden {
+			if p == a || strings.HasPrefix(p, a+"/") {
+				t.Errorf("the core imports %s (directly or through another package): cluster and its sub-packages may not import %v", p, forbidden)
 			}
 		}
 	}

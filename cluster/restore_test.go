@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/swarmkv/swarmkv/backup"
 	"github.com/swarmkv/swarmkv/cluster/placement"
+	"github.com/swarmkv/swarmkv/cluster/seed"
 	"github.com/swarmkv/swarmkv/shard"
 )
 
@@ -84,7 +86,7 @@ func TestRestoreSeedRevalidatesTokens(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, backup.SeedFile), seed, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cfg := Config{ID: "n1", DataDir: dir, RaftAddr: freePort(t), GRPCAddr: freePort(t), GossipAddr: freePort(t),
+		cfg := Config{ID: "n1", DataDir: dir, Seed: backup.Seeds{}, RaftAddr: freePort(t), GRPCAddr: freePort(t), GossipAddr: freePort(t),
 			GossipProfile: "local", Logger: testLogger(t)}
 		n, err := New(cfg, APIServices)
 		if err == nil {
@@ -106,10 +108,88 @@ func TestRestoreSeedRevalidatesTokens(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "n1")
 	os.Mkdir(dir, 0o700)
 	os.WriteFile(filepath.Join(dir, backup.SeedFile), editManifest(t, file, func(*backup.Manifest) {}), 0o600)
-	n, err := New(Config{ID: "n1", DataDir: dir, RaftAddr: freePort(t), GRPCAddr: freePort(t), GossipAddr: freePort(t),
+	n, err := New(Config{ID: "n1", DataDir: dir, Seed: backup.Seeds{}, RaftAddr: freePort(t), GRPCAddr: freePort(t), GossipAddr: freePort(t),
 		GossipProfile: "local", Logger: testLogger(t)}, APIServices)
 	if err != nil {
 		t.Fatalf("a valid seed: %v", err)
 	}
 	n.Close()
+}
+
+// fakeSeeds is a Seeder of one restore, counting its calls; fail, while
+// set, is returned by Read once the first shard is written.
+type fakeSeeds struct {
+	r              *seed.Restore
+	fail           error
+	opens, removes int
+}
+
+func (f *fakeSeeds) Open(string) (*seed.Restore, error) { f.opens++; return f.r, nil }
+func (f *fakeSeeds) Remove(string) error                { f.removes++; return nil }
+
+// TestRestoreSeamStartsOver, through Config.Seed with no backup file: a
+// restore that fails after writing a shard records no cluster state and
+// keeps the seed; the next start deletes the replica folders it left,
+// restores, commits the new cluster's state (a new id; the source's tokens
+// and next move id) and removes the seed; a start on the restored dir
+// opens no seed and removes it again (an earlier start may have stopped
+// before).
+func TestRestoreSeamStartsOver(t *testing.T) {
+	m, _ := shard.DefaultMap(2)
+	tok := placement.Token{ID: "0123456789abcdef", Name: "ops", Roles: []string{"pools:read"},
+		Hash: strings.Repeat("ab", 32), Created: time.Unix(1, 0).UTC()}
+	f := &fakeSeeds{fail: errors.New("disk on fire")}
+	f.r = &seed.Restore{Source: "fake", ClusterID: "src", Created: time.Unix(100, 0), ReplicationFactor: 3, Map: m,
+		NextMoveID: 9, Tokens: []placement.Token{tok}, Shards: []seed.Shard{{ID: 0, Index: 5}, {ID: 1, Index: 7, Incarnation: 2}},
+		Read: func(fn func(seed.Shard, func() ([]byte, []byte, error)) error) error {
+			for i, s := range f.r.Shards {
+				if i == 1 && f.fail != nil {
+					return f.fail
+				}
+				if err := fn(s, func() ([]byte, []byte, error) { return nil, nil, io.EOF }); err != nil {
+					return err
+				}
+			}
+			return nil
+		}}
+	dir := filepath.Join(t.TempDir(), "n1")
+	cfg := Config{ID: "n1", DataDir: dir, Seed: f, RaftAddr: freePort(t), GRPCAddr: freePort(t), GossipAddr: freePort(t),
+		GossipProfile: "local", Logger: testLogger(t)}
+	if n, err := New(cfg, APIServices); err == nil || !errors.Is(err, f.fail) || !strings.Contains(err.Error(), "restore from fake") {
+		if n != nil {
+			n.Close()
+		}
+		t.Fatalf("a failing restore: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cluster.json")); !errors.Is(err, os.ErrNotExist) || f.removes != 0 {
+		t.Fatalf("a failed restore committed (%v) or removed its seed (%d)", err, f.removes)
+	}
+	marker := filepath.Join(dir, "shards", "left-over")
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.fail = nil
+	n, err := New(cfg, APIServices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the restored node ready", n.Ready)
+	st, _ := n.LocalState()
+	n.Close()
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the interrupted restore's folders were kept: %v", err)
+	}
+	if st.ClusterID == "src" || st.NextMoveID != 9 || len(st.Tokens) != 1 || st.ReplicationFactor != 3 ||
+		len(st.Shards) != 2 || st.Shards[1].Incarnation != 2 || f.removes != 1 {
+		t.Fatalf("restored state %+v, %d removes", st, f.removes)
+	}
+	f.opens = 0
+	n, err = New(cfg, APIServices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	if f.opens != 0 || f.removes != 2 {
+		t.Fatalf("a restart opened the seed %d times, removed it %d", f.opens, f.removes-1)
+	}
 }

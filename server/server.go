@@ -60,7 +60,7 @@ type Server struct {
 // listener, then the RESP front. On an error whatever was started is
 // closed.
 func New(cfg cluster.Config) (*Server, error) {
-	n, err := cluster.New(cfg, Services)
+	n, err := cluster.New(withSeeds(cfg), Services) // seed.go
 	if err != nil {
 		return nil, err
 	}

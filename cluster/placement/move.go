@@ -82,6 +82,24 @@ var ErrMoveRefused = errors.New("move refused")
 // changed.
 var ErrMoveNotFound = errors.New("no such move")
 
+// ErrMoveInProgress is CheckNoMoves's refusal: a split or merge runs (no
+// backup during a move: its copy of the shards would not be one shard
+// map's). Its text keeps the "backup:" of its first home (package backup,
+// which aliases it): backup.HTTPSource recognizes it by that text in a
+// node's HTTP error, from nodes of any version.
+var ErrMoveInProgress = errors.New("backup: a split or merge is in progress")
+
+// CheckNoMoves refuses (ErrMoveInProgress) a cluster state with a split
+// or merge in progress, naming the first move and how to end it.
+func CheckNoMoves(st *State) error {
+	if len(st.Moves) == 0 {
+		return nil
+	}
+	mv := st.Moves[0]
+	return fmt.Errorf("%w (move %d, %s of shard %d into shard %d, %s): wait for it to finish, or cancel it (swarmnode shards cancel %d)",
+		ErrMoveInProgress, mv.ID, mv.Kind, mv.Source, mv.Target, mv.Phase, mv.ID)
+}
+
 func unknownMove(id uint64) error {
 	return fmt.Errorf("%w: %d (never planned, or already finished)", ErrMoveNotFound, id)
 }

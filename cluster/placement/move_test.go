@@ -312,3 +312,17 @@ func TestStateMovesJSON(t *testing.T) {
 		t.Fatal("Clone shares moves or placements")
 	}
 }
+
+// TestCheckNoMoves: a state without moves passes; one with a move is
+// refused with ErrMoveInProgress, naming the move and how to cancel it.
+func TestCheckNoMoves(t *testing.T) {
+	if err := CheckNoMoves(&State{}); err != nil {
+		t.Fatal(err)
+	}
+	st := &State{Moves: []Move{{ID: 7, Kind: MoveSplit, Source: 0, Target: 2, Phase: PhaseFrozen}}}
+	err := CheckNoMoves(st)
+	want := "backup: a split or merge is in progress (move 7, split of shard 0 into shard 2, frozen): wait for it to finish, or cancel it (swarmnode shards cancel 7)"
+	if !errors.Is(err, ErrMoveInProgress) || err.Error() != want {
+		t.Fatalf("got %v, want %s", err, want)
+	}
+}

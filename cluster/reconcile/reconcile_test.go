@@ -265,3 +265,31 @@ func TestRoundAsksEachNodeOnce(t *testing.T) {
 		t.Fatal("stale")
 	}
 }
+
+// TestLeadersAsksEachNodeOnce: the shard policy's Leaders finds each
+// group's confirmed leader with one call to each node.
+func TestLeadersAsksEachNodeOnce(t *testing.T) {
+	cfg := voters("a", "b", "c")
+	f := &fakeNodes{status: map[string]*rpc.ReplicaStatusResponse{
+		"a": status("a", "Leader", "a", 2, cfg...), "b": status("b", "Follower", "a", 2), "c": status("c", "Follower", "a", 2),
+	}}
+	rc := newFake(f, nil)
+	var groups []placement.Group
+	for i := range 8 {
+		groups = append(groups, placement.Group{Shard: shard.ID(i + 1), Voters: []string{"a", "b", "c"}})
+	}
+	ls := rc.Leaders(context.Background(), groups)
+	if len(ls) != len(groups) {
+		t.Fatalf("%d leaders for %d groups", len(ls), len(groups))
+	}
+	for i, l := range ls {
+		if l == nil || l.NodeId != "a" {
+			t.Fatalf("group %d: leader %v, want a", i, l)
+		}
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if f.batches[id] != 1 || f.asked[id] != 0 {
+			t.Fatalf("%s asked in %d batches and %d times per group, want one batch", id, f.batches[id], f.asked[id])
+		}
+	}
+}

@@ -100,3 +100,15 @@ func (rc *Reconciler) nodeStatuses(ctx context.Context, id string, gs []placemen
 	}
 	return m
 }
+
+// Leaders returns the status of each group's confirmed leader (nil: none),
+// in the order of groups, as Observe finds it, asking each node about
+// all its replicas of groups in one call (the shard policy's round).
+func (rc *Reconciler) Leaders(ctx context.Context, groups []placement.Group) []*rpc.ReplicaStatusResponse {
+	snap := rc.fetchStatuses(ctx, groups)
+	out := make([]*rpc.ReplicaStatusResponse, len(groups))
+	for i, g := range groups {
+		out[i] = rc.observe(ctx, g, snap).Leader
+	}
+	return out
+}

@@ -90,13 +90,14 @@ var grpcPerms = map[string]auth.Perm{
 	"/swarmkv.v1.Lease/KeepAlive":       {Keyspace: auth.Leases, Write: true},
 	"/swarmkv.v1.Lease/KeepAliveStream": {Keyspace: auth.Leases, Write: true}, // a stream
 
-	"/swarmkv.v1.Admin/MetaState":      {Keyspace: auth.Node},
-	"/swarmkv.v1.Admin/JoinNode":       {Keyspace: auth.Node},
-	"/swarmkv.v1.Admin/RemoveNode":     {Keyspace: auth.Node},
-	"/swarmkv.v1.Admin/ReplicaStatus":  {Keyspace: auth.Node},
-	"/swarmkv.v1.Admin/ChangeReplica":  {Keyspace: auth.Node},
-	"/swarmkv.v1.Admin/TransferLeader": {Keyspace: auth.Node},
-	"/swarmkv.v1.Admin/Snapshot":       {Keyspace: auth.Node},
+	"/swarmkv.v1.Admin/MetaState":       {Keyspace: auth.Node},
+	"/swarmkv.v1.Admin/JoinNode":        {Keyspace: auth.Node},
+	"/swarmkv.v1.Admin/RemoveNode":      {Keyspace: auth.Node},
+	"/swarmkv.v1.Admin/ReplicaStatus":   {Keyspace: auth.Node},
+	"/swarmkv.v1.Admin/ReplicaStatuses": {Keyspace: auth.Node},
+	"/swarmkv.v1.Admin/ChangeReplica":   {Keyspace: auth.Node},
+	"/swarmkv.v1.Admin/TransferLeader":  {Keyspace: auth.Node},
+	"/swarmkv.v1.Admin/Snapshot":        {Keyspace: auth.Node},
 	// Elastic shards (cluster/shardmove). ExportSlots is a stream.
 	"/swarmkv.v1.Admin/SlotCommand": {Keyspace: auth.Node},
 	"/swarmkv.v1.Admin/SlotStatus":  {Keyspace: auth.Node},

@@ -137,6 +137,15 @@ func (s *adminServer) ReplicaStatus(ctx context.Context, req *rpc.ReplicaStatusR
 	return r.Status(s.node.cfg.ID), nil
 }
 
+func (s *adminServer) ReplicaStatuses(ctx context.Context, req *rpc.ReplicaStatusesRequest) (*rpc.ReplicaStatusesResponse, error) {
+	out := &rpc.ReplicaStatusesResponse{Statuses: make([]*rpc.ReplicaStatusResponse, 0, len(req.Groups))}
+	for _, g := range req.Groups {
+		st, _ := s.ReplicaStatus(ctx, g)
+		out.Statuses = append(out.Statuses, st)
+	}
+	return out, nil
+}
+
 func (s *adminServer) ChangeReplica(ctx context.Context, req *rpc.ChangeReplicaRequest) (*rpc.ChangeReplicaResponse, error) {
 	r := s.node.groupReplica(req.Meta, shard.ID(req.Shard))
 	if r == nil {

@@ -38,6 +38,9 @@ func (n *Node) newMover() *shardmove.Mover {
 		Leader: func(ctx context.Context, g placement.Group) *rpc.ReplicaStatusResponse {
 			return n.recon.Observe(ctx, g).Leader
 		},
+		Leaders: func(ctx context.Context, gs []placement.Group) []*rpc.ReplicaStatusResponse {
+			return n.recon.Leaders(ctx, gs)
+		},
 	})
 }
 

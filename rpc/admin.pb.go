@@ -631,6 +631,97 @@ func (x *ReplicaStatusResponse) GetLoad() float64 {
 	return 0
 }
 
+type ReplicaStatusesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The groups asked about.
+	Groups        []*ReplicaStatusRequest `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaStatusesRequest) Reset() {
+	*x = ReplicaStatusesRequest{}
+	mi := &file_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaStatusesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaStatusesRequest) ProtoMessage() {}
+
+func (x *ReplicaStatusesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaStatusesRequest.ProtoReflect.Descriptor instead.
+func (*ReplicaStatusesRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ReplicaStatusesRequest) GetGroups() []*ReplicaStatusRequest {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+type ReplicaStatusesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per group asked, in the order asked (present false for a group
+	// the answering node holds no replica of).
+	Statuses      []*ReplicaStatusResponse `protobuf:"bytes,1,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaStatusesResponse) Reset() {
+	*x = ReplicaStatusesResponse{}
+	mi := &file_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaStatusesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaStatusesResponse) ProtoMessage() {}
+
+func (x *ReplicaStatusesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaStatusesResponse.ProtoReflect.Descriptor instead.
+func (*ReplicaStatusesResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReplicaStatusesResponse) GetStatuses() []*ReplicaStatusResponse {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
 type ChangeReplicaRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Shard  uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
@@ -645,7 +736,7 @@ type ChangeReplicaRequest struct {
 
 func (x *ChangeReplicaRequest) Reset() {
 	*x = ChangeReplicaRequest{}
-	mi := &file_admin_proto_msgTypes[9]
+	mi := &file_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -657,7 +748,7 @@ func (x *ChangeReplicaRequest) String() string {
 func (*ChangeReplicaRequest) ProtoMessage() {}
 
 func (x *ChangeReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[9]
+	mi := &file_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -670,7 +761,7 @@ func (x *ChangeReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicaRequest.ProtoReflect.Descriptor instead.
 func (*ChangeReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{9}
+	return file_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ChangeReplicaRequest) GetShard() uint32 {
@@ -718,7 +809,7 @@ type ChangeReplicaResponse struct {
 
 func (x *ChangeReplicaResponse) Reset() {
 	*x = ChangeReplicaResponse{}
-	mi := &file_admin_proto_msgTypes[10]
+	mi := &file_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +821,7 @@ func (x *ChangeReplicaResponse) String() string {
 func (*ChangeReplicaResponse) ProtoMessage() {}
 
 func (x *ChangeReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[10]
+	mi := &file_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +834,7 @@ func (x *ChangeReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicaResponse.ProtoReflect.Descriptor instead.
 func (*ChangeReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{10}
+	return file_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ChangeReplicaResponse) GetIndex() uint64 {
@@ -765,7 +856,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_admin_proto_msgTypes[11]
+	mi := &file_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +868,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[11]
+	mi := &file_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +881,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{11}
+	return file_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TransferLeaderRequest) GetShard() uint32 {
@@ -823,7 +914,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_admin_proto_msgTypes[12]
+	mi := &file_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +926,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[12]
+	mi := &file_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +939,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{12}
+	return file_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -868,7 +959,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_admin_proto_msgTypes[13]
+	mi := &file_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +971,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[13]
+	mi := &file_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +984,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{13}
+	return file_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SnapshotRequest) GetShard() uint32 {
@@ -920,7 +1011,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_admin_proto_msgTypes[14]
+	mi := &file_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1023,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[14]
+	mi := &file_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1036,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{14}
+	return file_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SnapshotResponse) GetNodeId() string {
@@ -976,7 +1067,7 @@ type SlotCommandRequest struct {
 
 func (x *SlotCommandRequest) Reset() {
 	*x = SlotCommandRequest{}
-	mi := &file_admin_proto_msgTypes[15]
+	mi := &file_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1079,7 @@ func (x *SlotCommandRequest) String() string {
 func (*SlotCommandRequest) ProtoMessage() {}
 
 func (x *SlotCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[15]
+	mi := &file_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1092,7 @@ func (x *SlotCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotCommandRequest.ProtoReflect.Descriptor instead.
 func (*SlotCommandRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{15}
+	return file_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SlotCommandRequest) GetShard() uint32 {
@@ -1032,7 +1123,7 @@ type SlotCommandResponse struct {
 
 func (x *SlotCommandResponse) Reset() {
 	*x = SlotCommandResponse{}
-	mi := &file_admin_proto_msgTypes[16]
+	mi := &file_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1135,7 @@ func (x *SlotCommandResponse) String() string {
 func (*SlotCommandResponse) ProtoMessage() {}
 
 func (x *SlotCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[16]
+	mi := &file_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1148,7 @@ func (x *SlotCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotCommandResponse.ProtoReflect.Descriptor instead.
 func (*SlotCommandResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{16}
+	return file_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SlotCommandResponse) GetIndex() uint64 {
@@ -1090,7 +1181,7 @@ type SlotStatusRequest struct {
 
 func (x *SlotStatusRequest) Reset() {
 	*x = SlotStatusRequest{}
-	mi := &file_admin_proto_msgTypes[17]
+	mi := &file_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1193,7 @@ func (x *SlotStatusRequest) String() string {
 func (*SlotStatusRequest) ProtoMessage() {}
 
 func (x *SlotStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[17]
+	mi := &file_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1206,7 @@ func (x *SlotStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotStatusRequest.ProtoReflect.Descriptor instead.
 func (*SlotStatusRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{17}
+	return file_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SlotStatusRequest) GetShard() uint32 {
@@ -1141,7 +1232,7 @@ type SlotMoveRecord struct {
 
 func (x *SlotMoveRecord) Reset() {
 	*x = SlotMoveRecord{}
-	mi := &file_admin_proto_msgTypes[18]
+	mi := &file_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1244,7 @@ func (x *SlotMoveRecord) String() string {
 func (*SlotMoveRecord) ProtoMessage() {}
 
 func (x *SlotMoveRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[18]
+	mi := &file_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1257,7 @@ func (x *SlotMoveRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotMoveRecord.ProtoReflect.Descriptor instead.
 func (*SlotMoveRecord) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{18}
+	return file_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SlotMoveRecord) GetId() uint64 {
@@ -1224,7 +1315,7 @@ type SlotStatusResponse struct {
 
 func (x *SlotStatusResponse) Reset() {
 	*x = SlotStatusResponse{}
-	mi := &file_admin_proto_msgTypes[19]
+	mi := &file_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1327,7 @@ func (x *SlotStatusResponse) String() string {
 func (*SlotStatusResponse) ProtoMessage() {}
 
 func (x *SlotStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[19]
+	mi := &file_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1340,7 @@ func (x *SlotStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotStatusResponse.ProtoReflect.Descriptor instead.
 func (*SlotStatusResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{19}
+	return file_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SlotStatusResponse) GetOwned() string {
@@ -1290,7 +1381,7 @@ type ExportSlotsRequest struct {
 
 func (x *ExportSlotsRequest) Reset() {
 	*x = ExportSlotsRequest{}
-	mi := &file_admin_proto_msgTypes[20]
+	mi := &file_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1393,7 @@ func (x *ExportSlotsRequest) String() string {
 func (*ExportSlotsRequest) ProtoMessage() {}
 
 func (x *ExportSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[20]
+	mi := &file_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1406,7 @@ func (x *ExportSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSlotsRequest.ProtoReflect.Descriptor instead.
 func (*ExportSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{20}
+	return file_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExportSlotsRequest) GetShard() uint32 {
@@ -1363,7 +1454,7 @@ type SlotPair struct {
 
 func (x *SlotPair) Reset() {
 	*x = SlotPair{}
-	mi := &file_admin_proto_msgTypes[21]
+	mi := &file_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1466,7 @@ func (x *SlotPair) String() string {
 func (*SlotPair) ProtoMessage() {}
 
 func (x *SlotPair) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[21]
+	mi := &file_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1479,7 @@ func (x *SlotPair) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotPair.ProtoReflect.Descriptor instead.
 func (*SlotPair) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{21}
+	return file_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SlotPair) GetKey() []byte {
@@ -1415,7 +1506,7 @@ type ExportSlotsChunk struct {
 
 func (x *ExportSlotsChunk) Reset() {
 	*x = ExportSlotsChunk{}
-	mi := &file_admin_proto_msgTypes[22]
+	mi := &file_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1518,7 @@ func (x *ExportSlotsChunk) String() string {
 func (*ExportSlotsChunk) ProtoMessage() {}
 
 func (x *ExportSlotsChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[22]
+	mi := &file_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1531,7 @@ func (x *ExportSlotsChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSlotsChunk.ProtoReflect.Descriptor instead.
 func (*ExportSlotsChunk) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{22}
+	return file_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ExportSlotsChunk) GetPairs() []*SlotPair {
@@ -1472,7 +1563,7 @@ type PullSlotsRequest struct {
 
 func (x *PullSlotsRequest) Reset() {
 	*x = PullSlotsRequest{}
-	mi := &file_admin_proto_msgTypes[23]
+	mi := &file_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1575,7 @@ func (x *PullSlotsRequest) String() string {
 func (*PullSlotsRequest) ProtoMessage() {}
 
 func (x *PullSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[23]
+	mi := &file_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1588,7 @@ func (x *PullSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullSlotsRequest.ProtoReflect.Descriptor instead.
 func (*PullSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{23}
+	return file_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PullSlotsRequest) GetMoveId() uint64 {
@@ -1561,7 +1652,7 @@ type PullSlotsResponse struct {
 
 func (x *PullSlotsResponse) Reset() {
 	*x = PullSlotsResponse{}
-	mi := &file_admin_proto_msgTypes[24]
+	mi := &file_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1664,7 @@ func (x *PullSlotsResponse) String() string {
 func (*PullSlotsResponse) ProtoMessage() {}
 
 func (x *PullSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[24]
+	mi := &file_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1677,7 @@ func (x *PullSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullSlotsResponse.ProtoReflect.Descriptor instead.
 func (*PullSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{24}
+	return file_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PullSlotsResponse) GetPairs() uint64 {
@@ -1620,7 +1711,7 @@ type MoveAdminRequest struct {
 
 func (x *MoveAdminRequest) Reset() {
 	*x = MoveAdminRequest{}
-	mi := &file_admin_proto_msgTypes[25]
+	mi := &file_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1723,7 @@ func (x *MoveAdminRequest) String() string {
 func (*MoveAdminRequest) ProtoMessage() {}
 
 func (x *MoveAdminRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[25]
+	mi := &file_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1736,7 @@ func (x *MoveAdminRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveAdminRequest.ProtoReflect.Descriptor instead.
 func (*MoveAdminRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{25}
+	return file_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *MoveAdminRequest) GetOp() string {
@@ -1700,7 +1791,7 @@ type MoveAdminResponse struct {
 
 func (x *MoveAdminResponse) Reset() {
 	*x = MoveAdminResponse{}
-	mi := &file_admin_proto_msgTypes[26]
+	mi := &file_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +1803,7 @@ func (x *MoveAdminResponse) String() string {
 func (*MoveAdminResponse) ProtoMessage() {}
 
 func (x *MoveAdminResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[26]
+	mi := &file_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +1816,7 @@ func (x *MoveAdminResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveAdminResponse.ProtoReflect.Descriptor instead.
 func (*MoveAdminResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{26}
+	return file_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MoveAdminResponse) GetMoveJson() []byte {
@@ -1747,7 +1838,7 @@ type ShardPolicyRequest struct {
 
 func (x *ShardPolicyRequest) Reset() {
 	*x = ShardPolicyRequest{}
-	mi := &file_admin_proto_msgTypes[27]
+	mi := &file_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1850,7 @@ func (x *ShardPolicyRequest) String() string {
 func (*ShardPolicyRequest) ProtoMessage() {}
 
 func (x *ShardPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[27]
+	mi := &file_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1863,7 @@ func (x *ShardPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardPolicyRequest.ProtoReflect.Descriptor instead.
 func (*ShardPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{27}
+	return file_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ShardPolicyRequest) GetPatchJson() []byte {
@@ -1793,7 +1884,7 @@ type ShardPolicyResponse struct {
 
 func (x *ShardPolicyResponse) Reset() {
 	*x = ShardPolicyResponse{}
-	mi := &file_admin_proto_msgTypes[28]
+	mi := &file_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +1896,7 @@ func (x *ShardPolicyResponse) String() string {
 func (*ShardPolicyResponse) ProtoMessage() {}
 
 func (x *ShardPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[28]
+	mi := &file_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +1909,7 @@ func (x *ShardPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ShardPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{28}
+	return file_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ShardPolicyResponse) GetPolicyJson() []byte {
@@ -1837,7 +1928,7 @@ type BackupShardRequest struct {
 
 func (x *BackupShardRequest) Reset() {
 	*x = BackupShardRequest{}
-	mi := &file_admin_proto_msgTypes[29]
+	mi := &file_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1849,7 +1940,7 @@ func (x *BackupShardRequest) String() string {
 func (*BackupShardRequest) ProtoMessage() {}
 
 func (x *BackupShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[29]
+	mi := &file_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1862,7 +1953,7 @@ func (x *BackupShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupShardRequest.ProtoReflect.Descriptor instead.
 func (*BackupShardRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{29}
+	return file_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BackupShardRequest) GetShard() uint32 {
@@ -1888,7 +1979,7 @@ type BackupShardChunk struct {
 
 func (x *BackupShardChunk) Reset() {
 	*x = BackupShardChunk{}
-	mi := &file_admin_proto_msgTypes[30]
+	mi := &file_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +1991,7 @@ func (x *BackupShardChunk) String() string {
 func (*BackupShardChunk) ProtoMessage() {}
 
 func (x *BackupShardChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[30]
+	mi := &file_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2004,7 @@ func (x *BackupShardChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupShardChunk.ProtoReflect.Descriptor instead.
 func (*BackupShardChunk) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{30}
+	return file_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BackupShardChunk) GetIndex() uint64 {
@@ -1952,7 +2043,7 @@ type ReserveTransactionRequest struct {
 
 func (x *ReserveTransactionRequest) Reset() {
 	*x = ReserveTransactionRequest{}
-	mi := &file_admin_proto_msgTypes[31]
+	mi := &file_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2055,7 @@ func (x *ReserveTransactionRequest) String() string {
 func (*ReserveTransactionRequest) ProtoMessage() {}
 
 func (x *ReserveTransactionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[31]
+	mi := &file_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2068,7 @@ func (x *ReserveTransactionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveTransactionRequest.ProtoReflect.Descriptor instead.
 func (*ReserveTransactionRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{31}
+	return file_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReserveTransactionRequest) GetTransactionId() []byte {
@@ -2002,7 +2093,7 @@ type ReserveTransactionResponse struct {
 
 func (x *ReserveTransactionResponse) Reset() {
 	*x = ReserveTransactionResponse{}
-	mi := &file_admin_proto_msgTypes[32]
+	mi := &file_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2105,7 @@ func (x *ReserveTransactionResponse) String() string {
 func (*ReserveTransactionResponse) ProtoMessage() {}
 
 func (x *ReserveTransactionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[32]
+	mi := &file_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2118,7 @@ func (x *ReserveTransactionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveTransactionResponse.ProtoReflect.Descriptor instead.
 func (*ReserveTransactionResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{32}
+	return file_admin_proto_rawDescGZIP(), []int{34}
 }
 
 var File_admin_proto protoreflect.FileDescriptor
@@ -2075,7 +2166,11 @@ const file_admin_proto_rawDesc = "" +
 	"\x13last_snapshot_index\x18\v \x01(\x04R\x11lastSnapshotIndex\x12\x1d\n" +
 	"\n" +
 	"disk_bytes\x18\f \x01(\x04R\tdiskBytes\x12\x12\n" +
-	"\x04load\x18\r \x01(\x01R\x04load\"\xa9\x01\n" +
+	"\x04load\x18\r \x01(\x01R\x04load\"R\n" +
+	"\x16ReplicaStatusesRequest\x128\n" +
+	"\x06groups\x18\x01 \x03(\v2 .swarmkv.v1.ReplicaStatusRequestR\x06groups\"X\n" +
+	"\x17ReplicaStatusesResponse\x12=\n" +
+	"\bstatuses\x18\x01 \x03(\v2!.swarmkv.v1.ReplicaStatusResponseR\bstatuses\"\xa9\x01\n" +
 	"\x14ChangeReplicaRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x12\n" +
 	"\x04meta\x18\x02 \x01(\bR\x04meta\x121\n" +
@@ -2171,13 +2266,15 @@ const file_admin_proto_rawDesc = "" +
 	"\x1aREPLICA_CHANGE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bREPLICA_CHANGE_ADD_NONVOTER\x10\x01\x12\x1c\n" +
 	"\x18REPLICA_CHANGE_ADD_VOTER\x10\x02\x12\x19\n" +
-	"\x15REPLICA_CHANGE_REMOVE\x10\x032\xb5\t\n" +
+	"\x15REPLICA_CHANGE_REMOVE\x10\x032\x91\n" +
+	"\n" +
 	"\x05Admin\x12H\n" +
 	"\tMetaState\x12\x1c.swarmkv.v1.MetaStateRequest\x1a\x1d.swarmkv.v1.MetaStateResponse\x12E\n" +
 	"\bJoinNode\x12\x1b.swarmkv.v1.JoinNodeRequest\x1a\x1c.swarmkv.v1.JoinNodeResponse\x12K\n" +
 	"\n" +
 	"RemoveNode\x12\x1d.swarmkv.v1.RemoveNodeRequest\x1a\x1e.swarmkv.v1.RemoveNodeResponse\x12T\n" +
-	"\rReplicaStatus\x12 .swarmkv.v1.ReplicaStatusRequest\x1a!.swarmkv.v1.ReplicaStatusResponse\x12T\n" +
+	"\rReplicaStatus\x12 .swarmkv.v1.ReplicaStatusRequest\x1a!.swarmkv.v1.ReplicaStatusResponse\x12Z\n" +
+	"\x0fReplicaStatuses\x12\".swarmkv.v1.ReplicaStatusesRequest\x1a#.swarmkv.v1.ReplicaStatusesResponse\x12T\n" +
 	"\rChangeReplica\x12 .swarmkv.v1.ChangeReplicaRequest\x1a!.swarmkv.v1.ChangeReplicaResponse\x12W\n" +
 	"\x0eTransferLeader\x12!.swarmkv.v1.TransferLeaderRequest\x1a\".swarmkv.v1.TransferLeaderResponse\x12E\n" +
 	"\bSnapshot\x12\x1b.swarmkv.v1.SnapshotRequest\x1a\x1c.swarmkv.v1.SnapshotResponse\x12N\n" +
@@ -2204,7 +2301,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_admin_proto_goTypes = []any{
 	(ReplicaChange)(0),                 // 0: swarmkv.v1.ReplicaChange
 	(*MetaStateRequest)(nil),           // 1: swarmkv.v1.MetaStateRequest
@@ -2216,72 +2313,78 @@ var file_admin_proto_goTypes = []any{
 	(*ReplicaStatusRequest)(nil),       // 7: swarmkv.v1.ReplicaStatusRequest
 	(*RaftServer)(nil),                 // 8: swarmkv.v1.RaftServer
 	(*ReplicaStatusResponse)(nil),      // 9: swarmkv.v1.ReplicaStatusResponse
-	(*ChangeReplicaRequest)(nil),       // 10: swarmkv.v1.ChangeReplicaRequest
-	(*ChangeReplicaResponse)(nil),      // 11: swarmkv.v1.ChangeReplicaResponse
-	(*TransferLeaderRequest)(nil),      // 12: swarmkv.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),     // 13: swarmkv.v1.TransferLeaderResponse
-	(*SnapshotRequest)(nil),            // 14: swarmkv.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 15: swarmkv.v1.SnapshotResponse
-	(*SlotCommandRequest)(nil),         // 16: swarmkv.v1.SlotCommandRequest
-	(*SlotCommandResponse)(nil),        // 17: swarmkv.v1.SlotCommandResponse
-	(*SlotStatusRequest)(nil),          // 18: swarmkv.v1.SlotStatusRequest
-	(*SlotMoveRecord)(nil),             // 19: swarmkv.v1.SlotMoveRecord
-	(*SlotStatusResponse)(nil),         // 20: swarmkv.v1.SlotStatusResponse
-	(*ExportSlotsRequest)(nil),         // 21: swarmkv.v1.ExportSlotsRequest
-	(*SlotPair)(nil),                   // 22: swarmkv.v1.SlotPair
-	(*ExportSlotsChunk)(nil),           // 23: swarmkv.v1.ExportSlotsChunk
-	(*PullSlotsRequest)(nil),           // 24: swarmkv.v1.PullSlotsRequest
-	(*PullSlotsResponse)(nil),          // 25: swarmkv.v1.PullSlotsResponse
-	(*MoveAdminRequest)(nil),           // 26: swarmkv.v1.MoveAdminRequest
-	(*MoveAdminResponse)(nil),          // 27: swarmkv.v1.MoveAdminResponse
-	(*ShardPolicyRequest)(nil),         // 28: swarmkv.v1.ShardPolicyRequest
-	(*ShardPolicyResponse)(nil),        // 29: swarmkv.v1.ShardPolicyResponse
-	(*BackupShardRequest)(nil),         // 30: swarmkv.v1.BackupShardRequest
-	(*BackupShardChunk)(nil),           // 31: swarmkv.v1.BackupShardChunk
-	(*ReserveTransactionRequest)(nil),  // 32: swarmkv.v1.ReserveTransactionRequest
-	(*ReserveTransactionResponse)(nil), // 33: swarmkv.v1.ReserveTransactionResponse
+	(*ReplicaStatusesRequest)(nil),     // 10: swarmkv.v1.ReplicaStatusesRequest
+	(*ReplicaStatusesResponse)(nil),    // 11: swarmkv.v1.ReplicaStatusesResponse
+	(*ChangeReplicaRequest)(nil),       // 12: swarmkv.v1.ChangeReplicaRequest
+	(*ChangeReplicaResponse)(nil),      // 13: swarmkv.v1.ChangeReplicaResponse
+	(*TransferLeaderRequest)(nil),      // 14: swarmkv.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),     // 15: swarmkv.v1.TransferLeaderResponse
+	(*SnapshotRequest)(nil),            // 16: swarmkv.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 17: swarmkv.v1.SnapshotResponse
+	(*SlotCommandRequest)(nil),         // 18: swarmkv.v1.SlotCommandRequest
+	(*SlotCommandResponse)(nil),        // 19: swarmkv.v1.SlotCommandResponse
+	(*SlotStatusRequest)(nil),          // 20: swarmkv.v1.SlotStatusRequest
+	(*SlotMoveRecord)(nil),             // 21: swarmkv.v1.SlotMoveRecord
+	(*SlotStatusResponse)(nil),         // 22: swarmkv.v1.SlotStatusResponse
+	(*ExportSlotsRequest)(nil),         // 23: swarmkv.v1.ExportSlotsRequest
+	(*SlotPair)(nil),                   // 24: swarmkv.v1.SlotPair
+	(*ExportSlotsChunk)(nil),           // 25: swarmkv.v1.ExportSlotsChunk
+	(*PullSlotsRequest)(nil),           // 26: swarmkv.v1.PullSlotsRequest
+	(*PullSlotsResponse)(nil),          // 27: swarmkv.v1.PullSlotsResponse
+	(*MoveAdminRequest)(nil),           // 28: swarmkv.v1.MoveAdminRequest
+	(*MoveAdminResponse)(nil),          // 29: swarmkv.v1.MoveAdminResponse
+	(*ShardPolicyRequest)(nil),         // 30: swarmkv.v1.ShardPolicyRequest
+	(*ShardPolicyResponse)(nil),        // 31: swarmkv.v1.ShardPolicyResponse
+	(*BackupShardRequest)(nil),         // 32: swarmkv.v1.BackupShardRequest
+	(*BackupShardChunk)(nil),           // 33: swarmkv.v1.BackupShardChunk
+	(*ReserveTransactionRequest)(nil),  // 34: swarmkv.v1.ReserveTransactionRequest
+	(*ReserveTransactionResponse)(nil), // 35: swarmkv.v1.ReserveTransactionResponse
 }
 var file_admin_proto_depIdxs = []int32{
 	8,  // 0: swarmkv.v1.ReplicaStatusResponse.servers:type_name -> swarmkv.v1.RaftServer
-	0,  // 1: swarmkv.v1.ChangeReplicaRequest.change:type_name -> swarmkv.v1.ReplicaChange
-	19, // 2: swarmkv.v1.SlotStatusResponse.moves:type_name -> swarmkv.v1.SlotMoveRecord
-	22, // 3: swarmkv.v1.ExportSlotsChunk.pairs:type_name -> swarmkv.v1.SlotPair
-	22, // 4: swarmkv.v1.BackupShardChunk.pairs:type_name -> swarmkv.v1.SlotPair
-	1,  // 5: swarmkv.v1.Admin.MetaState:input_type -> swarmkv.v1.MetaStateRequest
-	3,  // 6: swarmkv.v1.Admin.JoinNode:input_type -> swarmkv.v1.JoinNodeRequest
-	5,  // 7: swarmkv.v1.Admin.RemoveNode:input_type -> swarmkv.v1.RemoveNodeRequest
-	7,  // 8: swarmkv.v1.Admin.ReplicaStatus:input_type -> swarmkv.v1.ReplicaStatusRequest
-	10, // 9: swarmkv.v1.Admin.ChangeReplica:input_type -> swarmkv.v1.ChangeReplicaRequest
-	12, // 10: swarmkv.v1.Admin.TransferLeader:input_type -> swarmkv.v1.TransferLeaderRequest
-	14, // 11: swarmkv.v1.Admin.Snapshot:input_type -> swarmkv.v1.SnapshotRequest
-	16, // 12: swarmkv.v1.Admin.SlotCommand:input_type -> swarmkv.v1.SlotCommandRequest
-	18, // 13: swarmkv.v1.Admin.SlotStatus:input_type -> swarmkv.v1.SlotStatusRequest
-	21, // 14: swarmkv.v1.Admin.ExportSlots:input_type -> swarmkv.v1.ExportSlotsRequest
-	24, // 15: swarmkv.v1.Admin.PullSlots:input_type -> swarmkv.v1.PullSlotsRequest
-	26, // 16: swarmkv.v1.Admin.MoveAdmin:input_type -> swarmkv.v1.MoveAdminRequest
-	28, // 17: swarmkv.v1.Admin.ShardPolicy:input_type -> swarmkv.v1.ShardPolicyRequest
-	30, // 18: swarmkv.v1.Admin.BackupShard:input_type -> swarmkv.v1.BackupShardRequest
-	32, // 19: swarmkv.v1.Admin.ReserveTransaction:input_type -> swarmkv.v1.ReserveTransactionRequest
-	2,  // 20: swarmkv.v1.Admin.MetaState:output_type -> swarmkv.v1.MetaStateResponse
-	4,  // 21: swarmkv.v1.Admin.JoinNode:output_type -> swarmkv.v1.JoinNodeResponse
-	6,  // 22: swarmkv.v1.Admin.RemoveNode:output_type -> swarmkv.v1.RemoveNodeResponse
-	9,  // 23: swarmkv.v1.Admin.ReplicaStatus:output_type -> swarmkv.v1.ReplicaStatusResponse
-	11, // 24: swarmkv.v1.Admin.ChangeReplica:output_type -> swarmkv.v1.ChangeReplicaResponse
-	13, // 25: swarmkv.v1.Admin.TransferLeader:output_type -> swarmkv.v1.TransferLeaderResponse
-	15, // 26: swarmkv.v1.Admin.Snapshot:output_type -> swarmkv.v1.SnapshotResponse
-	17, // 27: swarmkv.v1.Admin.SlotCommand:output_type -> swarmkv.v1.SlotCommandResponse
-	20, // 28: swarmkv.v1.Admin.SlotStatus:output_type -> swarmkv.v1.SlotStatusResponse
-	23, // 29: swarmkv.v1.Admin.ExportSlots:output_type -> swarmkv.v1.ExportSlotsChunk
-	25, // 30: swarmkv.v1.Admin.PullSlots:output_type -> swarmkv.v1.PullSlotsResponse
-	27, // 31: swarmkv.v1.Admin.MoveAdmin:output_type -> swarmkv.v1.MoveAdminResponse
-	29, // 32: swarmkv.v1.Admin.ShardPolicy:output_type -> swarmkv.v1.ShardPolicyResponse
-	31, // 33: swarmkv.v1.Admin.BackupShard:output_type -> swarmkv.v1.BackupShardChunk
-	33, // 34: swarmkv.v1.Admin.ReserveTransaction:output_type -> swarmkv.v1.ReserveTransactionResponse
-	20, // [20:35] is the sub-list for method output_type
-	5,  // [5:20] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	7,  // 1: swarmkv.v1.ReplicaStatusesRequest.groups:type_name -> swarmkv.v1.ReplicaStatusRequest
+	9,  // 2: swarmkv.v1.ReplicaStatusesResponse.statuses:type_name -> swarmkv.v1.ReplicaStatusResponse
+	0,  // 3: swarmkv.v1.ChangeReplicaRequest.change:type_name -> swarmkv.v1.ReplicaChange
+	21, // 4: swarmkv.v1.SlotStatusResponse.moves:type_name -> swarmkv.v1.SlotMoveRecord
+	24, // 5: swarmkv.v1.ExportSlotsChunk.pairs:type_name -> swarmkv.v1.SlotPair
+	24, // 6: swarmkv.v1.BackupShardChunk.pairs:type_name -> swarmkv.v1.SlotPair
+	1,  // 7: swarmkv.v1.Admin.MetaState:input_type -> swarmkv.v1.MetaStateRequest
+	3,  // 8: swarmkv.v1.Admin.JoinNode:input_type -> swarmkv.v1.JoinNodeRequest
+	5,  // 9: swarmkv.v1.Admin.RemoveNode:input_type -> swarmkv.v1.RemoveNodeRequest
+	7,  // 10: swarmkv.v1.Admin.ReplicaStatus:input_type -> swarmkv.v1.ReplicaStatusRequest
+	10, // 11: swarmkv.v1.Admin.ReplicaStatuses:input_type -> swarmkv.v1.ReplicaStatusesRequest
+	12, // 12: swarmkv.v1.Admin.ChangeReplica:input_type -> swarmkv.v1.ChangeReplicaRequest
+	14, // 13: swarmkv.v1.Admin.TransferLeader:input_type -> swarmkv.v1.TransferLeaderRequest
+	16, // 14: swarmkv.v1.Admin.Snapshot:input_type -> swarmkv.v1.SnapshotRequest
+	18, // 15: swarmkv.v1.Admin.SlotCommand:input_type -> swarmkv.v1.SlotCommandRequest
+	20, // 16: swarmkv.v1.Admin.SlotStatus:input_type -> swarmkv.v1.SlotStatusRequest
+	23, // 17: swarmkv.v1.Admin.ExportSlots:input_type -> swarmkv.v1.ExportSlotsRequest
+	26, // 18: swarmkv.v1.Admin.PullSlots:input_type -> swarmkv.v1.PullSlotsRequest
+	28, // 19: swarmkv.v1.Admin.MoveAdmin:input_type -> swarmkv.v1.MoveAdminRequest
+	30, // 20: swarmkv.v1.Admin.ShardPolicy:input_type -> swarmkv.v1.ShardPolicyRequest
+	32, // 21: swarmkv.v1.Admin.BackupShard:input_type -> swarmkv.v1.BackupShardRequest
+	34, // 22: swarmkv.v1.Admin.ReserveTransaction:input_type -> swarmkv.v1.ReserveTransactionRequest
+	2,  // 23: swarmkv.v1.Admin.MetaState:output_type -> swarmkv.v1.MetaStateResponse
+	4,  // 24: swarmkv.v1.Admin.JoinNode:output_type -> swarmkv.v1.JoinNodeResponse
+	6,  // 25: swarmkv.v1.Admin.RemoveNode:output_type -> swarmkv.v1.RemoveNodeResponse
+	9,  // 26: swarmkv.v1.Admin.ReplicaStatus:output_type -> swarmkv.v1.ReplicaStatusResponse
+	11, // 27: swarmkv.v1.Admin.ReplicaStatuses:output_type -> swarmkv.v1.ReplicaStatusesResponse
+	13, // 28: swarmkv.v1.Admin.ChangeReplica:output_type -> swarmkv.v1.ChangeReplicaResponse
+	15, // 29: swarmkv.v1.Admin.TransferLeader:output_type -> swarmkv.v1.TransferLeaderResponse
+	17, // 30: swarmkv.v1.Admin.Snapshot:output_type -> swarmkv.v1.SnapshotResponse
+	19, // 31: swarmkv.v1.Admin.SlotCommand:output_type -> swarmkv.v1.SlotCommandResponse
+	22, // 32: swarmkv.v1.Admin.SlotStatus:output_type -> swarmkv.v1.SlotStatusResponse
+	25, // 33: swarmkv.v1.Admin.ExportSlots:output_type -> swarmkv.v1.ExportSlotsChunk
+	27, // 34: swarmkv.v1.Admin.PullSlots:output_type -> swarmkv.v1.PullSlotsResponse
+	29, // 35: swarmkv.v1.Admin.MoveAdmin:output_type -> swarmkv.v1.MoveAdminResponse
+	31, // 36: swarmkv.v1.Admin.ShardPolicy:output_type -> swarmkv.v1.ShardPolicyResponse
+	33, // 37: swarmkv.v1.Admin.BackupShard:output_type -> swarmkv.v1.BackupShardChunk
+	35, // 38: swarmkv.v1.Admin.ReserveTransaction:output_type -> swarmkv.v1.ReserveTransactionResponse
+	23, // [23:39] is the sub-list for method output_type
+	7,  // [7:23] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -2295,7 +2398,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

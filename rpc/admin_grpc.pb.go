@@ -28,6 +28,7 @@ const (
 	Admin_JoinNode_FullMethodName           = "/swarmkv.v1.Admin/JoinNode"
 	Admin_RemoveNode_FullMethodName         = "/swarmkv.v1.Admin/RemoveNode"
 	Admin_ReplicaStatus_FullMethodName      = "/swarmkv.v1.Admin/ReplicaStatus"
+	Admin_ReplicaStatuses_FullMethodName    = "/swarmkv.v1.Admin/ReplicaStatuses"
 	Admin_ChangeReplica_FullMethodName      = "/swarmkv.v1.Admin/ChangeReplica"
 	Admin_TransferLeader_FullMethodName     = "/swarmkv.v1.Admin/TransferLeader"
 	Admin_Snapshot_FullMethodName           = "/swarmkv.v1.Admin/Snapshot"
@@ -55,6 +56,9 @@ type AdminClient interface {
 	RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error)
 	// ReplicaStatus describes the answering node's replica of a shard.
 	ReplicaStatus(ctx context.Context, in *ReplicaStatusRequest, opts ...grpc.CallOption) (*ReplicaStatusResponse, error)
+	// ReplicaStatuses is ReplicaStatus of many groups in one call (the
+	// reconciler asks each node once a round).
+	ReplicaStatuses(ctx context.Context, in *ReplicaStatusesRequest, opts ...grpc.CallOption) (*ReplicaStatusesResponse, error)
 	// ChangeReplica changes a group's Raft configuration; runs on its leader
 	// (FailedPrecondition with a NotLeader detail elsewhere).
 	ChangeReplica(ctx context.Context, in *ChangeReplicaRequest, opts ...grpc.CallOption) (*ChangeReplicaResponse, error)
@@ -137,6 +141,16 @@ func (c *adminClient) ReplicaStatus(ctx context.Context, in *ReplicaStatusReques
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReplicaStatusResponse)
 	err := c.cc.Invoke(ctx, Admin_ReplicaStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ReplicaStatuses(ctx context.Context, in *ReplicaStatusesRequest, opts ...grpc.CallOption) (*ReplicaStatusesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplicaStatusesResponse)
+	err := c.cc.Invoke(ctx, Admin_ReplicaStatuses_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -285,6 +299,9 @@ type AdminServer interface {
 	RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error)
 	// ReplicaStatus describes the answering node's replica of a shard.
 	ReplicaStatus(context.Context, *ReplicaStatusRequest) (*ReplicaStatusResponse, error)
+	// ReplicaStatuses is ReplicaStatus of many groups in one call (the
+	// reconciler asks each node once a round).
+	ReplicaStatuses(context.Context, *ReplicaStatusesRequest) (*ReplicaStatusesResponse, error)
 	// ChangeReplica changes a group's Raft configuration; runs on its leader
 	// (FailedPrecondition with a NotLeader detail elsewhere).
 	ChangeReplica(context.Context, *ChangeReplicaRequest) (*ChangeReplicaResponse, error)
@@ -344,6 +361,9 @@ func (UnimplementedAdminServer) RemoveNode(context.Context, *RemoveNodeRequest) 
 }
 func (UnimplementedAdminServer) ReplicaStatus(context.Context, *ReplicaStatusRequest) (*ReplicaStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReplicaStatus not implemented")
+}
+func (UnimplementedAdminServer) ReplicaStatuses(context.Context, *ReplicaStatusesRequest) (*ReplicaStatusesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReplicaStatuses not implemented")
 }
 func (UnimplementedAdminServer) ChangeReplica(context.Context, *ChangeReplicaRequest) (*ChangeReplicaResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ChangeReplica not implemented")
@@ -467,6 +487,24 @@ func _Admin_ReplicaStatus_Handler(srv interface{}, ctx context.Context, dec func
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServer).ReplicaStatus(ctx, req.(*ReplicaStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ReplicaStatuses_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplicaStatusesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ReplicaStatuses(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ReplicaStatuses_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ReplicaStatuses(ctx, req.(*ReplicaStatusesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -677,6 +715,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReplicaStatus",
 			Handler:    _Admin_ReplicaStatus_Handler,
+		},
+		{
+			MethodName: "ReplicaStatuses",
+			Handler:    _Admin_ReplicaStatuses_Handler,
 		},
 		{
 			MethodName: "ChangeReplica",

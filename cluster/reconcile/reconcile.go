@@ -23,8 +23,11 @@ import (
 // per group. What to do is decided by package placement, as a function of
 // the state and of what the round observed (placement.Step, the rules at
 // the top of cluster/placement/reconcile.go; BalanceReplicas,
-// BalanceLeaders); this package observes the groups (ReplicaStatus calls) and
-// carries out the decided Action.
+// BalanceLeaders); this package observes the groups and carries out the
+// decided Action. A round asks each node about all of its replicas in one
+// call (ReplicaStatuses, statuses.go) before any step; once it takes a
+// step, or against a node that does not answer it, it asks per group
+// (ReplicaStatus), as Observe does.
 //
 // Placement changes follow a strict order that keeps replicas safe: a node
 // is added to the placement before it is added to the Raft configuration,
@@ -209,6 +212,12 @@ func (o Observation) decide() placement.Observation {
 // The leader is the replica that says so and that a majority of its
 // configuration's voters confirm.
 func (rc *Reconciler) Observe(ctx context.Context, g placement.Group, extra ...string) Observation {
+	return rc.observe(ctx, g, nil, extra...)
+}
+
+// observe is Observe with the round's statuses (nil: none), which answer
+// for the nodes and groups they hold.
+func (rc *Reconciler) observe(ctx context.Context, g placement.Group, snap *statuses, extra ...string) Observation {
 	ids := g.Holders()
 	for _, e := range extra {
 		if !slices.Contains(ids, e) {
@@ -222,7 +231,7 @@ func (rc *Reconciler) Observe(ctx context.Context, g placement.Group, extra ...s
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st := rc.replicaStatus(ctx, id, g)
+			st := rc.replicaStatus(ctx, id, g, snap)
 			if st == nil || !st.Present {
 				return
 			}
@@ -264,19 +273,23 @@ func (rc *Reconciler) Observe(ctx context.Context, g placement.Group, extra ...s
 			}
 		}
 		if len(more) > 0 {
-			return rc.Observe(ctx, g, more...)
+			return rc.observe(ctx, g, snap, more...)
 		}
 	}
 	return obs
 }
 
-// replicaStatus returns node id's status of its replica of g, or nil.
-func (rc *Reconciler) replicaStatus(ctx context.Context, id string, g placement.Group) *rpc.ReplicaStatusResponse {
+// replicaStatus returns node id's status of its replica of g, or nil:
+// from snap when it holds it, else asked now.
+func (rc *Reconciler) replicaStatus(ctx context.Context, id string, g placement.Group, snap *statuses) *rpc.ReplicaStatusResponse {
 	if id == rc.h.ID {
 		if r := rc.h.Replica(g.Meta, g.Shard); r != nil {
 			return r.Status(rc.h.ID)
 		}
 		return nil
+	}
+	if st, ok := snap.get(id, g); ok {
+		return st
 	}
 	c, err := rc.h.Admin(id)
 	if err != nil {
@@ -319,8 +332,13 @@ func (rc *Reconciler) reconcileOnce(ctx context.Context) error {
 	steps := 0
 	var settled []placement.Settled
 	views := map[shard.ID]Observation{} // the settled shards' Observations, for acting
-	for _, g := range placement.Groups(st) {
-		obs := rc.Observe(ctx, g)
+	groups := placement.Groups(st)
+	snap := rc.fetchStatuses(ctx, groups)
+	for _, g := range groups {
+		if snap.stale(rc.h.Interval) {
+			snap = nil
+		}
+		obs := rc.observe(ctx, g, snap)
 		if obs.Leader == nil {
 			continue
 		}
@@ -328,10 +346,12 @@ func (rc *Reconciler) reconcileOnce(ctx context.Context) error {
 		if err != nil {
 			rc.h.Log.Warn("reconcile step failed", "group", g.String(), "err", err)
 			steps++ // something is in motion; don't balance this round
+			snap = nil
 			continue
 		}
 		if did {
 			steps++
+			snap = nil // the later groups are asked afresh
 			if st, err = rc.h.Read(ctx); err != nil {
 				return err
 			}

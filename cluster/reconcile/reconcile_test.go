@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/cluster/gossip"
 	"github.com/swarmkv/swarmkv/cluster/placement"
@@ -29,7 +31,28 @@ type fakeNodes struct {
 	mu        sync.Mutex
 	status    map[string]*rpc.ReplicaStatusResponse // by node id; nil: unreachable
 	asked     map[string]int
-	transfers []string // "leader->to"
+	batches   map[string]int  // ReplicaStatuses calls, by node id
+	old       map[string]bool // nodes without ReplicaStatuses (Unimplemented)
+	transfers []string        // "leader->to"
+}
+
+// ReplicaStatuses answers every group with the node's canned status.
+func (a fakeAdmin) ReplicaStatuses(ctx context.Context, req *rpc.ReplicaStatusesRequest, _ ...grpc.CallOption) (*rpc.ReplicaStatusesResponse, error) {
+	a.f.mu.Lock()
+	defer a.f.mu.Unlock()
+	if a.f.old[a.node] {
+		return nil, grpcstatus.Error(codes.Unimplemented, "unknown method ReplicaStatuses")
+	}
+	a.f.batches[a.node]++
+	st := a.f.status[a.node]
+	if st == nil {
+		return nil, errors.New("unreachable")
+	}
+	out := &rpc.ReplicaStatusesResponse{}
+	for range req.Groups {
+		out.Statuses = append(out.Statuses, st)
+	}
+	return out, nil
 }
 
 func (a fakeAdmin) ReplicaStatus(ctx context.Context, req *rpc.ReplicaStatusRequest, _ ...grpc.CallOption) (*rpc.ReplicaStatusResponse, error) {
@@ -53,7 +76,7 @@ func (a fakeAdmin) TransferLeader(ctx context.Context, req *rpc.TransferLeaderRe
 // newFake returns a Reconciler of node "me" (which holds no replica) whose
 // peers answer from f.
 func newFake(f *fakeNodes, members map[string]gossip.Member) *Reconciler {
-	f.asked = map[string]int{}
+	f.asked, f.batches = map[string]int{}, map[string]int{}
 	return New(Host{
 		ID: "me", Log: slog.New(slog.DiscardHandler), Interval: time.Hour, DeadNodeTimeout: time.Minute, LeaderBalanceInterval: time.Hour,
 		Leading: func() bool { return false },
@@ -201,5 +224,72 @@ func TestTransferAsksTheLeader(t *testing.T) {
 	obs.Leader = status("me", "Leader", "me", 1)
 	if err := rc.Transfer(context.Background(), placement.Group{Shard: 2}, obs, "c"); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("err %v, want ErrNotLeader", err)
+	}
+}
+
+// TestRoundAsksEachNodeOnce: a round's statuses ask each node about all
+// of its replicas in one call (it asked per group: two calls per group a
+// second on the meta leader of a 3-node cluster), and a node that does
+// not know the call is asked per group, as before; every group is
+// observed as the per-group calls observe it.
+func TestRoundAsksEachNodeOnce(t *testing.T) {
+	cfg := voters("a", "b", "c")
+	f := &fakeNodes{
+		status: map[string]*rpc.ReplicaStatusResponse{
+			"a": status("a", "Leader", "a", 2, cfg...), "b": status("b", "Follower", "a", 2), "c": status("c", "Follower", "a", 2),
+		},
+		old: map[string]bool{"c": true},
+	}
+	rc := newFake(f, nil)
+	var groups []placement.Group
+	for i := range 64 {
+		groups = append(groups, placement.Group{Shard: shard.ID(i + 1), Voters: []string{"a", "b", "c"}})
+	}
+	ctx := context.Background()
+	snap := rc.fetchStatuses(ctx, groups)
+	for _, g := range groups {
+		obs := rc.observe(ctx, g, snap)
+		if obs.Leader == nil || obs.Leader.NodeId != "a" || len(obs.Replicas) != 3 {
+			t.Fatalf("%s: leader %v, replicas %d; want a of 3", g, obs.Leader, len(obs.Replicas))
+		}
+	}
+	if f.batches["a"] != 1 || f.batches["b"] != 1 || f.asked["a"] != 0 || f.asked["b"] != 0 {
+		t.Fatalf("a and b asked %v in batches and %v per group; want once, in one batch each", f.batches, f.asked)
+	}
+	if f.asked["c"] != len(groups) {
+		t.Fatalf("c (no batch call) asked %d times per group, want %d", f.asked["c"], len(groups))
+	}
+	// A stale round's statuses are not used.
+	snap.at = time.Now().Add(-2 * time.Hour)
+	if !snap.stale(time.Hour) || (*statuses)(nil).stale(time.Hour) {
+		t.Fatal("stale")
+	}
+}
+
+// TestLeadersAsksEachNodeOnce: the shard policy's Leaders finds each
+// group's confirmed leader with one call to each node.
+func TestLeadersAsksEachNodeOnce(t *testing.T) {
+	cfg := voters("a", "b", "c")
+	f := &fakeNodes{status: map[string]*rpc.ReplicaStatusResponse{
+		"a": status("a", "Leader", "a", 2, cfg...), "b": status("b", "Follower", "a", 2), "c": status("c", "Follower", "a", 2),
+	}}
+	rc := newFake(f, nil)
+	var groups []placement.Group
+	for i := range 8 {
+		groups = append(groups, placement.Group{Shard: shard.ID(i + 1), Voters: []string{"a", "b", "c"}})
+	}
+	ls := rc.Leaders(context.Background(), groups)
+	if len(ls) != len(groups) {
+		t.Fatalf("%d leaders for %d groups", len(ls), len(groups))
+	}
+	for i, l := range ls {
+		if l == nil || l.NodeId != "a" {
+			t.Fatalf("group %d: leader %v, want a", i, l)
+		}
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if f.batches[id] != 1 || f.asked[id] != 0 {
+			t.Fatalf("%s asked in %d batches and %d times per group, want one batch", id, f.batches[id], f.asked[id])
+		}
 	}
 }

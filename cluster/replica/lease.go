@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/swarmkv/swarmkv/fsm"
@@ -30,18 +31,25 @@ import (
 //     earlier terms is in its state) gives each lease its checkpointed
 //     remaining TTL, or else a full TTL, from its election; so does a
 //     leader adopting a slot's leases (a split or merge);
-//   - every CheckpointInterval it checkpoints the remaining TTL of the
-//     leases not kept alive (none from this leader, or none within
+//   - every CheckpointInterval, while it holds leases, it checkpoints the
+//     remaining TTL of the leases not kept alive (none from this leader, or none within
 //     max(CheckpointInterval, TTL/2)) whose remaining TTL fell at least
 //     max(CheckpointInterval, TTL/10) below what a new leader would give,
 //     so repeated elections cannot extend an abandoned lease forever;
-//   - every TickInterval it proposes the expiry of the leases whose time
-//     ran out (OpLeaseExpire, which carries the term it was decided in).
+//   - when the earliest lease runs out it proposes the expiry of the
+//     leases whose time ran out (OpLeaseExpire, which carries the term it
+//     was decided in), at most once every TickInterval.
 //
-// Threads: the lessor's loop (promotion, the state machine's news, ticks
-// and the proposals they make, one at a time) is joined by the replica's
-// Close; keep-alives and grants run on their callers' goroutines under
-// mu.
+// The loop sleeps on one timer armed at the next of these (schedule); a
+// replica that does not lead, or leads with no leases, arms none and does
+// nothing until a promotion or news wakes it: an idle group's lessor
+// costs no wakeups. A grant or lookup that adds a lease expiring before
+// the armed time wakes the loop to re-arm (addLocked).
+//
+// Threads: the lessor's loop (promotion, the state machine's news, its
+// timer and the proposals they make, one at a time) is joined by the
+// replica's Close; keep-alives and grants run on their callers' goroutines
+// under mu.
 
 // LeaseConfig configures a shard replica's lessor; zero fields take their
 // defaults.
@@ -55,11 +63,13 @@ type LeaseConfig struct {
 	// fsm.VersionHardening), and an attachment over it is refused
 	// (fsm.ErrLeaseFull). Default 10000; at most fsm.MaxLeaseKeysBound.
 	MaxKeysPerLease int
-	// CheckpointInterval is how often the leader checkpoints the
-	// remaining TTLs of leases not kept alive. Default 1s.
+	// CheckpointInterval is how often the leader, while it holds leases,
+	// checkpoints the remaining TTLs of leases not kept alive. Default 1s.
 	CheckpointInterval time.Duration
-	// TickInterval is how often the leader looks for expired leases: an
-	// expired lease's expiry is proposed within it. Default 100ms.
+	// TickInterval is the least time between two of the leader's passes
+	// over its leases: an expired lease's expiry is proposed when it runs
+	// out, or TickInterval after the previous pass if that is later (a
+	// failed expiry is retried then). Default 100ms.
 	TickInterval time.Duration
 }
 
@@ -129,7 +139,9 @@ type Lessor struct {
 		term     uint64
 		leases   map[uint64]*lease
 		granting int       // grants in flight (MaxLeases)
-		next     time.Time // no lease expires before it
+		next     time.Time // no lease expires before it (zero: unknown)
+		// armed is when the loop's timer fires next (zero: not armed).
+		armed time.Time
 	}
 	news struct {
 		sync.Mutex
@@ -137,7 +149,10 @@ type Lessor struct {
 		resync  bool
 		promote uint64 // a term to prime in (0: none)
 	}
-	signal chan struct{} // cap 1: news or a promotion waits
+	signal chan struct{} // cap 1: news, a promotion or an earlier lease waits
+	// passes counts the loop's timed passes (expiries and checkpoints);
+	// tests read it.
+	passes atomic.Uint64
 }
 
 func newLessor(r *Replica, cfg LeaseConfig) *Lessor {
@@ -190,23 +205,59 @@ func (l *Lessor) now() time.Time { return time.Now() }
 // run is the lessor's loop; it returns when the replica closes.
 func (l *Lessor) run() {
 	defer l.r.wg.Done()
-	tick := time.NewTicker(l.cfg.TickInterval)
-	defer tick.Stop()
-	var lastCheckpoint time.Time
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var lastPass, lastCheckpoint time.Time
 	for {
+		if at := l.schedule(lastPass, lastCheckpoint); at.IsZero() {
+			timer.Stop()
+		} else {
+			timer.Reset(max(at.Sub(l.now()), 0))
+		}
 		select {
 		case <-l.r.done:
 			return
 		case <-l.signal:
 			l.handleNews()
-		case <-tick.C:
+		case <-timer.C:
+			l.passes.Add(1)
+			now := l.now()
+			lastPass = now
 			l.expireDue()
-			if now := l.now(); now.Sub(lastCheckpoint) >= l.cfg.CheckpointInterval {
+			if now.Sub(lastCheckpoint) >= l.cfg.CheckpointInterval {
 				lastCheckpoint = now
 				l.checkpoint()
 			}
 		}
 	}
+}
+
+// schedule returns when the loop's next pass is due, given its previous
+// pass and checkpoint, and records it as armed; zero when none is (not
+// leading, or no leases). A pass is due at the earliest expiry (now when
+// unknown) or at the next checkpoint, and never sooner than TickInterval
+// after the previous pass.
+func (l *Lessor) schedule(lastPass, lastCheckpoint time.Time) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.term == 0 || len(l.mu.leases) == 0 {
+		l.mu.armed = time.Time{}
+		return l.mu.armed
+	}
+	now := l.now()
+	at := l.mu.next
+	if at.IsZero() {
+		at = now
+	}
+	if cp := lastCheckpoint.Add(l.cfg.CheckpointInterval); cp.Before(at) {
+		at = cp
+	}
+	if soonest := lastPass.Add(l.cfg.TickInterval); at.Before(soonest) {
+		at = soonest
+	}
+	l.mu.armed = at
+	return at
 }
 
 // handleNews primes the lessor when a promotion waits, then applies the
@@ -270,6 +321,9 @@ func (l *Lessor) addLocked(rec *fsm.LeaseRecord, now time.Time) *lease {
 	l.mu.leases[rec.ID] = le
 	if l.mu.next.IsZero() || le.expiry.Before(l.mu.next) {
 		l.mu.next = le.expiry
+	}
+	if l.mu.armed.IsZero() || le.expiry.Before(l.mu.armed) {
+		l.wake() // the loop's timer is not armed early enough
 	}
 	return le
 }

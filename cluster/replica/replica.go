@@ -99,6 +99,10 @@ type Replica struct {
 		queue []*proposal
 	}
 	propSignal chan struct{} // cap 1: the queue is not empty
+	// histSignal (cap 1) wakes historyLoop on a new leadership;
+	// histPasses counts its timed passes (tests read it).
+	histSignal chan struct{}
+	histPasses atomic.Uint64
 	inflight   chan struct{} // cap maxEntriesInFlight: a token per coalesced entry in Raft
 	// propEntries and propCmds count the coalescer's entries and the
 	// commands they carried (metrics).
@@ -249,6 +253,7 @@ func Open(c Config) (_ *Replica, err error) {
 		notify:     make(chan bool, 16),
 		readSignal: make(chan struct{}, 1),
 		propSignal: make(chan struct{}, 1),
+		histSignal: make(chan struct{}, 1),
 		inflight:   make(chan struct{}, maxEntriesInFlight),
 		done:       make(chan struct{}),
 		onReady:    c.OnReady,
@@ -486,6 +491,10 @@ func (r *Replica) watchLeadership() {
 				}
 				if r.raft.State() == raft.Leader && r.raft.CurrentTerm() == term {
 					r.readyTerm.Store(term)
+					select {
+					case r.histSignal <- struct{}{}:
+					default:
+					}
 					if r.lessor != nil {
 						r.lessor.promote(term)
 					}

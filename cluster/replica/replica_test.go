@@ -36,7 +36,24 @@ func openSingle(t *testing.T, dir string, ls *raftlog.Store, opts ...func(*Confi
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := openWith(Config{
+	r, err := openWith(singleConfig(dir, ls, ln), opts...)
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); r.ReadyTerm() == 0 || r.ReadyTerm() != r.Raft().CurrentTerm(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			r.Close()
+			t.Fatal("no ready leader")
+		}
+	}
+	return r
+}
+
+// singleConfig is the Config of a one-voter group of node n1 listening on
+// ln, bootstrapped.
+func singleConfig(dir string, ls *raftlog.Store, ln net.Listener) Config {
+	return Config{
 		ID:       3,
 		Dir:      dir,
 		LocalID:  "n1",
@@ -56,18 +73,7 @@ func openSingle(t *testing.T, dir string, ls *raftlog.Store, opts ...func(*Confi
 		Voters:       []raft.Server{{Suffrage: raft.Voter, ID: "n1", Address: raft.ServerAddress(ln.Addr().String())}},
 		Bootstrap:    true,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, opts...)
-	if err != nil {
-		ln.Close()
-		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); r.ReadyTerm() == 0 || r.ReadyTerm() != r.Raft().CurrentTerm(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			r.Close()
-			t.Fatal("no ready leader")
-		}
-	}
-	return r
 }
 
 func openWith(c Config, opts ...func(*Config)) (*Replica, error) {

@@ -131,22 +131,34 @@ func (mr *Mover) shardStats(ctx context.Context, st *placement.State) ([]placeme
 	ids := smap.Shards()
 	out := make([]placement.ShardStats, len(ids))
 	errs := make([]error, len(ids))
-	var wg sync.WaitGroup
+	groups := make([]placement.Group, len(ids))
 	for i, id := range ids {
 		p := st.Placement(id)
 		if p == nil {
 			return nil, fmt.Errorf("shard %d has no placement", id)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l := mr.h.Leader(ctx, placement.Group{Shard: id, Voters: p.Voters, Learners: p.Learners})
-			if l == nil {
-				errs[i] = fmt.Errorf("shard %d has no confirmed leader", id)
-				return
-			}
-			out[i] = placement.ShardStats{Shard: id, Slots: st.SlotsOf(id).Len(), Bytes: l.DiskBytes, Load: l.Load}
-		}()
+		groups[i] = placement.Group{Shard: id, Voters: p.Voters, Learners: p.Learners}
+	}
+	stat := func(i int, l *rpc.ReplicaStatusResponse) {
+		if l == nil {
+			errs[i] = fmt.Errorf("shard %d has no confirmed leader", ids[i])
+			return
+		}
+		out[i] = placement.ShardStats{Shard: ids[i], Slots: st.SlotsOf(ids[i]).Len(), Bytes: l.DiskBytes, Load: l.Load}
+	}
+	var wg sync.WaitGroup
+	if mr.h.Leaders != nil {
+		for i, l := range mr.h.Leaders(ctx, groups) {
+			stat(i, l)
+		}
+	} else {
+		for i, g := range groups {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				stat(i, mr.h.Leader(ctx, g))
+			}()
+		}
 	}
 	wg.Wait()
 	for _, err := range errs {

@@ -55,6 +55,9 @@ type Host struct {
 	// Leader is the status of a group's confirmed leader, as its holders
 	// report it (nil: none).
 	Leader func(context.Context, placement.Group) *rpc.ReplicaStatusResponse
+	// Leaders, if set, is Leader of many groups at once, in their order,
+	// each node asked once (the policy's round); nil: Leader per group.
+	Leaders func(context.Context, []placement.Group) []*rpc.ReplicaStatusResponse
 	// Admin returns an Admin client of a node.
 	Admin func(nodeID string) (rpc.AdminClient, error)
 	// Hint names a shard's leader for a NotLeader answer.

@@ -137,7 +137,15 @@ func (s *adminServer) ReplicaStatus(ctx context.Context, req *rpc.ReplicaStatusR
 	return r.Status(s.node.cfg.ID), nil
 }
 
+// maxStatusGroups bounds the groups of one ReplicaStatuses call: a
+// node holds at most one replica per shard (256 slots, so at most 256
+// shards) and the meta group's; more is not a caller of ours.
+const maxStatusGroups = 1024
+
 func (s *adminServer) ReplicaStatuses(ctx context.Context, req *rpc.ReplicaStatusesRequest) (*rpc.ReplicaStatusesResponse, error) {
+	if len(req.Groups) > maxStatusGroups {
+		return nil, StatusError(fmt.Errorf("%w: %d groups in one ReplicaStatuses call (at most %d)", ErrInvalidArgument, len(req.Groups), maxStatusGroups), 0, nil)
+	}
 	out := &rpc.ReplicaStatusesResponse{Statuses: make([]*rpc.ReplicaStatusResponse, 0, len(req.Groups))}
 	for _, g := range req.Groups {
 		st, _ := s.ReplicaStatus(ctx, g)

@@ -713,7 +713,8 @@ func (r *Raft) config() Config {
 // ReloadConfig updates the configuration of a running raft node. If the new
 // configuration is invalid an error is returned and no changes made to the
 // instance. All fields will be copied from rc into the new configuration, even
-// if they are zero valued.
+// if they are zero valued, except LeaderLeaseTimeout and CommitTimeout, which
+// keep their current values when zero.
 func (r *Raft) ReloadConfig(rc ReloadableConfig) error {
 	r.confReloadMu.Lock()
 	defer r.confReloadMu.Unlock()
@@ -736,6 +737,12 @@ func (r *Raft) ReloadConfig(rc ReloadableConfig) error {
 		asyncNotifyCh(r.leaderNotifyCh)
 		// On follower, update current timer to use the shorter new value.
 		asyncNotifyCh(r.followerNotifyCh)
+	}
+	if newCfg.CommitTimeout < oldCfg.CommitTimeout {
+		// On leader, ensure replication loops waiting out the longer commit
+		// timeout send the commit index now and wait the new value from then
+		// on.
+		asyncNotifyCh(r.leaderNotifyCh)
 	}
 	return nil
 }

@@ -289,6 +289,21 @@ type ReloadableConfig struct {
 	// ElectionTimeout specifies the time in candidate state without
 	// a leader before we attempt an election.
 	ElectionTimeout time.Duration
+
+	// LeaderLeaseTimeout is used to control how long the "lease" lasts for
+	// being the leader without being able to contact a quorum of nodes. Zero
+	// keeps the current value. A lower value takes effect from the leader's
+	// next lease check, which was scheduled under the old value; a higher
+	// one from the check in progress. Raise it with HeartbeatTimeout (it
+	// may not exceed it), or the leader steps down when its heartbeats
+	// become rarer than the lease.
+	LeaderLeaseTimeout time.Duration
+
+	// CommitTimeout specifies the time without an Apply operation before the
+	// leader sends an AppendEntry RPC to followers, to ensure a timely commit
+	// of log entries. Zero keeps the current value. A new value takes effect
+	// from each replication loop's next wait.
+	CommitTimeout time.Duration
 }
 
 // apply sets the reloadable fields on the passed Config to the values in
@@ -300,6 +315,12 @@ func (rc *ReloadableConfig) apply(to Config) Config {
 	to.SnapshotThreshold = rc.SnapshotThreshold
 	to.HeartbeatTimeout = rc.HeartbeatTimeout
 	to.ElectionTimeout = rc.ElectionTimeout
+	if rc.LeaderLeaseTimeout != 0 {
+		to.LeaderLeaseTimeout = rc.LeaderLeaseTimeout
+	}
+	if rc.CommitTimeout != 0 {
+		to.CommitTimeout = rc.CommitTimeout
+	}
 	return to
 }
 
@@ -310,6 +331,8 @@ func (rc *ReloadableConfig) fromConfig(from Config) {
 	rc.SnapshotThreshold = from.SnapshotThreshold
 	rc.HeartbeatTimeout = from.HeartbeatTimeout
 	rc.ElectionTimeout = from.ElectionTimeout
+	rc.LeaderLeaseTimeout = from.LeaderLeaseTimeout
+	rc.CommitTimeout = from.CommitTimeout
 }
 
 // DefaultConfig returns a Config with usable defaults.

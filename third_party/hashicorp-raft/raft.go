@@ -949,6 +949,9 @@ func (r *Raft) leaderLoop() {
 		case <-r.leaderNotifyCh:
 			for _, repl := range r.leaderState.replState {
 				asyncNotifyCh(repl.notifyCh)
+				// Replicate now too: the loop then waits the current commit
+				// timeout, not the one it was waiting out.
+				asyncNotifyCh(repl.triggerCh)
 			}
 
 		case <-r.followerNotifyCh:

@@ -2849,6 +2849,84 @@ func TestRaft_ReloadConfigValidates(t *testing.T) {
 	require.Equal(t, uint64(8192), raft.config().SnapshotThreshold)
 }
 
+func TestRaft_ReloadConfigLeaseAndCommitTimeout(t *testing.T) {
+	conf := inmemConfig(t)
+	c := MakeCluster(1, t, conf)
+	defer c.Close()
+	raft := c.rafts[0]
+
+	// Zero keeps the current values, so that callers written before these
+	// fields were reloadable change nothing.
+	rc := raft.ReloadableConfig()
+	rc.LeaderLeaseTimeout, rc.CommitTimeout = 0, 0
+	require.NoError(t, raft.ReloadConfig(rc))
+	require.Equal(t, conf.LeaderLeaseTimeout, raft.config().LeaderLeaseTimeout)
+	require.Equal(t, conf.CommitTimeout, raft.config().CommitTimeout)
+
+	rc = raft.ReloadableConfig()
+	rc.HeartbeatTimeout, rc.ElectionTimeout = 500*time.Millisecond, 500*time.Millisecond
+	rc.LeaderLeaseTimeout, rc.CommitTimeout = 250*time.Millisecond, 100*time.Millisecond
+	require.NoError(t, raft.ReloadConfig(rc))
+	require.Equal(t, rc, raft.ReloadableConfig())
+
+	// The lease may not exceed the heartbeat timeout.
+	bad := rc
+	bad.LeaderLeaseTimeout = time.Second
+	require.Error(t, raft.ReloadConfig(bad))
+	require.Equal(t, rc, raft.ReloadableConfig())
+}
+
+// A leader whose heartbeat and election timeouts are raised on every server
+// together with its lease keeps its leadership; with the lease left as it
+// was it would step down (heartbeats every HeartbeatTimeout/10 no longer
+// reach a quorum within the lease).
+func TestRaft_ReloadConfigSlowHeartbeatsKeepLeader(t *testing.T) {
+	conf := inmemConfig(t)
+	c := MakeCluster(3, t, conf)
+	defer c.Close()
+	leader := c.Leader()
+
+	for _, r := range c.rafts {
+		rc := r.ReloadableConfig()
+		rc.HeartbeatTimeout, rc.ElectionTimeout = 20*conf.HeartbeatTimeout, 20*conf.ElectionTimeout
+		rc.LeaderLeaseTimeout, rc.CommitTimeout = 10*conf.HeartbeatTimeout, 20*conf.HeartbeatTimeout
+		require.NoError(t, r.ReloadConfig(rc))
+	}
+	time.Sleep(40 * conf.HeartbeatTimeout) // 2 s: heartbeats every 100-200 ms, commit-timeout appends every 1-2 s
+	require.Equal(t, Leader, leader.State())
+	require.NoError(t, leader.Apply([]byte("test"), time.Second).Error())
+}
+
+// Followers learn a commit index from the next AppendEntries: with a long
+// commit timeout and no new entry that is up to twice the timeout away.
+// Lowering the commit timeout sends it at once.
+func TestRaft_ReloadConfigLowerCommitTimeoutReplicatesNow(t *testing.T) {
+	conf := inmemConfig(t)
+	c := MakeCluster(3, t, conf)
+	defer c.Close()
+	leader := c.Leader()
+
+	rc := leader.ReloadableConfig()
+	awake := rc
+	rc.CommitTimeout = time.Minute
+	require.NoError(t, leader.ReloadConfig(rc))
+	// Let every replication loop start a wait with the long timeout.
+	time.Sleep(20 * conf.CommitTimeout)
+	require.NoError(t, leader.Apply([]byte("test"), time.Second).Error())
+	index := leader.AppliedIndex()
+
+	require.NoError(t, leader.ReloadConfig(awake))
+	deadline := time.Now().Add(time.Second)
+	for _, f := range c.Followers() {
+		for f.AppliedIndex() < index {
+			if time.Now().After(deadline) {
+				t.Fatalf("follower applied %d, leader %d: the commit index did not travel within 1 s of the lowered commit timeout", f.AppliedIndex(), index)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
 // TODO: These are test cases we'd like to write for appendEntries().
 // Unfortunately, it's difficult to do so with the current way this file is
 // tested.

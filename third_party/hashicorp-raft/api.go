@@ -110,6 +110,13 @@ type Raft struct {
 	// snapshot and apply old logs to it that were in the pipe.
 	fsmMutateCh chan interface{}
 
+	// fsmQueuedBytes counts the bytes (Data and Extensions) of the entries
+	// processLogs has sent on fsmMutateCh and runFSM has not applied yet
+	// (Config.MaxApplyQueueBytes). runFSM notifies fsmReleasedCh after each
+	// batch it applies, to wake a processLogs waiting on the bound.
+	fsmQueuedBytes atomic.Uint64
+	fsmReleasedCh  chan struct{}
+
 	// fsmSnapshotCh is used to trigger a new snapshot being taken
 	fsmSnapshotCh chan *reqSnapshotFuture
 
@@ -550,6 +557,7 @@ func NewRaft(conf *Config, fsm FSM, logs LogStore, stable StableStore, snaps Sna
 		applyCh:               applyCh,
 		fsm:                   fsm,
 		fsmMutateCh:           make(chan interface{}, 128),
+		fsmReleasedCh:         make(chan struct{}, 1),
 		fsmSnapshotCh:         make(chan *reqSnapshotFuture),
 		leaderCh:              make(chan bool, 1),
 		localID:               localID,
@@ -1178,6 +1186,7 @@ func (r *Raft) Stats() map[string]string {
 		"commit_index":         toString(r.getCommitIndex()),
 		"applied_index":        toString(r.getLastApplied()),
 		"fsm_pending":          toString(uint64(len(r.fsmMutateCh))),
+		"fsm_pending_bytes":    toString(r.fsmQueuedBytes.Load()),
 		"last_snapshot_index":  toString(lastSnapIndex),
 		"last_snapshot_term":   toString(lastSnapTerm),
 		"protocol_version":     toString(uint64(r.protocolVersion)),

@@ -173,6 +173,17 @@ type Config struct {
 	// processed until after the specified timeout.
 	BatchApplyCh bool
 
+	// MaxApplyQueueBytes bounds the memory of the committed entries waiting
+	// for the FSM: the bytes of their Data and Extensions handed to the FSM
+	// goroutine and not yet applied. While they reach it, the main loop waits
+	// before handing more, as it does when the FSM's queue of 128 batches is
+	// full, so a follower replaying a long log (a new server catching up)
+	// stops reading it ahead of the FSM. A batch is also cut when its own
+	// bytes reach the bound, so the queue holds at most MaxApplyQueueBytes
+	// plus one batch. Zero means no bound beyond the queue's 128 batches of
+	// MaxAppendEntries entries (the behaviour before this field).
+	MaxApplyQueueBytes uint64
+
 	// If we are a member of a cluster, and RemovePeer is invoked for the
 	// local node, then we forget all peers and transition into the follower state.
 	// If ShutdownOnRemove is set, we additional shutdown Raft. Otherwise,

@@ -243,7 +243,10 @@ func (r *Raft) runFSM() {
 
 			switch req := ptr.(type) {
 			case []*commitTuple:
+				size := commitTuplesBytes(req)
 				applyBatch(req)
+				r.fsmQueuedBytes.Add(^(size - 1)) // subtract size
+				asyncNotifyCh(r.fsmReleasedCh)
 
 			case *restoreFuture:
 				restore(req)

@@ -1300,10 +1300,23 @@ func (r *Raft) processLogs(index uint64, futures map[uint64]*logFuture) {
 		return
 	}
 
-	applyBatch := func(batch []*commitTuple) {
-		select {
-		case r.fsmMutateCh <- batch:
-		case <-r.shutdownCh:
+	// Store maxAppendEntries for this call in case it ever becomes reloadable. We
+	// need to use the same value for all lines here to get the expected result.
+	maxAppendEntries := r.config().MaxAppendEntries
+	maxQueueBytes := r.config().MaxApplyQueueBytes
+
+	applyBatch := func(batch []*commitTuple, size uint64) {
+		shutdown := !r.waitApplyQueue(maxQueueBytes)
+		if !shutdown {
+			r.fsmQueuedBytes.Add(size)
+			select {
+			case r.fsmMutateCh <- batch:
+			case <-r.shutdownCh:
+				r.fsmQueuedBytes.Add(^(size - 1)) // subtract size
+				shutdown = true
+			}
+		}
+		if shutdown {
 			for _, cl := range batch {
 				if cl.future != nil {
 					cl.future.respond(ErrRaftShutdown)
@@ -1312,11 +1325,8 @@ func (r *Raft) processLogs(index uint64, futures map[uint64]*logFuture) {
 		}
 	}
 
-	// Store maxAppendEntries for this call in case it ever becomes reloadable. We
-	// need to use the same value for all lines here to get the expected result.
-	maxAppendEntries := r.config().MaxAppendEntries
-
 	batch := make([]*commitTuple, 0, maxAppendEntries)
+	var batchBytes uint64
 
 	// Apply all the preceding logs
 	for idx := lastApplied + 1; idx <= index; idx++ {
@@ -1339,11 +1349,13 @@ func (r *Raft) processLogs(index uint64, futures map[uint64]*logFuture) {
 			// If we have a log ready to send to the FSM add it to the batch.
 			// The FSM thread will respond to the future.
 			batch = append(batch, preparedLog)
+			batchBytes += entryBytes(preparedLog.log)
 
 			// If we have filled up a batch, send it to the FSM
-			if len(batch) >= maxAppendEntries {
-				applyBatch(batch)
+			if len(batch) >= maxAppendEntries || (maxQueueBytes > 0 && batchBytes >= maxQueueBytes) {
+				applyBatch(batch, batchBytes)
 				batch = make([]*commitTuple, 0, maxAppendEntries)
+				batchBytes = 0
 			}
 
 		case futureOk:
@@ -1354,11 +1366,40 @@ func (r *Raft) processLogs(index uint64, futures map[uint64]*logFuture) {
 
 	// If there are any remaining logs in the batch apply them
 	if len(batch) != 0 {
-		applyBatch(batch)
+		applyBatch(batch, batchBytes)
 	}
 
 	// Update the lastApplied index and term
 	r.setLastApplied(index)
+}
+
+// waitApplyQueue blocks while the entries handed to the FSM and not yet applied
+// hold limit bytes or more; a limit of zero never blocks. It returns false if
+// raft shuts down meanwhile. Only runFSM's progress ends the wait, and runFSM
+// never waits for the main loop, so this cannot deadlock.
+func (r *Raft) waitApplyQueue(limit uint64) bool {
+	for limit > 0 && r.fsmQueuedBytes.Load() >= limit {
+		select {
+		case <-r.fsmReleasedCh:
+		case <-r.shutdownCh:
+			return false
+		}
+	}
+	return true
+}
+
+// entryBytes is what an entry counts against Config.MaxApplyQueueBytes.
+func entryBytes(l *Log) uint64 {
+	return uint64(len(l.Data) + len(l.Extensions))
+}
+
+// commitTuplesBytes is what a batch counts against Config.MaxApplyQueueBytes.
+func commitTuplesBytes(batch []*commitTuple) uint64 {
+	var n uint64
+	for _, ct := range batch {
+		n += entryBytes(ct.log)
+	}
+	return n
 }
 
 // processLog is invoked to process the application of a single committed log entry.

@@ -2927,6 +2927,133 @@ func TestRaft_ReloadConfigLowerCommitTimeoutReplicatesNow(t *testing.T) {
 	}
 }
 
+// gatedFSM is a MockFSM whose batches wait until open is closed.
+type gatedFSM struct {
+	*MockFSM
+	open    chan struct{}
+	applied atomic.Uint64 // index of the last entry applied
+}
+
+func (g *gatedFSM) Underlying() FSM { return g.MockFSM }
+
+func (g *gatedFSM) ApplyBatch(logs []*Log) []interface{} {
+	<-g.open
+	resp := make([]interface{}, len(logs))
+	for i, l := range logs {
+		if l.Type == LogCommand {
+			resp[i] = g.MockFSM.Apply(l)
+		}
+	}
+	g.applied.Store(logs[len(logs)-1].Index)
+	return resp
+}
+
+// A server catching up on a long log hands its FSM no more than
+// MaxApplyQueueBytes plus one batch, however far behind the FSM is, and
+// applies the whole log once the FSM moves. Without the bound, its main
+// loop reads ahead until the FSM's queue of 128 batches is full: here the
+// whole log, 16 times the bound.
+func TestRaft_MaxApplyQueueBytesBoundsFollower(t *testing.T) {
+	const (
+		entries    = 1024
+		entrySize  = 1024
+		maxEntries = 16
+		budget     = 64 * entrySize
+		bound      = budget + maxEntries*entrySize
+	)
+	conf := inmemConfig(t)
+	conf.MaxAppendEntries = maxEntries
+	conf.MaxApplyQueueBytes = budget
+	c := MakeCluster(1, t, conf)
+	defer c.Close()
+	leader := c.Leader()
+	var last ApplyFuture
+	for i := 0; i < entries; i++ {
+		last = leader.Apply(make([]byte, entrySize), 0)
+	}
+	require.NoError(t, last.Error())
+
+	gated := &gatedFSM{MockFSM: &MockFSM{}, open: make(chan struct{})}
+	var openOnce sync.Once
+	open := func() { openOnce.Do(func() { close(gated.open) }) }
+	defer open() // before c.Close: runFSM must leave ApplyBatch to shut down
+	c1 := MakeClusterCustom(t, &MakeClusterOpts{Peers: 1, Conf: conf, MakeFSMFunc: func() FSM { return gated }})
+	c.Merge(c1)
+	c.FullyConnect()
+	follower := c1.rafts[0]
+	require.NoError(t, leader.AddNonvoter(follower.localID, follower.localAddr, 0, 0).Error())
+
+	check := func() {
+		if q := follower.fsmQueuedBytes.Load(); q > bound {
+			t.Fatalf("follower queued %d bytes for its FSM, bound %d (MaxApplyQueueBytes %d plus a batch)", q, bound, budget)
+		}
+	}
+	// The FSM applies nothing yet: the follower fills its queue up to the
+	// bound, then must stay within it while the leader offers the rest.
+	deadline := time.Now().Add(10 * time.Second)
+	for follower.fsmQueuedBytes.Load() < budget {
+		check()
+		if time.Now().After(deadline) {
+			t.Fatalf("follower queued %d bytes in 10 s, want %d", follower.fsmQueuedBytes.Load(), budget)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for end := time.Now().Add(20 * conf.HeartbeatTimeout); time.Now().Before(end); {
+		check()
+		time.Sleep(time.Millisecond)
+	}
+
+	open()
+	deadline = time.Now().Add(10 * time.Second)
+	for gated.applied.Load() < last.Index() || follower.fsmQueuedBytes.Load() != 0 {
+		check()
+		if time.Now().After(deadline) {
+			t.Fatalf("follower applied %d of %d, %d bytes queued, 10 s after its FSM opened", gated.applied.Load(), last.Index(), follower.fsmQueuedBytes.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	require.Len(t, gated.Logs(), entries)
+}
+
+// Cutting batches at MaxApplyQueueBytes: entries larger than a batch's
+// share still go through, one batch each.
+func TestRaft_MaxApplyQueueBytesLargeEntries(t *testing.T) {
+	conf := inmemConfig(t)
+	conf.MaxApplyQueueBytes = 1024
+	c := MakeCluster(3, t, conf)
+	defer c.Close()
+	leader := c.Leader()
+	var last ApplyFuture
+	for i := 0; i < 100; i++ {
+		last = leader.Apply(make([]byte, 4096), 0)
+	}
+	require.NoError(t, last.Error())
+	c.WaitForReplication(100)
+	for _, r := range c.rafts {
+		require.Equal(t, "0", r.Stats()["fsm_pending_bytes"])
+	}
+}
+
+// A main loop waiting for the FSM to apply leaves on a release below the
+// bound, and on shutdown.
+func TestRaft_WaitApplyQueue(t *testing.T) {
+	r := &Raft{fsmReleasedCh: make(chan struct{}, 1), shutdownCh: make(chan struct{})}
+	r.fsmQueuedBytes.Store(10)
+	require.True(t, r.waitApplyQueue(0))
+	require.True(t, r.waitApplyQueue(11))
+
+	done := make(chan bool)
+	go func() { done <- r.waitApplyQueue(10) }()
+	r.fsmQueuedBytes.Store(9)
+	asyncNotifyCh(r.fsmReleasedCh)
+	require.True(t, <-done)
+
+	r.fsmQueuedBytes.Store(10)
+	go func() { done <- r.waitApplyQueue(10) }()
+	close(r.shutdownCh)
+	require.False(t, <-done)
+}
+
 // TODO: These are test cases we'd like to write for appendEntries().
 // Unfortunately, it's difficult to do so with the current way this file is
 // tested.

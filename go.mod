@@ -90,3 +90,7 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/tools v0.49.0 // indirect
 )
+
+// The fork: upstream v1.7.3 plus the patches in third_party/hashicorp-raft/patches
+// (third_party/hashicorp-raft/README.md, docs/scale.md "Decision (2026-12-05)").
+replace github.com/hashicorp/raft => ./third_party/hashicorp-raft

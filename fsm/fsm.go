@@ -102,8 +102,14 @@ const (
 	// the threshold above).
 	l0StopWritesThreshold = 4 * l0CompactionThreshold
 	// maxRunBytes: ApplyBatch commits and starts a new Pebble batch once
-	// the current one holds this many bytes.
-	maxRunBytes = 64 << 20
+	// the current one holds this many bytes. A Pebble batch grows by
+	// doubling, so it may reserve twice this. At 64 MiB, a replica
+	// catching up on a large shard held up to 128 MiB in one batch (half
+	// of its heap: docs/scale.md, "Large shards"); at 16 MiB it holds 32.
+	// Any batch over half a memtable is already a flushable batch of its
+	// own to Pebble, so a smaller run costs one more commit per 16 MiB
+	// (BenchmarkApplyBatchLarge: no change beyond the host's noise).
+	maxRunBytes = 16 << 20
 )
 
 // ReplyLimits bound the reply of a Redis read that lists keys: KEYS is

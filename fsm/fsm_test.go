@@ -390,6 +390,44 @@ func TestWaitAppliedManyWaiters(t *testing.T) {
 	}
 }
 
+// BenchmarkApplyBatchLarge applies runs of 64 KiB puts, the values of
+// scripts/large-shard.sh: what a replica catching up on a large shard
+// applies. A run of 256 entries is a follower's batch (MaxAppendEntries,
+// cluster/replica); one of 1024 spans several Pebble batches at any
+// maxRunBytes. The peak heap per op shows the Pebble batch's size.
+func BenchmarkApplyBatchLarge(b *testing.B) {
+	for _, run := range []int{256, 1024} {
+		b.Run(fmt.Sprintf("run=%d", run), func(b *testing.B) {
+			f := mustOpen(b, testConfig(1, b.TempDir()), nil)
+			value := bytes.Repeat([]byte{0xab}, 64<<10)
+			data := make([][]byte, run)
+			for i := range data {
+				key := keys.KV([]byte(fmt.Sprintf("user-%d", i%100)), []byte(fmt.Sprintf("key-%d", i)))
+				data[i] = mustEncode(b, batchCmd(nil, Mutation{Kind: MutPut, Key: key, Value: value}))
+			}
+			logs := make([]*raft.Log, run)
+			for i := range logs {
+				logs[i] = &raft.Log{Type: raft.LogCommand, Data: data[i]}
+			}
+			b.ReportAllocs()
+			b.SetBytes(int64(run) * int64(len(value)))
+			b.ResetTimer()
+			var index uint64
+			for i := 0; i < b.N; i++ {
+				for _, l := range logs {
+					index++
+					l.Index = index
+				}
+				for _, r := range f.ApplyBatch(logs) {
+					if !r.(*Result).Succeeded {
+						b.Fatal(r)
+					}
+				}
+			}
+		})
+	}
+}
+
 func BenchmarkApplyBatch(b *testing.B) {
 	f := mustOpen(b, testConfig(1, b.TempDir()), nil)
 	value := bytes.Repeat([]byte{0xab}, 256)

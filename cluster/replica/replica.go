@@ -396,6 +396,20 @@ func ReadIncarnation(dir string) (inc uint64, found bool, err error) {
 	return inc, true, nil
 }
 
+// maxApplyQueueBytes bounds the committed entries Raft has handed to the
+// state machine and it has not applied yet (the fork's patch 0003,
+// third_party/hashicorp-raft). Without it the bound is 128 batches of
+// MaxAppendEntries entries, 2 GiB of 64 KiB values: a new replica
+// replaying a large shard's log read it far ahead of its state machine
+// (docs/scale.md, "Large shards"). 32 MiB is two of fsm's 16 MiB Pebble
+// runs: one being applied and the next waiting, while Raft's loop reads
+// and decodes the batch after it, so the state machine need not wait for
+// the loop. Raft cuts a batch at the bound too, so a replica holds
+// at most twice this in queued entries (plus one entry). A lagging leader
+// waits the same way, which holds back new proposals, as the full queue
+// did before.
+const maxApplyQueueBytes = 32 << 20
+
 // raftConfig is the hashicorp/raft configuration of the replica (without
 // its NotifyCh and Logger, which Open sets).
 func (c Config) raftConfig() *raft.Config {
@@ -412,6 +426,7 @@ func (c Config) raftConfig() *raft.Config {
 	// MaxAppendEntries) into one log append and one fsync.
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 256
+	rc.MaxApplyQueueBytes = maxApplyQueueBytes
 	return rc
 }
 

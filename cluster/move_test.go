@@ -677,16 +677,7 @@ func TestSplitUnavailableWindow(t *testing.T) {
 		for j := range muts {
 			muts[j] = fsm.Mutation{Kind: fsm.MutPut, Key: kvKey(rks[e%len(rks)], fmt.Sprintf("big%05d", e*perEntry+j)), Value: value}
 		}
-		for {
-			_, r := tc.leaderReplica(0)
-			_, err := r.Propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{Mutations: muts}})
-			if err == nil {
-				break
-			}
-			if !retryable(err) {
-				t.Fatal(err)
-			}
-		}
+		batchOnShard0(ctx, t, tc, muts)
 	}
 	before := tc.moveWindow()
 	start := time.Now()
@@ -783,6 +774,22 @@ func TestOnMetaLeaderLostLeadership(t *testing.T) {
 	}
 }
 
+// batchOnShard0 proposes muts as one batch on shard 0's leader, again
+// after a transient error (a leader change).
+func batchOnShard0(ctx context.Context, t *testing.T, tc *testCluster, muts []fsm.Mutation) {
+	t.Helper()
+	for {
+		_, r := tc.leaderReplica(0)
+		_, err := r.Propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{Mutations: muts}})
+		if err == nil {
+			return
+		}
+		if !retryable(err) {
+			t.Fatal(err)
+		}
+	}
+}
+
 // The move of writeMovingHalf: keysPerRK pairs under each of rks routing
 // keys, 64 KiB values, so that 16 pairs make a 1 MiB chunk.
 const keysPerRK, rks = 20, 4
@@ -806,16 +813,7 @@ func writeMovingHalf(ctx context.Context, t *testing.T, tc *testCluster, n int) 
 			muts[j] = fsm.Mutation{Kind: fsm.MutPut, Key: kvKey(rk, fmt.Sprintf("k%d-%02d", i, j)), Value: value}
 			written = append(written, muts[j].Key)
 		}
-		for {
-			_, r := tc.leaderReplica(0)
-			_, err := r.Propose(ctx, &fsm.Command{Op: fsm.OpBatch, Batch: &fsm.Batch{Mutations: muts}})
-			if err == nil {
-				break
-			}
-			if !retryable(err) {
-				t.Fatal(err)
-			}
-		}
+		batchOnShard0(ctx, t, tc, muts)
 	}
 	return moving, written, value
 }

@@ -410,6 +410,17 @@ func ReadIncarnation(dir string) (inc uint64, found bool, err error) {
 // did before.
 const maxApplyQueueBytes = 32 << 20
 
+// maxAppendEntriesBytes bounds the entries of one AppendEntries request
+// (the fork's patch 0004). Raft bounds a request by count only
+// (MaxAppendEntries, 256), and a proposal run of coalesced commands makes
+// entries of up to about 1 MiB, so one request was up to 256 MiB, which a
+// follower decodes whole, writes to its log in one Pebble batch and holds
+// until applied: the largest part of a new replica's memory in the
+// large-shard runs (docs/scale.md, "Large shards"). 8 MiB keeps requests
+// of small entries cut by count, as before, and a cut request is followed
+// by the rest at once.
+const maxAppendEntriesBytes = 8 << 20
+
 // raftConfig is the hashicorp/raft configuration of the replica (without
 // its NotifyCh and Logger, which Open sets).
 func (c Config) raftConfig() *raft.Config {
@@ -427,6 +438,7 @@ func (c Config) raftConfig() *raft.Config {
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 256
 	rc.MaxApplyQueueBytes = maxApplyQueueBytes
+	rc.MaxAppendEntriesBytes = maxAppendEntriesBytes
 	return rc
 }
 

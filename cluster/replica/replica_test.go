@@ -204,6 +204,9 @@ func TestRaftConfig(t *testing.T) {
 	if !rc.BatchApplyCh || rc.MaxAppendEntries != 256 {
 		t.Errorf("group commit: BatchApplyCh %v, MaxAppendEntries %d", rc.BatchApplyCh, rc.MaxAppendEntries)
 	}
+	if rc.MaxApplyQueueBytes != maxApplyQueueBytes || rc.MaxAppendEntriesBytes != maxAppendEntriesBytes {
+		t.Errorf("byte bounds: MaxApplyQueueBytes %d, MaxAppendEntriesBytes %d", rc.MaxApplyQueueBytes, rc.MaxAppendEntriesBytes)
+	}
 	if err := c.ValidateRaft(); err != nil {
 		t.Error(err)
 	}

@@ -184,6 +184,17 @@ type Config struct {
 	// MaxAppendEntries entries (the behaviour before this field).
 	MaxApplyQueueBytes uint64
 
+	// MaxAppendEntriesBytes bounds the bytes (Data and Extensions) of the
+	// entries in one AppendEntries request, besides MaxAppendEntries: the
+	// leader stops adding entries once the request holds that many bytes,
+	// and always sends at least one. A follower decodes, stores and hands
+	// to its FSM a whole request at once, so with large entries the count
+	// alone lets one request hold MaxAppendEntries times the largest entry
+	// (64 entries of 1 MiB are 64 MiB) on both ends. A request cut by this
+	// bound is followed at once by the next one. Zero means no byte bound
+	// (the behaviour before this field).
+	MaxAppendEntriesBytes uint64
+
 	// If we are a member of a cluster, and RemovePeer is invoked for the
 	// local node, then we forget all peers and transition into the follower state.
 	// If ShutdownOnRemove is set, we additional shutdown Raft. Otherwise,

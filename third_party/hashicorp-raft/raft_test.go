@@ -3054,6 +3054,128 @@ func TestRaft_WaitApplyQueue(t *testing.T) {
 	require.False(t, <-done)
 }
 
+// An AppendEntries request holds at most MaxAppendEntriesBytes plus one
+// entry, and at least one entry however large; without the bound it holds
+// MaxAppendEntries entries.
+func TestRaft_MaxAppendEntriesBytes(t *testing.T) {
+	const entrySize = 1000
+	conf := inmemConfig(t)
+	conf.MaxAppendEntries = 64
+	c := MakeCluster(1, t, conf)
+	defer c.Close()
+	leader := c.Leader()
+	var last ApplyFuture
+	for i := 0; i < 100; i++ {
+		last = leader.Apply(make([]byte, entrySize), 0)
+	}
+	require.NoError(t, last.Error())
+	lastIndex := last.Index()
+	first := lastIndex - 99
+
+	requestOf := func(maxBytes uint64) *AppendEntriesRequest {
+		conf := leader.config()
+		conf.MaxAppendEntriesBytes = maxBytes
+		leader.conf.Store(conf)
+		req := new(AppendEntriesRequest)
+		require.NoError(t, leader.setNewLogs(req, first, lastIndex))
+		return req
+	}
+	bytesOf := func(req *AppendEntriesRequest) (n uint64) {
+		for _, l := range req.Entries {
+			n += entryBytes(l)
+		}
+		return n
+	}
+
+	req := requestOf(0)
+	require.Len(t, req.Entries, 64)
+
+	req = requestOf(10 * entrySize)
+	require.Len(t, req.Entries, 10)
+	require.Equal(t, first, req.Entries[0].Index)
+	require.LessOrEqual(t, bytesOf(req), uint64(10*entrySize))
+	require.True(t, leader.cutByBytes(req, lastIndex))
+
+	req = requestOf(10*entrySize + 1)
+	require.Len(t, req.Entries, 11, "the entry that crosses the bound is the last one")
+
+	req = requestOf(1)
+	require.Len(t, req.Entries, 1, "an entry larger than the bound goes alone")
+
+	req = requestOf(1 << 30)
+	require.Len(t, req.Entries, 64)
+	require.False(t, leader.cutByBytes(req, lastIndex), "a request cut by count is not cut by bytes")
+}
+
+// A cluster replicates and applies everything with a byte bound that cuts
+// every request to a couple of entries.
+func TestRaft_MaxAppendEntriesBytesReplicates(t *testing.T) {
+	conf := inmemConfig(t)
+	conf.MaxAppendEntriesBytes = 2048
+	c := MakeCluster(3, t, conf)
+	defer c.Close()
+	leader := c.Leader()
+	var last ApplyFuture
+	for i := 0; i < 300; i++ {
+		last = leader.Apply(make([]byte, 1024), 0)
+	}
+	require.NoError(t, last.Error())
+	c.WaitForReplication(300)
+	c.EnsureSame(t)
+}
+
+// recordingPipeline is an AppendPipeline that records its requests.
+type recordingPipeline struct {
+	reqs []*AppendEntriesRequest
+}
+
+func (p *recordingPipeline) AppendEntries(args *AppendEntriesRequest, _ *AppendEntriesResponse) (AppendFuture, error) {
+	p.reqs = append(p.reqs, args)
+	return nil, nil
+}
+func (p *recordingPipeline) Consumer() <-chan AppendFuture { return nil }
+func (p *recordingPipeline) Close() error                  { return nil }
+
+// pipelineSend follows a request cut by MaxAppendEntriesBytes with the rest
+// up to the last index at once, rather than leaving it to the next trigger
+// or commit timeout; it stops when the pipeline's decoder has finished.
+func TestRaft_PipelineSendCutRequests(t *testing.T) {
+	conf := inmemConfig(t)
+	conf.MaxAppendEntriesBytes = 3 * 100
+	c := MakeCluster(1, t, conf)
+	defer c.Close()
+	leader := c.Leader()
+	var last ApplyFuture
+	for i := 0; i < 20; i++ {
+		last = leader.Apply(make([]byte, 100), 0)
+	}
+	require.NoError(t, last.Error())
+	lastIndex := last.Index()
+	first := lastIndex - 19
+
+	s := &followerReplication{currentTerm: leader.getCurrentTerm(), stopCh: make(chan uint64, 1)}
+	p := new(recordingPipeline)
+	next := first
+	require.False(t, leader.pipelineSend(s, p, &next, lastIndex, make(chan struct{})))
+	require.Equal(t, lastIndex+1, next)
+	require.Len(t, p.reqs, 7) // 20 entries, 3 a request
+	want := first
+	for _, req := range p.reqs {
+		for _, l := range req.Entries {
+			require.Equal(t, want, l.Index)
+			want++
+		}
+	}
+
+	finished := make(chan struct{})
+	close(finished)
+	p = new(recordingPipeline)
+	next = first
+	require.True(t, leader.pipelineSend(s, p, &next, lastIndex, finished))
+	require.Len(t, p.reqs, 1)
+	require.Equal(t, first+3, next)
+}
+
 // TODO: These are test cases we'd like to write for appendEntries().
 // Unfortunately, it's difficult to do so with the current way this file is
 // tested.

@@ -478,12 +478,12 @@ SEND:
 		case maxIndex := <-s.stopCh:
 			// Make a best effort to replicate up to this index
 			if maxIndex > 0 {
-				r.pipelineSend(s, pipeline, &nextIndex, maxIndex)
+				r.pipelineSend(s, pipeline, &nextIndex, maxIndex, finishCh)
 			}
 			break SEND
 		case deferErr := <-s.triggerDeferErrorCh:
 			lastLogIdx, _ := r.getLastLog()
-			shouldStop = r.pipelineSend(s, pipeline, &nextIndex, lastLogIdx)
+			shouldStop = r.pipelineSend(s, pipeline, &nextIndex, lastLogIdx, finishCh)
 			if !shouldStop {
 				deferErr.respond(nil)
 			} else {
@@ -491,10 +491,10 @@ SEND:
 			}
 		case <-s.triggerCh:
 			lastLogIdx, _ := r.getLastLog()
-			shouldStop = r.pipelineSend(s, pipeline, &nextIndex, lastLogIdx)
+			shouldStop = r.pipelineSend(s, pipeline, &nextIndex, lastLogIdx, finishCh)
 		case <-randomTimeout(r.config().CommitTimeout):
 			lastLogIdx, _ := r.getLastLog()
-			shouldStop = r.pipelineSend(s, pipeline, &nextIndex, lastLogIdx)
+			shouldStop = r.pipelineSend(s, pipeline, &nextIndex, lastLogIdx, finishCh)
 		}
 	}
 
@@ -509,25 +509,39 @@ SEND:
 
 // pipelineSend is used to send data over a pipeline. It is a helper to
 // pipelineReplicate.
-func (r *Raft) pipelineSend(s *followerReplication, p AppendPipeline, nextIdx *uint64, lastIndex uint64) (shouldStop bool) {
-	// Create a new append request
-	req := new(AppendEntriesRequest)
-	if err := r.setupAppendEntries(s, req, *nextIdx, lastIndex); err != nil {
-		return true
-	}
+func (r *Raft) pipelineSend(s *followerReplication, p AppendPipeline, nextIdx *uint64, lastIndex uint64, finishCh <-chan struct{}) (shouldStop bool) {
+	for {
+		// Create a new append request
+		req := new(AppendEntriesRequest)
+		if err := r.setupAppendEntries(s, req, *nextIdx, lastIndex); err != nil {
+			return true
+		}
 
-	// Pipeline the append entries
-	if _, err := p.AppendEntries(req, new(AppendEntriesResponse)); err != nil {
-		r.logger.Error("failed to pipeline appendEntries", "peer", s.peer, "error", err)
-		return true
-	}
+		// Pipeline the append entries
+		if _, err := p.AppendEntries(req, new(AppendEntriesResponse)); err != nil {
+			r.logger.Error("failed to pipeline appendEntries", "peer", s.peer, "error", err)
+			return true
+		}
 
-	// Increase the next send log to avoid re-sending old logs
-	if n := len(req.Entries); n > 0 {
-		last := req.Entries[n-1]
-		atomic.StoreUint64(nextIdx, last.Index+1)
+		// Increase the next send log to avoid re-sending old logs
+		if n := len(req.Entries); n > 0 {
+			last := req.Entries[n-1]
+			atomic.StoreUint64(nextIdx, last.Index+1)
+		}
+
+		// A request cut by MaxAppendEntriesBytes is followed by the rest at
+		// once, as one of MaxAppendEntries entries would have carried it,
+		// unless the pipeline's decoder has stopped (finishCh closed: a
+		// rejected append or a newer term), which ends the pipeline.
+		if !r.cutByBytes(req, lastIndex) {
+			return false
+		}
+		select {
+		case <-finishCh:
+			return true
+		default:
+		}
 	}
-	return false
 }
 
 // pipelineDecode is used to decode the responses of pipelined requests.
@@ -615,18 +629,31 @@ func (r *Raft) setNewLogs(req *AppendEntriesRequest, nextIndex, lastIndex uint64
 	// Append up to MaxAppendEntries or up to the lastIndex. we need to use a
 	// consistent value for maxAppendEntries in the lines below in case it ever
 	// becomes reloadable.
-	maxAppendEntries := r.config().MaxAppendEntries
+	conf := r.config()
+	maxAppendEntries, maxBytes := conf.MaxAppendEntries, conf.MaxAppendEntriesBytes
 	req.Entries = make([]*Log, 0, maxAppendEntries)
 	maxIndex := min(nextIndex+uint64(maxAppendEntries)-1, lastIndex)
+	var size uint64
 	for i := nextIndex; i <= maxIndex; i++ {
+		if maxBytes > 0 && size >= maxBytes {
+			break
+		}
 		oldLog := new(Log)
 		if err := r.logs.GetLog(i, oldLog); err != nil {
 			r.logger.Error("failed to get log", "index", i, "error", err)
 			return err
 		}
 		req.Entries = append(req.Entries, oldLog)
+		size += entryBytes(oldLog)
 	}
 	return nil
+}
+
+// cutByBytes reports whether setupAppendEntries stopped req short of
+// lastIndex because of MaxAppendEntriesBytes rather than MaxAppendEntries.
+func (r *Raft) cutByBytes(req *AppendEntriesRequest, lastIndex uint64) bool {
+	n := len(req.Entries)
+	return n > 0 && n < r.config().MaxAppendEntries && req.Entries[n-1].Index < lastIndex
 }
 
 // appendStats is used to emit stats about an AppendEntries invocation.

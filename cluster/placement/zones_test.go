@@ -86,8 +86,8 @@ func TestZoneSafe(t *testing.T) {
 		{ids("n1", "n3"), false, false},       // two voters: any loss is half
 		{ids("n1"), false, false},
 		{nil, false, false},
-		{ids("n1", "n2", "n3", "n5"), false, false},       // z1 holds two of four: 2 remain
-		{ids("n1", "n2", "n3", "n5", "n6"), true, true},   // two of five at most: 3 remain
+		{ids("n1", "n2", "n3", "n5"), false, false},     // z1 holds two of four: 2 remain
+		{ids("n1", "n2", "n3", "n5", "n6"), true, true}, // two of five at most: 3 remain
 	} {
 		if got := st.ZoneSafe(c.voters); got != c.zoneSafe {
 			t.Errorf("ZoneSafe(%v) = %v", c.voters, got)

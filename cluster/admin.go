@@ -356,6 +356,10 @@ type MemberInfo struct {
 	Leaderships int    `json:"leaderships"` // shards it leads
 	MetaVoter   bool   `json:"meta_voter"`
 	MetaLeader  bool   `json:"meta_leader"`
+	// Zone and Host are its recorded failure-domain labels (empty: none,
+	// it is its own zone and host).
+	Zone string `json:"zone,omitempty"`
+	Host string `json:"host,omitempty"`
 }
 
 // ReplicaInfo is one replica of a shard in the admin API's status.
@@ -376,6 +380,11 @@ type ShardInfo struct {
 	CommitIndex uint64        `json:"commit_index"`
 	Voters      []string      `json:"voters"`
 	Replicas    []ReplicaInfo `json:"replicas"`
+	// ZoneSafe and HostSafe: the group's voters keep a majority after the
+	// loss of any one zone (host), by the recorded labels
+	// (placement.State.ZoneSafe).
+	ZoneSafe bool `json:"zone_safe"`
+	HostSafe bool `json:"host_safe"`
 	// Shards only (0 for the meta group): the slots the map gives the
 	// shard (count, and text form "0-15,32"), and its leader's numbers:
 	// Bytes, the disk space its state machine's store uses, and Load, the
@@ -426,6 +435,7 @@ func (n *Node) Status(ctx context.Context) (*ClusterStatus, error) {
 	}
 	wg.Wait()
 	for i, g := range gs {
+		infos[i].ZoneSafe, infos[i].HostSafe = st.ZoneSafe(g.Voters), st.HostSafe(g.Voters)
 		if !g.Meta {
 			s := st.SlotsOf(g.Shard)
 			infos[i].Slots, infos[i].SlotRanges = s.Len(), s.String()
@@ -436,7 +446,7 @@ func (n *Node) Status(ctx context.Context) (*ClusterStatus, error) {
 	gossiped := n.members.All()
 	for _, m := range st.Nodes {
 		mi := MemberInfo{ID: m.ID, Status: st.Status(m.ID), Gossip: "unknown", RaftAddr: m.RaftAddr, GRPCAddr: m.GRPCAddr, HTTPAddr: m.HTTPAddr,
-			Replicas: st.ReplicaCount(m.ID), MetaVoter: slices.Contains(st.MetaVoters, m.ID)}
+			Replicas: st.ReplicaCount(m.ID), MetaVoter: slices.Contains(st.MetaVoters, m.ID), Zone: m.Zone, Host: m.Host}
 		if g, ok := gossiped[m.ID]; ok && g.Meta.Inc == m.Incarnation {
 			mi.Gossip, mi.Version = "dead", g.Meta.Version
 			mi.MinVersion, mi.MaxVersion = g.Meta.Range()

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/swarmkv/swarmkv/cluster/gossip"
@@ -118,6 +120,17 @@ type Config struct {
 	// writes in flight on that shard fail with an unknown outcome), and
 	// how long a new meta leader waits before the first. Default 30s.
 	LeaderBalanceInterval time.Duration
+	// Zone and Host are the node's failure-domain labels, announced in
+	// gossip and recorded by the meta leader (cluster/placement, zones.go):
+	// letters, digits, '.', '_', '-', at most 63 bytes. Zone "" (the
+	// default): the node is its own zone. Host defaults to the machine's
+	// hostname (os.Hostname; "" when it has none: its own host).
+	Zone, Host string
+	// IsolationLevel is what the reconciler keeps a group's replicas apart
+	// by when it places a new one, on this node while it leads the meta
+	// group: "zone" (the default), "host" or "none" (placement.Isolation).
+	// Set the same on every node.
+	IsolationLevel string
 
 	// Raft timing. Defaults: heartbeat and election timeout 1s, leader
 	// lease 500ms, commit timeout 500ms. The commit timeout is how long a
@@ -515,6 +528,10 @@ func (c Config) WithDefaults() Config {
 	if c.LeaderBalanceInterval == 0 {
 		c.LeaderBalanceInterval = 30 * time.Second
 	}
+	if c.Host == "" {
+		c.Host = defaultHost()
+	}
+	def(&c.IsolationLevel, placement.IsolationZone.String())
 	if c.NodesPerShard == 0 {
 		c.NodesPerShard = placement.DefaultNodesPerShard
 	}
@@ -721,6 +738,12 @@ func (c Config) Validate() error {
 	}
 	if c.DeadNodeTimeout < time.Second || c.ReconcileInterval < 10*time.Millisecond {
 		return bad("dead node timeout %v (want >= 1s), reconcile interval %v (want >= 10ms)", c.DeadNodeTimeout, c.ReconcileInterval)
+	}
+	if err := errors.Join(gossip.ValidLabel(c.Zone), gossip.ValidLabel(c.Host)); err != nil {
+		return bad("zone or host %v", err)
+	}
+	if _, err := placement.ParseIsolation(c.IsolationLevel); err != nil {
+		return bad("%v", err)
 	}
 	if c.Shards < 0 || c.Shards > shard.MaxShards {
 		return bad("shards %d: want 1..%d, or 0 for automatic", c.Shards, shard.MaxShards)
@@ -939,4 +962,18 @@ func IsLoopback(addr string) bool {
 // ReplyLimits are the bounds of a Redis read that lists keys (KEYS, SCAN).
 func (c Config) ReplyLimits() fsm.ReplyLimits {
 	return fsm.ReplyLimits{MaxKeys: c.MaxKeysReply, MaxBytes: c.MaxPageBytes}
+}
+
+// defaultHost is the machine's hostname as a host label: the hostname, or
+// its first DNS label when it is longer than a label may be; "" when
+// there is none that makes a valid label.
+func defaultHost() string {
+	h, _ := os.Hostname()
+	if len(h) > gossip.MaxLabel {
+		h, _, _ = strings.Cut(h, ".")
+	}
+	if gossip.ValidLabel(h) != nil {
+		return ""
+	}
+	return h
 }

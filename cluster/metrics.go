@@ -21,6 +21,7 @@ func (n *Node) scrape() metrics.Scrape {
 	sc := metrics.Scrape{Replicas: n.scrapeReplicas()}
 	if st != nil {
 		sc.HasState, sc.Members, sc.Shards = true, map[string]int{}, len(st.Shards)
+		sc.NotZoneSafe, sc.NotHostSafe = st.Safety()
 		for _, m := range st.Nodes {
 			sc.Members[st.Status(m.ID)]++
 		}

@@ -357,7 +357,7 @@ func (n *Node) localMeta() gossip.Meta {
 	m := gossip.Meta{
 		Version: n.announcedVersion(), ID: n.cfg.ID, Raft: n.addrs.RaftAddr, GRPC: n.addrs.GRPCAddr,
 		HTTP: n.addrs.HTTPAddr, Shards: n.cfg.Shards, Expect: n.cfg.BootstrapExpect, Inc: n.inc,
-		Policy: policyText(n.cfg.bootstrapPolicy()),
+		Policy: policyText(n.cfg.bootstrapPolicy()), Zone: n.cfg.Zone, Host: n.cfg.Host,
 	}
 	lo, hi := n.cfg.protocolRange()
 	if hi > 1 { // a binary before version ranges announces "v" alone

@@ -6,6 +6,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/swarmkv/swarmkv/cluster/gossip"
+	"github.com/swarmkv/swarmkv/cluster/placement"
 	"github.com/swarmkv/swarmkv/cluster/reconcile"
 	"github.com/swarmkv/swarmkv/cluster/replica"
 	"github.com/swarmkv/swarmkv/shard"
@@ -18,8 +19,10 @@ import (
 // observations (Observe) and leadership transfer (Transfer) too.
 
 func (n *Node) newReconciler() *reconcile.Reconciler {
+	iso, _ := placement.ParseIsolation(n.cfg.IsolationLevel) // Config.Validate checked it
 	return reconcile.New(reconcile.Host{
-		ID: n.cfg.ID, Log: n.log,
+		Isolation: iso,
+		ID:        n.cfg.ID, Log: n.log,
 		Interval: n.cfg.ReconcileInterval, DeadNodeTimeout: n.cfg.DeadNodeTimeout, LeaderBalanceInterval: n.cfg.LeaderBalanceInterval,
 		Leading: func() bool {
 			r := n.metaReplica()

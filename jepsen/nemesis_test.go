@@ -2,12 +2,17 @@ package jepsen
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/swarmkv/swarmkv/cluster"
 )
 
 // fakeDriver records calls and supports what the docker driver supports.
@@ -121,5 +126,71 @@ func TestNemesesByName(t *testing.T) {
 	}
 	if _, err := Nemeses("kill,nope"); err == nil {
 		t.Errorf("unknown nemesis accepted")
+	}
+}
+
+// zoneDriver is a fakeDriver of six nodes in three zones that lists its
+// members (the zone nemeses' zoneLister).
+type zoneDriver struct {
+	fakeDriver
+	zones map[string]string
+}
+
+func (z *zoneDriver) Nodes() []string { return []string{"n1", "n2", "n3", "n4", "n5", "n6"} }
+
+func (z *zoneDriver) adminMembers(context.Context, string) ([]cluster.MemberInfo, error) {
+	var out []cluster.MemberInfo
+	for _, n := range z.Nodes() {
+		out = append(out, cluster.MemberInfo{ID: n, Zone: z.zones[n]})
+	}
+	return out, nil
+}
+
+// TestZoneNemeses: kill-zone kills every node of one zone and restarts
+// them; partition-zone cuts one zone off and heals; both are unsupported
+// with fewer than three labelled zones or a driver that lists no members.
+func TestZoneNemeses(t *testing.T) {
+	ctx := context.Background()
+	labels := map[string]string{"n1": "a", "n2": "a", "n3": "b", "n4": "b", "n5": "c", "n6": "c"}
+	for _, name := range []string{"kill-zone", "partition-zone"} {
+		d := &zoneDriver{fakeDriver: fakeDriver{down: map[string]bool{}}, zones: labels}
+		ns, err := Nemeses(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := &Env{Driver: d, Rng: rand.New(rand.NewPCG(1, 2))}
+		desc, err := ns[0].Start(ctx, env)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := ns[0].Stop(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+		calls := strings.Join(d.calls, "; ")
+		var want string
+		switch {
+		case strings.Contains(desc, "zone a"):
+			want = "n1 n2"
+		case strings.Contains(desc, "zone b"):
+			want = "n3 n4"
+		default:
+			want = "n5 n6"
+		}
+		a, b, _ := strings.Cut(want, " ")
+		if name == "kill-zone" && calls != fmt.Sprintf("kill %s; kill %s; start %s; start %s", a, b, a, b) {
+			t.Errorf("%s (%s): %s", name, desc, calls)
+		}
+		if name == "partition-zone" && !strings.HasPrefix(calls, fmt.Sprintf("partition [[%s %s] [", a, b)) || name == "partition-zone" && !strings.HasSuffix(calls, "; heal") {
+			t.Errorf("%s (%s): %s", name, desc, calls)
+		}
+	}
+	two := map[string]string{"n1": "a", "n2": "a", "n3": "a", "n4": "b", "n5": "b", "n6": "b"}
+	d := &zoneDriver{fakeDriver: fakeDriver{down: map[string]bool{}}, zones: two}
+	ns, _ := Nemeses("kill-zone")
+	if _, err := ns[0].Start(ctx, &Env{Driver: d, Rng: rand.New(rand.NewPCG(1, 2))}); !errors.Is(err, ErrUnsupported) || len(d.calls) != 0 {
+		t.Errorf("two zones: %v, calls %v", err, d.calls)
+	}
+	if _, err := ns[0].Start(ctx, &Env{Driver: &fakeDriver{down: map[string]bool{}}, Rng: rand.New(rand.NewPCG(1, 2))}); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("a driver without members: %v", err)
 	}
 }

@@ -1,6 +1,6 @@
 // Package gossip owns the node's memberlist glue: the metadata a node
 // announces (Meta, DecodeMeta: protocol versions, id, addresses, bootstrap
-// settings), the node's copy of gossip membership fed by memberlist's
+// settings, zone and host labels), the node's copy of gossip membership fed by memberlist's
 // events (Members), the delegate that announces the metadata and refuses
 // peers whose protocol versions the node does not accept or whose name is
 // not their id, the
@@ -24,6 +24,7 @@ package gossip
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"log/slog"
@@ -67,6 +68,29 @@ type Meta struct {
 	Cluster string `json:"cluster,omitempty"`
 	// Inc is the node's data dir incarnation (State.Nodes[].Incarnation).
 	Inc string `json:"inc,omitempty"`
+	// Zone and Host are the node's failure-domain labels (serve --zone,
+	// --host; ValidLabel), empty when it has none: older binaries announce
+	// neither and ignore them, and a node without a zone is its own zone
+	// (cluster/placement, zones.go).
+	Zone string `json:"zone,omitempty"`
+	Host string `json:"host,omitempty"`
+}
+
+// MaxLabel is the longest zone or host label.
+const MaxLabel = 63
+
+// ValidLabel checks a zone or host label: empty, or 1 to MaxLabel
+// letters, digits, '.', '_' and '-'.
+func ValidLabel(s string) error {
+	if len(s) > MaxLabel {
+		return fmt.Errorf("label %.16q...: longer than %d bytes", s, MaxLabel)
+	}
+	for _, c := range []byte(s) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("label %q: only letters, digits, '.', '_' and '-'", s)
+		}
+	}
+	return nil
 }
 
 // Range returns the protocol versions the node speaks: Min..Max, or
@@ -87,7 +111,8 @@ func (m Meta) Range() (lo, hi int) {
 type AcceptFunc func(lo, hi int) error
 
 // DecodeMeta decodes a peer's metadata and checks its protocol versions:
-// a Version within Min..Max (when announced), and accept's consent.
+// a Version within Min..Max (when announced), and accept's consent; and
+// its labels (ValidLabel).
 func DecodeMeta(b []byte, accept AcceptFunc) (Meta, error) {
 	var m Meta
 	if len(b) == 0 {
@@ -107,6 +132,9 @@ func DecodeMeta(b []byte, accept AcceptFunc) (Meta, error) {
 	}
 	if m.ID == "" || m.Raft == "" || m.GRPC == "" {
 		return m, fmt.Errorf("cluster: peer metadata lacks id or addresses")
+	}
+	if err := errors.Join(ValidLabel(m.Zone), ValidLabel(m.Host)); err != nil {
+		return m, fmt.Errorf("cluster: peer %q: zone or host %w", m.ID, err)
 	}
 	return m, nil
 }

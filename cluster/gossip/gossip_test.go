@@ -34,6 +34,8 @@ func FuzzDecodeMeta(f *testing.F) {
 	f.Add([]byte(`{"v":1,"min":-1,"id":"n1","raft":"a","grpc":"b"}`))
 	f.Add([]byte(`{"id":"n1"}`))
 	f.Add([]byte{})
+	f.Add([]byte(`{"v":2,"id":"n1","raft":"a","grpc":"b","zone":"eu-1a","host":"rack4.m2"}`))
+	f.Add([]byte(`{"v":2,"id":"n1","raft":"a","grpc":"b","zone":"a b"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := DecodeMeta(b, runs(version))
 		if err != nil {
@@ -42,6 +44,15 @@ func FuzzDecodeMeta(f *testing.F) {
 		lo, hi := m.Range()
 		if lo < 1 || lo > m.Version || m.Version > hi || version < lo || version > hi || m.ID == "" || m.Raft == "" || m.GRPC == "" {
 			t.Fatalf("accepted %+v", m)
+		}
+		if ValidLabel(m.Zone) != nil || ValidLabel(m.Host) != nil {
+			t.Fatalf("accepted labels %q %q", m.Zone, m.Host)
+		}
+		// Round trip: what was accepted encodes to metadata accepted
+		// as the same member.
+		again, _ := json.Marshal(m)
+		if m2, err := DecodeMeta(again, runs(version)); err != nil || m2 != m {
+			t.Fatalf("round trip of %+v: %+v, %v", m, m2, err)
 		}
 	})
 }
@@ -106,6 +117,31 @@ func TestMetaVersions(t *testing.T) {
 		if err != nil && !strings.Contains(err.Error(), "protocol version") {
 			t.Errorf("refusal without the reason: %v", err)
 		}
+	}
+}
+
+// TestMetaLabels: labels are carried, optional (metadata of older
+// binaries has none), and refused when malformed; older binaries ignore
+// them.
+func TestMetaLabels(t *testing.T) {
+	b, _ := json.Marshal(Meta{Version: 1, ID: "n1", Raft: "r", GRPC: "g", Zone: "eu-1a", Host: "m2.rack4"})
+	if err := decodeMetaV1(b); err != nil {
+		t.Fatalf("a binary before labels refuses %s: %v", b, err)
+	}
+	m, err := DecodeMeta(b, runs(1))
+	if err != nil || m.Zone != "eu-1a" || m.Host != "m2.rack4" {
+		t.Fatalf("%+v, %v", m, err)
+	}
+	if m, err := DecodeMeta([]byte(`{"v":1,"id":"n2","raft":"r","grpc":"g"}`), runs(1)); err != nil || m.Zone != "" || m.Host != "" {
+		t.Fatalf("without labels: %+v, %v", m, err)
+	}
+	for _, bad := range []string{`"zone":"a b"`, `"host":"x/y"`, `"zone":"` + strings.Repeat("z", MaxLabel+1) + `"`} {
+		if _, err := DecodeMeta([]byte(`{"v":1,"id":"n2","raft":"r","grpc":"g",`+bad+`}`), runs(1)); err == nil {
+			t.Errorf("%s: accepted", bad)
+		}
+	}
+	if ValidLabel(strings.Repeat("z", MaxLabel)) != nil || ValidLabel("") != nil {
+		t.Error("ValidLabel refuses a label of MaxLabel bytes or none")
 	}
 }
 

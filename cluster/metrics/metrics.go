@@ -48,6 +48,9 @@ type Scrape struct {
 	HasState bool
 	Members  map[string]int
 	Shards   int
+	// NotZoneSafe and NotHostSafe count the shards whose voters would
+	// lose their majority with one zone (host) (placement.State.Safety).
+	NotZoneSafe, NotHostSafe int
 	// ProtocolVersion is the protocol version the node's cluster runs (0:
 	// the node belongs to none yet).
 	ProtocolVersion int
@@ -214,6 +217,7 @@ var (
 	descCluster = prometheus.NewDesc("swarmkv_cluster_members",
 		"Members of the cluster by membership status (active, leaving, removed), in the committed cluster state this node last synced.", []string{"status"}, nil)
 	descShards  = prometheus.NewDesc("swarmkv_cluster_shards", "Shards in the committed cluster state this node last synced.", nil, nil)
+	descUnsafe  = prometheus.NewDesc("swarmkv_shards_not_safe", "Shards of the committed cluster state this node last synced whose voters would lose their majority with any one failure domain (zone or host) lost.", []string{"domain"}, nil)
 	descVersion = prometheus.NewDesc("swarmkv_protocol_version", "The protocol version the node's cluster runs (0: none yet).", nil, nil)
 	descConns   = prometheus.NewDesc("swarmkv_raft_conns_total",
 		"Raft port connections by header (plain, incarnation: with the group incarnation; other_incarnation: naming another than the node's replica) and result (dialed, accepted, refused).", []string{"header", "result"}, nil)
@@ -231,7 +235,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRaftState, descRaftTerm, descCommit, descApplied, descApplyLag, descLastIndex,
 		descContact, descDisk, descMemtable, descL0, descDebt, descReadAmp, descCacheHits, descCacheMiss, descCacheSize,
 		descWALFsync, descPropEntries, descPropCmds, descReadRounds, descReads, descLeaders, descLeases, descMembers, descReady,
-		descCluster, descShards, descVersion, descConns} {
+		descCluster, descShards, descUnsafe, descVersion, descConns} {
 		ch <- d
 	}
 }
@@ -292,6 +296,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descCluster, float64(sc.Members[status]), status)
 		}
 		gauge(descShards, float64(sc.Shards))
+		gauge(descUnsafe, float64(sc.NotZoneSafe), "zone")
+		gauge(descUnsafe, float64(sc.NotHostSafe), "host")
 	}
 	gauge(descVersion, float64(sc.ProtocolVersion))
 	for _, c := range sc.RaftConns {

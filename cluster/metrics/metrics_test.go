@@ -84,7 +84,7 @@ func TestCollectorSeries(t *testing.T) {
 			Cache:    &pebble.CacheMetrics{Size: 1 << 20, Hits: 30, Misses: 6},
 			WALFsync: &raftlog.FsyncStats{Count: 5, Sum: 10 * time.Millisecond, Buckets: map[float64]uint64{0.0001: 1, 0.01: 5}},
 			Alive:    3, Dead: 1, Ready: true,
-			HasState: true, Members: map[string]int{"active": 3, "removed": 1}, Shards: 2,
+			HasState: true, Members: map[string]int{"active": 3, "removed": 1}, Shards: 2, NotZoneSafe: 1, NotHostSafe: 2,
 			ProtocolVersion: 2,
 			RaftConns:       []RaftConns{{"plain", "accepted", 4}, {"incarnation", "refused", 1}},
 		}
@@ -127,6 +127,8 @@ func TestCollectorSeries(t *testing.T) {
 		`swarmkv_cluster_members{status="leaving"}`:                       0,
 		`swarmkv_cluster_members{status="removed"}`:                       1,
 		`swarmkv_cluster_shards`:                                          2,
+		`swarmkv_shards_not_safe{domain="zone"}`:                          1,
+		`swarmkv_shards_not_safe{domain="host"}`:                          2,
 		`swarmkv_pebble_disk_bytes{shard="0"}`:                            4096,
 		`swarmkv_pebble_memtable_bytes{shard="0"}`:                        512,
 		`swarmkv_pebble_l0_files{shard="0"}`:                              2,

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -31,15 +32,26 @@ type Liveness struct {
 	State *State
 	// Replicas is, by node id, the number of replicas the node holds.
 	Replicas map[string]int
+	// Isolation is the failure domain new replicas are kept apart by
+	// (zones.go); the zero value is IsolationZone.
+	Isolation Isolation
+	// zones and hosts are the numbers of distinct zones and hosts among
+	// the active members (zones.go).
+	zones, hosts int
 }
 
 // NewLiveness returns the liveness of st's members: alive and downFor as
 // observed, replica counts from st.
 func NewLiveness(st *State, alive map[string]bool, downFor map[string]time.Duration, timeout time.Duration) *Liveness {
 	lv := &Liveness{Alive: alive, DownFor: downFor, Timeout: timeout, State: st, Replicas: map[string]int{}}
+	zones, hosts := map[string]bool{}, map[string]bool{}
 	for _, m := range st.Nodes {
 		lv.Replicas[m.ID] = st.ReplicaCount(m.ID)
+		if lv.Active(m.ID) {
+			zones[st.Zone(m.ID)], hosts[st.Host(m.ID)] = true, true
+		}
 	}
+	lv.zones, lv.hosts = len(zones), len(hosts)
 	return lv
 }
 
@@ -153,18 +165,34 @@ func Without(s []string, x string) []string {
 	return slices.DeleteFunc(slices.Clone(s), func(v string) bool { return v == x })
 }
 
-// PickCandidate returns the placeable node with the fewest replicas (the
-// smallest id among equals) that is not among cfgVoters and does not hold
-// g; "" when none.
+// PickCandidate returns the placeable node that is not among cfgVoters,
+// does not hold g and that the isolation level allows next to the group's
+// eligible replicas (zones.go), preferring the zone, then the host, with
+// the fewest of them, then the fewest replicas, then the smallest id; ""
+// when none.
 func PickCandidate(g Group, cfgVoters []string, lv *Liveness) string {
-	best := ""
+	target := lv.VoterTarget(g)
+	others := lv.eligibleOf(append(slices.Clone(cfgVoters), g.Holders()...))
+	in := func(id string) (zone, host int) {
+		for _, o := range others {
+			if lv.State.Zone(o) == lv.State.Zone(id) {
+				zone++
+			}
+			if lv.State.Host(o) == lv.State.Host(id) {
+				host++
+			}
+		}
+		return zone, host
+	}
+	best, bz, bh := "", 0, 0
 	for _, m := range lv.State.Nodes {
 		id := m.ID
-		if !lv.Placeable(id) || slices.Contains(cfgVoters, id) || slices.Contains(g.Holders(), id) {
+		if !lv.Placeable(id) || slices.Contains(cfgVoters, id) || slices.Contains(g.Holders(), id) || !lv.allowed(id, others, target) {
 			continue
 		}
-		if best == "" || lv.Replicas[id] < lv.Replicas[best] || (lv.Replicas[id] == lv.Replicas[best] && id < best) {
-			best = id
+		z, h := in(id)
+		if best == "" || cmp.Or(cmp.Compare(z, bz), cmp.Compare(h, bh), cmp.Compare(lv.Replicas[id], lv.Replicas[best]), cmp.Compare(id, best)) < 0 {
+			best, bz, bh = id, z, h
 		}
 	}
 	return best

@@ -14,11 +14,18 @@ import (
 //     added);
 //  2. promote a non-voter that has caught up (or remove one whose node is
 //     gone);
-//  3. add a learner on the least loaded live node when the group has fewer
-//     good voters than its target (min(replication factor, active nodes));
-//  4. remove a voter beyond the target, or one on a node that is leaving or
-//     has been dead longer than DeadNodeTimeout, once the group has enough
-//     good voters without it (moving the leadership away first).
+//  3. when the group has fewer good voters than its target
+//     (min(replication factor, active nodes)), add a learner on a live node
+//     the isolation level allows, in the zone and host holding fewest of
+//     its replicas, then the least loaded (PickCandidate, zones.go); when
+//     there is none, the group stays under-replicated;
+//  4. in a settled group that breaks the failure-domain rule (zones.go),
+//     add a learner where it lowers the spread (the voter it replaces is
+//     removed by 5 once it is promoted);
+//  5. remove a voter beyond the target (a voter that is not good first, else
+//     the one whose departure leaves the lowest spread), or one on a node that is leaving or has been dead
+//     longer than DeadNodeTimeout, once the group has enough good voters
+//     without it (moving the leadership away first).
 //
 // When every group is settled, one round moves at most one replica from the
 // most to the least loaded node (BalanceReplicas), or else one leadership
@@ -163,8 +170,18 @@ func Step(g Group, obs Observation, lv *Liveness) Action {
 			return Action{Kind: ActAddLearner, Group: g, Target: c, Reason: "fewer good voters than the target"}
 		}
 	}
-	// 4. A voter to remove: one on a node that is going away (once the
-	// group has enough good voters without it), or one beyond the target.
+	// 4. A settled group whose voters break the failure-domain rule
+	// (zones.go): a learner where it lowers the spread, replacing From
+	// (removed by 5 once the learner is a voter).
+	if good == target && len(obs.Voters) == target && len(obs.NonVoters) == 0 {
+		if c, v, ok := lv.repair(g, obs.Voters, target); ok {
+			return Action{Kind: ActAddLearner, Group: g, Target: c, From: v, Reason: "repairing the placement by failure domain"}
+		}
+	}
+	// 5. A voter to remove: one on a node that is going away (once the
+	// group has enough good voters without it), or one beyond the target
+	// (one that is not good, else the one whose departure leaves the
+	// lowest spread, then the one on the most loaded node).
 	victim, reason := "", ""
 	for _, v := range obs.Voters {
 		if !lv.Eligible(v) && good >= target {
@@ -174,10 +191,15 @@ func Step(g Group, obs Observation, lv *Liveness) Action {
 	}
 	if victim == "" && len(obs.Voters) > target && target > 0 {
 		cands := slices.Clone(obs.Voters)
+		after := func(v string) spread { return lv.spreadOf(Without(obs.Voters, v), target) }
 		slices.SortFunc(cands, func(a, b string) int {
-			return cmp.Or(cmp.Compare(lv.Replicas[b], lv.Replicas[a]), cmp.Compare(b, a))
+			return cmp.Or(cmpBool(lv.Eligible(a), lv.Eligible(b)), after(a).compare(after(b)),
+				cmp.Compare(lv.Replicas[b], lv.Replicas[a]), cmp.Compare(b, a))
 		})
 		victim, reason = cands[0], "more voters than the target"
+	}
+	if victim == "" && good < target {
+		return Action{Kind: ActNone, Group: g, Reason: "under-replicated: no live node the isolation level (" + lv.Isolation.String() + ") allows"}
 	}
 	if victim == "" {
 		return Action{Kind: ActNone, Group: g, Reason: "settled"}
@@ -197,7 +219,8 @@ func Step(g Group, obs Observation, lv *Liveness) Action {
 // BalanceReplicas decides the replica moves that even out the load: from
 // the most to the least loaded placeable node of lv.State, when their
 // counts differ by two or more, one ActAddLearner per shard the first holds
-// and the second does not, in shard order. The caller takes the first
+// and the second does not, in shard order, leaving out the moves that would
+// raise the shard's spread or that the isolation level refuses (zones.go). The caller takes the first
 // whose group has a leader (the reconciler's steps then move the replica:
 // promote it, remove the surplus voter). None when balanced.
 func BalanceReplicas(lv *Liveness) []Action {
@@ -219,6 +242,11 @@ func BalanceReplicas(lv *Liveness) []Action {
 	for _, p := range lv.State.Shards {
 		if p.Holds(hi) && !p.Holds(lo) {
 			g := Group{Shard: p.Shard, Voters: p.Voters, Learners: p.Learners}
+			target := lv.VoterTarget(g)
+			rest := Without(p.Voters, hi)
+			if !lv.allowed(lo, rest, target) || lv.spreadOf(append(rest, lo), target).compare(lv.spreadOf(p.Voters, target)) > 0 {
+				continue
+			}
 			out = append(out, Action{Kind: ActAddLearner, Group: g, Target: lo, From: hi, Reason: "rebalancing replicas"})
 		}
 	}
@@ -260,4 +288,15 @@ func BalanceLeaders(settled []Settled, lv *Liveness) Action {
 		}
 	}
 	return Action{Kind: ActNone, Reason: "leaders balanced"}
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
 }

@@ -3,7 +3,8 @@
 // pure decisions made from it: the initial placement (Place), the meta
 // group's size (MetaVoterTarget), the reconciler's choices (plan.go;
 // reconcile.go: Step, BalanceReplicas, BalanceLeaders and the Action
-// they return), the slot moves of elastic shards (move.go: PlanSplit,
+// they return), failure domains (zones.go: zone and host labels, the
+// isolation level, the placement rule by zone and host, ZoneSafe), the slot moves of elastic shards (move.go: PlanSplit,
 // PlanMerge and the phase changes the mover commits) and the automatic
 // shard policy (policy.go: DecideShards, the next split or merge).
 // Nothing here does I/O, holds a lock or talks to a node: package cluster
@@ -41,6 +42,12 @@ type NodeAddrs struct {
 	// Status is the membership status: StatusActive, StatusLeaving
 	// (decommissioning: its replicas move away) or StatusRemoved.
 	Status string `json:"status,omitempty"`
+	// Zone and Host are the node's failure-domain labels (serve --zone,
+	// --host) as the meta leader recorded them from gossip (zones.go);
+	// empty: none, the node is its own zone (host). Documents written
+	// before labels have neither.
+	Zone string `json:"zone,omitempty"`
+	Host string `json:"host,omitempty"`
 }
 
 // Membership statuses of a node in the cluster state.

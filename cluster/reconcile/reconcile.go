@@ -44,6 +44,8 @@ type Host struct {
 	// Interval, DeadNodeTimeout, LeaderBalanceInterval: cluster.Config's
 	// ReconcileInterval, DeadNodeTimeout and LeaderBalanceInterval.
 	Interval, DeadNodeTimeout, LeaderBalanceInterval time.Duration
+	// Isolation is cluster.Config's IsolationLevel.
+	Isolation placement.Isolation
 
 	// Leading reports whether this node's meta replica leads the meta
 	// group and committed an entry of its term.
@@ -74,6 +76,9 @@ type Reconciler struct {
 	// lastLeaderMove is when this leader started, or last moved a
 	// leadership to balance leaders.
 	lastLeaderMove time.Time
+	// relabel is, by node id, the labels gossip announces that differ
+	// from the recorded ones and were logged (labels.go).
+	relabel map[string]string
 }
 
 // New returns the Reconciler of the node h describes.
@@ -170,7 +175,9 @@ func (rc *Reconciler) liveness(st *placement.State) *placement.Liveness {
 		}
 		downFor[m.ID] = now.Sub(since)
 	}
-	return placement.NewLiveness(st, alive, downFor, rc.h.DeadNodeTimeout)
+	lv := placement.NewLiveness(st, alive, downFor, rc.h.DeadNodeTimeout)
+	lv.Isolation = rc.h.Isolation
+	return lv
 }
 
 // Observation is what the holders of a group report.
@@ -308,6 +315,9 @@ func (rc *Reconciler) replicaStatus(ctx context.Context, id string, g placement.
 func (rc *Reconciler) reconcileOnce(ctx context.Context) error {
 	st, err := rc.h.Read(ctx)
 	if err != nil {
+		return err
+	}
+	if st, err = rc.recordLabels(ctx, st); err != nil {
 		return err
 	}
 	lv := rc.liveness(st)

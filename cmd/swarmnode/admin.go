@@ -200,7 +200,7 @@ func members(ctx context.Context, f *adminFlags, _ []string, stdout io.Writer) e
 
 func printMembers(w io.Writer, ms []cluster.MemberInfo) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATUS\tGOSSIP\tVERSION\tSPEAKS\tREPLICAS\tLEADERS\tMETA\tGRPC\tRAFT")
+	fmt.Fprintln(tw, "NODE\tSTATUS\tGOSSIP\tVERSION\tSPEAKS\tZONE\tHOST\tREPLICAS\tLEADERS\tMETA\tGRPC\tRAFT")
 	for _, m := range ms {
 		meta := "-"
 		switch {
@@ -213,7 +213,8 @@ func printMembers(w io.Writer, ms []cluster.MemberInfo) {
 		if m.MaxVersion != 0 {
 			speaks = fmt.Sprintf("%d..%d", m.MinVersion, m.MaxVersion)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\n", m.ID, m.Status, m.Gossip, m.Version, speaks, m.Replicas, m.Leaderships, meta, m.GRPCAddr, m.RaftAddr)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", m.ID, m.Status, m.Gossip, m.Version, speaks,
+			orDash(m.Zone), orDash(m.Host), m.Replicas, m.Leaderships, meta, m.GRPCAddr, m.RaftAddr)
 	}
 	tw.Flush()
 }
@@ -246,7 +247,7 @@ func printStatus(stdout io.Writer, st cluster.ClusterStatus) error {
 	printMembers(stdout, st.Members)
 	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SHARD\tLEADER\tTERM\tCOMMIT\tREPLICAS (node:role:lag)")
+	fmt.Fprintln(tw, "SHARD\tLEADER\tTERM\tCOMMIT\tSURVIVES\tREPLICAS (node:role:lag)")
 	for _, s := range st.Shards {
 		var reps []string
 		for _, r := range s.Replicas {
@@ -260,9 +261,34 @@ func printStatus(stdout io.Writer, st cluster.ClusterStatus) error {
 		if leader == "" {
 			leader = "(none)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", s.Shard, leader, s.Term, s.CommitIndex, strings.Join(reps, " "))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", s.Shard, leader, s.Term, s.CommitIndex, survives(s), strings.Join(reps, " "))
 	}
 	return tw.Flush()
+}
+
+// orDash is s, or "-" when empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// survives is the SURVIVES column of status and shards: the failure
+// domains whose loss, any one of them, the group's voters survive
+// ("zone,host", "zone", "host"), or "none".
+func survives(s cluster.ShardInfo) string {
+	var d []string
+	if s.ZoneSafe {
+		d = append(d, "zone")
+	}
+	if s.HostSafe {
+		d = append(d, "host")
+	}
+	if len(d) == 0 {
+		return "none"
+	}
+	return strings.Join(d, ",")
 }
 
 // shardHealthy: a leader, and every placed replica a reachable voter.

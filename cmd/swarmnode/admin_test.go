@@ -1,6 +1,7 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,35 @@ func TestPrintStatusVersion(t *testing.T) {
 				t.Errorf("%s: output lacks %q:\n%s", tc.name, w, b.String())
 			}
 		}
+	}
+}
+
+// TestPrintSurvives: status and shards show the labels of each member
+// and what loss each shard survives.
+func TestPrintSurvives(t *testing.T) {
+	st := cluster.ClusterStatus{ProtocolVersion: 1,
+		Members: []cluster.MemberInfo{{ID: "n1", Status: "active", Gossip: "alive", Zone: "eu-1a", Host: "m1"}, {ID: "n2", Status: "active", Gossip: "alive"}},
+		Shards: []cluster.ShardInfo{
+			{Shard: "meta", Leader: "n1", ZoneSafe: true, HostSafe: true},
+			{Shard: "0", Leader: "n1", HostSafe: true},
+			{Shard: "1", Leader: "n1"},
+		}}
+	var b strings.Builder
+	if err := printStatus(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []string{`(?m)^NODE\s+STATUS\s+GOSSIP\s+VERSION\s+SPEAKS\s+ZONE\s+HOST\s`, `(?m)^n1\s.*\seu-1a\s+m1\s`, `(?m)^n2\s+\S+\s+\S+\s+0\s+-\s+-\s+-\s`,
+		`(?m)^SHARD\s+LEADER\s+TERM\s+COMMIT\s+SURVIVES\s`, `(?m)^meta\s+n1\s+0\s+0\s+zone,host\s`, `(?m)^0\s+n1\s+0\s+0\s+host\s`, `(?m)^1\s+n1\s+0\s+0\s+none\s`} {
+		if !regexp.MustCompile(re).MatchString(b.String()) {
+			t.Errorf("status lacks %s:\n%s", re, b.String())
+		}
+	}
+	b.Reset()
+	if err := printShards(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^0\s.*\shost$`).MatchString(b.String()) || !regexp.MustCompile(`(?m)^1\s.*\snone$`).MatchString(b.String()) {
+		t.Errorf("shards:\n%s", b.String())
 	}
 }
 

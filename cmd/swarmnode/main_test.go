@@ -500,7 +500,7 @@ func checkAdminCLI(ctx context.Context, t *testing.T, httpAddr string) {
 		return out, err
 	}
 	out, err := admin("members")
-	if err != nil || !strings.Contains(out, "NODE") || !regexp.MustCompile(fmt.Sprintf(`t1\s+active\s+alive\s+%[1]d\s+1\.\.%[1]d\s+2\s+2\s+leader`, cluster.ProtocolVersion)).MatchString(out) {
+	if err != nil || !strings.Contains(out, "NODE") || !regexp.MustCompile(fmt.Sprintf(`t1\s+active\s+alive\s+%[1]d\s+1\.\.%[1]d\s+-\s+\S+\s+2\s+2\s+leader`, cluster.ProtocolVersion)).MatchString(out) {
 		t.Fatalf("members = %v\n%s", err, out)
 	}
 	out, err = admin("members", "--json")

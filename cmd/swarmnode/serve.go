@@ -90,6 +90,9 @@ func serveFlags(fs *pflag.FlagSet, d cluster.Config, embedded bool) *serveOption
 	fs.StringVar(&cfg.GossipAdvertise, "gossip-advertise", "", "gossip address peers use (default: gossip-addr)")
 	fs.StringVar(&o.join, "join", "", "comma-separated gossip addresses of nodes to join")
 	fs.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "number of nodes that bootstrap the cluster together (0: 1 without --join; with --join, wait to be admitted by swarmnode join)")
+	fs.StringVar(&cfg.Zone, "zone", d.Zone, "failure-domain zone of this node (an availability zone, a rack; empty: its own zone); replicas of a shard go to distinct zones (docs/operations.md, Failure domains)")
+	fs.StringVar(&cfg.Host, "host", d.Host, "failure-domain host of this node (default: the hostname); never two replicas of a shard on one host while hosts suffice")
+	fs.StringVar(&cfg.IsolationLevel, "isolation-level", d.IsolationLevel, "zone, host or none: a new replica never goes next to one in the same zone (host) beyond its share; with zone, a lost zone's replicas wait for it instead of stacking in the others")
 	fs.DurationVar(&cfg.DeadNodeTimeout, "dead-node-timeout", d.DeadNodeTimeout, "replace the replicas of a node gossip reports dead for this long")
 	fs.IntVar(&cfg.Shards, "shards", d.Shards, "shards (Raft groups) at bootstrap: 0 automatic (max(1, bootstrap nodes / --nodes-per-shard), and the policy\n"+
 		"splits and merges as members come and go); N: N shards, the count rule off (the size and load rules stay)")

@@ -78,6 +78,11 @@ func TestServeFlagDefaults(t *testing.T) {
 		"max-keepalive-streams-per-identity": func(c cluster.Config) any { return c.MaxKeepAliveStreamsPerIdentity },
 		"max-watch-memory":                   func(c cluster.Config) any { return c.MaxWatchMemory },
 		"max-concurrent-catchups":            func(c cluster.Config) any { return c.MaxConcurrentCatchUps },
+
+		// Failure domains (issue 41).
+		"zone":            func(c cluster.Config) any { return c.Zone },
+		"host":            func(c cluster.Config) any { return c.Host },
+		"isolation-level": func(c cluster.Config) any { return c.IsolationLevel },
 	}
 	// The flags whose default is the command line's own: fields
 	// WithDefaults leaves empty (id, data dir, HTTP address: Config has no

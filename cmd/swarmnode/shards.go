@@ -258,7 +258,7 @@ func (f *shardsFlags) table(ctx context.Context, stdout io.Writer) error {
 
 func printShards(stdout io.Writer, st cluster.ClusterStatus) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SHARD\tSLOTS\tSIZE\tLOAD\tLEADER\tREPLICAS")
+	fmt.Fprintln(tw, "SHARD\tSLOTS\tSIZE\tLOAD\tLEADER\tREPLICAS\tSURVIVES")
 	for _, s := range st.Shards {
 		if s.Shard == "meta" {
 			continue
@@ -282,7 +282,7 @@ func printShards(stdout io.Writer, st cluster.ClusterStatus) error {
 			}
 			slots += " (" + r + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f/s\t%s\t%s\n", s.Shard, slots, formatBytes(s.Bytes), s.Load, leader, strings.Join(reps, ","))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f/s\t%s\t%s\t%s\n", s.Shard, slots, formatBytes(s.Bytes), s.Load, leader, strings.Join(reps, ","), survives(s))
 	}
 	tw.Flush()
 	if st.Policy != nil {

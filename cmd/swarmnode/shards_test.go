@@ -22,8 +22,8 @@ func checkShardsCLI(ctx context.Context, t *testing.T, httpAddr string) {
 		return out, err
 	}
 	out, err := sh()
-	if err != nil || !regexp.MustCompile(`SHARD\s+SLOTS\s+SIZE\s+LOAD\s+LEADER\s+REPLICAS`).MatchString(out) ||
-		!regexp.MustCompile(`(?m)^0\s+128 \(0,2,4,6,8,10,12,14,16,…\)\s+[0-9.]+ [KMG]?i?B\s+[0-9.]+/s\s+t1\s+t1$`).MatchString(out) ||
+	if err != nil || !regexp.MustCompile(`SHARD\s+SLOTS\s+SIZE\s+LOAD\s+LEADER\s+REPLICAS\s+SURVIVES`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^0\s+128 \(0,2,4,6,8,10,12,14,16,…\)\s+[0-9.]+ [KMG]?i?B\s+[0-9.]+/s\s+t1\s+t1\s+none$`).MatchString(out) ||
 		!strings.Contains(out, "policy: count rule off (explicit shard count); split above 1GiB (size), off (load)") {
 		t.Fatalf("shards = %v\n%s", err, out)
 	}

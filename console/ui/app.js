@@ -154,7 +154,7 @@ function renderMembers(st, nodes) {
     const meta = m.meta_leader ? 'leader' : (m.meta_voter ? 'voter' : '');
     return el('tr', { 'data-node': m.id, class: cls },
       el('td', { class: 'id' }, el('b', {}, m.id)),
-      el('td', { class: 'status' }, m.status),
+      el('td', { class: 'status', title: 'zone ' + (m.zone || '(own)') + ', host ' + (m.host || '(own)') }, m.status),
       el('td', { class: 'gossip ' + m.gossip }, m.gossip),
       el('td', { class: 'num version' }, m.version ? 'v' + m.version : '?'),
       el('td', { class: 'addr' }, m.raft_addr),
@@ -183,7 +183,7 @@ function renderGrid(st, rates) {
   const nodes = gridNodes(st);
   const dead = new Set((st.members || []).filter((m) => m.gossip === 'dead').map((m) => m.id));
   const head = el('tr', {},
-    el('th', {}, 'shard'), el('th', {}, 'leader'),
+    el('th', {}, 'shard'), el('th', {}, 'leader'), el('th', {}, 'survives'),
     ...nodes.map((n) => el('th', { class: 'nodecol' + (dead.has(n) ? ' dead' : '') }, n)),
     el('th', { class: 'num' }, 'term'), el('th', { class: 'num' }, 'commit'),
     el('th', { class: 'num' }, 'slots'), el('th', { class: 'num' }, 'size'),
@@ -212,6 +212,7 @@ function renderGrid(st, rates) {
     return el('tr', { 'data-shard': s.shard },
       el('td', {}, el('b', {}, meta ? 'meta' : s.shard)),
       el('td', { class: 'leader-name' + (s.leader ? '' : ' noleader'), 'data-shard': s.shard }, s.leader || 'none'),
+      survives(s),
       ...cells,
       el('td', { class: 'num' }, s.term),
       el('td', { class: 'num' }, s.commit_index),
@@ -223,6 +224,15 @@ function renderGrid(st, rates) {
       el('td', { class: 'addr ranges', title: meta ? '' : (s.slot_ranges || '') }, meta ? '' : (s.slot_ranges || '')));
   });
   replaceBody($('grid'), rows);
+}
+
+// survives: the shard's failure-domain badge: the loss of any one zone
+// (host) its voters survive, red when not even one host.
+function survives(s) {
+  const d = [s.zone_safe ? 'zone' : '', s.host_safe ? 'host' : ''].filter((x) => x);
+  return el('td', { class: 'survives ' + (s.zone_safe ? 'safe' : (s.host_safe ? 'partial' : 'unsafe')), 'data-shard': s.shard,
+    title: 'survives the loss of any one ' + (d.length ? d.join(' or any one ') : 'nothing (zone or host)') },
+  d.length ? d.join('+') : 'none');
 }
 
 function renderMoves(moves) {

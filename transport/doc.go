@@ -4,12 +4,13 @@
 // of that port with a cluster secret, the node TLS identity and the
 // tls.Configs of node-to-node connections (NodeTLS), the node credential
 // of node-to-node gRPC calls without TLS, the pool of gRPC connections to
-// peer nodes (Peers), and the batched leadership check of linearizable
-// reads (LeaderChecker).
+// peer nodes (Peers), the batched leadership check of linearizable
+// reads (LeaderChecker), and the notices of quiet groups (Noticer).
 //
 // It knows nothing of the cluster state: what it must ask of the node is
 // passed in as function fields (MuxConfig.AllowPeer: may this node id
-// connect; NewLeaderChecker's lookup: the local Raft instance of a group).
+// connect; NewLeaderChecker's lookup: the local Raft instance of a group;
+// NewNoticer's handle: the local replica's answer to a notice).
 // It imports the standard library, hashicorp/raft, gRPC and internal/
 // packages only; package cluster imports it, never the other way.
 //
@@ -24,4 +25,7 @@
 //	ck, _ := mux.Layer(readCheckGroup, 0)
 //	checker := transport.NewLeaderChecker(ck, "n1", raftOf, log)
 //	ok := checker.Confirm(group, term, configuration) // else VerifyLeader
+//	nl, _ := mux.Layer(noticeGroup, 0)
+//	noticer := transport.NewNoticer(nl, "n1", replicaAnswers, log)
+//	reply, err := noticer.Notify(ctx, follower, transport.Notice{Kind: transport.NoticeQuiet, ...})
 package transport

@@ -89,6 +89,7 @@ const configChangeTimeout = 10 * time.Second
 // is not changes nothing that matters. It returns the index of the
 // configuration that holds the change.
 func (r *Replica) ChangeConfig(ctx context.Context, change rpc.ReplicaChange, id, addr string) (uint64, error) {
+	r.touch()
 	if r.raft.State() != raft.Leader {
 		return 0, ErrNotLeader
 	}
@@ -139,6 +140,7 @@ func hasServer(c raft.Configuration, id string) bool {
 // TransferLeadership hands leadership to node to (any up-to-date voter when
 // to is empty); the replica must lead its group.
 func (r *Replica) TransferLeadership(ctx context.Context, to, addr string) error {
+	r.touch()
 	if r.raft.State() != raft.Leader {
 		return ErrNotLeader
 	}

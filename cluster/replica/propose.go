@@ -23,6 +23,7 @@ import (
 // to, afterwards, since the state machine applies a coalescable command
 // from cmd itself (fsm.Own), possibly after Propose has returned.
 func (r *Replica) Propose(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error) {
+	r.touch()
 	if err := cmd.Validate(r.limits); err != nil {
 		return nil, err
 	}

@@ -89,6 +89,9 @@ type Replica struct {
 	onReady  func(*Replica)                   // Config.OnReady
 	onLeader func(leader string, term uint64) // Config.OnLeader
 	lessor   *Lessor                          // Config.Leases; nil without
+	// quiet is the quiet controller (quiet.go); nil without Config.Quiet.
+	quiet   *quietCtl
+	localID raft.ServerID
 	// leaderChanges counts the leaders the replica learned of (metrics).
 	leaderChanges atomic.Uint64
 
@@ -195,6 +198,8 @@ type Config struct {
 	// Checker is the node's batched leadership check (nil: every read
 	// round runs VerifyLeader).
 	Checker *transport.LeaderChecker
+	// Quiet, if set, lets the group go quiet when idle (quiet.go).
+	Quiet *QuietConfig
 	// Logger is the node's (required); the replica's messages carry the
 	// group's "shard" attribute.
 	Logger *slog.Logger
@@ -259,6 +264,13 @@ func Open(c Config) (_ *Replica, err error) {
 		onReady:    c.OnReady,
 		onLeader:   c.OnLeader,
 		checker:    c.Checker,
+		localID:    raft.ServerID(c.LocalID),
+	}
+	if q := c.Quiet; q != nil {
+		if err := c.validateQuiet(); err != nil {
+			return nil, fmt.Errorf("shard %d: %w", c.ID, err)
+		}
+		r.quiet = newQuietCtl(*q, c.Raft)
 	}
 	defer func() {
 		if err != nil {
@@ -369,6 +381,11 @@ func Open(c Config) (_ *Replica, err error) {
 	if r.lessor != nil {
 		r.wg.Add(1)
 		go r.lessor.run()
+	}
+	if r.quiet != nil {
+		r.raft.RegisterObserver(raft.NewObserver(nil, false, r.observeQuiet))
+		r.wg.Add(1)
+		go r.quietLoop()
 	}
 	return r, nil
 }
@@ -623,6 +640,7 @@ func (r *Replica) failReads(err error) {
 // linearizable read may then read FSM); ErrNotLeader, ErrLeaderNotReady,
 // ErrClosed or the context's error otherwise.
 func (r *Replica) ReadBarrier(ctx context.Context) error {
+	r.touch()
 	if r.raft.State() != raft.Leader {
 		return ErrNotLeader
 	}

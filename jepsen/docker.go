@@ -24,7 +24,8 @@ type DockerConfig struct {
 	// Nodes are the current members (default n1, n2, n3). Node nI's
 	// container is ContainerPrefix+nI, its gRPC address 127.0.0.1:I<D>100
 	// and its HTTP address 127.0.0.1:I<D>102 with D = PortDigit, as the
-	// compose file publishes them.
+	// compose file publishes them (or PortBase+100*I and PortBase+100*I+2
+	// when PortBase is set).
 	Nodes []string
 	// Services are every node the compose file defines (default n1..n5,
 	// the spares n4 and n5 under the profile "spare"); the membership
@@ -32,6 +33,11 @@ type DockerConfig struct {
 	Services []string
 	// PortDigit is the compose file's SWARMKV_PORT_DIGIT (default 7).
 	PortDigit int
+	// PortBase, when not 0, replaces PortDigit's scheme: node nI publishes
+	// gRPC on PortBase+100*I and HTTP on PortBase+100*I+2
+	// (docker-compose.zones.yml: 32000, so n1 32100/32102 .. n6
+	// 32600/32602).
+	PortBase int
 	// ContainerPrefix is prepended to node ids (default "swarmkv-").
 	ContainerPrefix string
 	// Network is the private network (default "swarmkv-net").
@@ -153,14 +159,17 @@ func (d *Docker) learnIP(ctx context.Context, node string) error {
 	return nil
 }
 
-func (d *Docker) grpcAddr(node string) string {
-	i, _ := nodeIndex(node)
-	return fmt.Sprintf("127.0.0.1:%d%d100", i, d.cfg.PortDigit)
-}
+func (d *Docker) grpcAddr(node string) string { return d.hostAddr(node, 0) }
 
-func (d *Docker) httpAddr(node string) string {
+func (d *Docker) httpAddr(node string) string { return d.hostAddr(node, 2) }
+
+// hostAddr is node's published port ending in 10<off> on the host.
+func (d *Docker) hostAddr(node string, off int) string {
 	i, _ := nodeIndex(node)
-	return fmt.Sprintf("127.0.0.1:%d%d102", i, d.cfg.PortDigit)
+	if d.cfg.PortBase != 0 {
+		return fmt.Sprintf("127.0.0.1:%d", d.cfg.PortBase+100*i+off)
+	}
+	return fmt.Sprintf("127.0.0.1:%d%d10%d", i, d.cfg.PortDigit, off)
 }
 
 func (d *Docker) container(node string) string { return d.cfg.ContainerPrefix + node }
@@ -278,7 +287,10 @@ func (d *Docker) Resume(ctx context.Context, node string) error {
 }
 
 // Partition keeps the largest group on the network and disconnects every
-// other node; it needs every other group to be a single node.
+// other node. A smaller group of several nodes (a zone, for
+// partition-zone) is disconnected node by node, so its nodes lose each
+// other too: a stricter cut than the one asked for, and the same one for
+// a zone of a zone-safe cluster, which holds one voter of each group.
 func (d *Docker) Partition(ctx context.Context, groups [][]string) error {
 	largest := 0
 	for i, g := range groups {
@@ -290,11 +302,6 @@ func (d *Docker) Partition(ctx context.Context, groups [][]string) error {
 	if len(groups) > 0 {
 		for _, n := range groups[largest] {
 			keep[n] = true
-		}
-	}
-	for i, g := range groups {
-		if i != largest && len(g) > 1 {
-			return fmt.Errorf("%w: docker partitions isolate single nodes, not group %v", ErrUnsupported, g)
 		}
 	}
 	for _, n := range d.Nodes() {

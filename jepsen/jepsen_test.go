@@ -262,6 +262,10 @@ func runInProc(t *testing.T, nemeses string, d time.Duration) (*Result, *InProc)
 	if len(res.Faults) == 0 {
 		t.Errorf("no faults injected")
 	}
+	// The report measures each shard's unavailability during the faults.
+	if len(res.Unavailability) == 0 || res.UnavailabilityError != "" || !strings.Contains(res.Summary(), "longest: ") {
+		t.Errorf("no unavailability by shard: %v %s", res.Unavailability, res.UnavailabilityError)
+	}
 	for _, f := range []string{"history.json", "summary.txt", "summary.json"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Error(err)

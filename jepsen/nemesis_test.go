@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -184,13 +186,76 @@ func TestZoneNemeses(t *testing.T) {
 			t.Errorf("%s (%s): %s", name, desc, calls)
 		}
 	}
-	two := map[string]string{"n1": "a", "n2": "a", "n3": "a", "n4": "b", "n5": "b", "n6": "b"}
-	d := &zoneDriver{fakeDriver: fakeDriver{down: map[string]bool{}}, zones: two}
+	// The faults of a run take every zone in turn.
+	d := &zoneDriver{fakeDriver: fakeDriver{down: map[string]bool{}}, zones: labels}
 	ns, _ := Nemeses("kill-zone")
+	env := &Env{Driver: d, Rng: rand.New(rand.NewPCG(1, 2))}
+	seen := map[string]bool{}
+	for range 3 {
+		desc, err := ns[0].Start(ctx, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[strings.Fields(desc)[2]] = true
+		if err := ns[0].Stop(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(seen) != 3 {
+		t.Errorf("three kill-zone faults took zones %v, want a, b and c", seen)
+	}
+
+	two := map[string]string{"n1": "a", "n2": "a", "n3": "a", "n4": "b", "n5": "b", "n6": "b"}
+	d = &zoneDriver{fakeDriver: fakeDriver{down: map[string]bool{}}, zones: two}
+	ns, _ = Nemeses("kill-zone")
 	if _, err := ns[0].Start(ctx, &Env{Driver: d, Rng: rand.New(rand.NewPCG(1, 2))}); !errors.Is(err, ErrUnsupported) || len(d.calls) != 0 {
 		t.Errorf("two zones: %v, calls %v", err, d.calls)
 	}
 	if _, err := ns[0].Start(ctx, &Env{Driver: &fakeDriver{down: map[string]bool{}}, Rng: rand.New(rand.NewPCG(1, 2))}); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("a driver without members: %v", err)
+	}
+}
+
+// The docker driver cuts a zone off (partition-zone) by disconnecting each
+// of its nodes from the network, and reconnects them with their IPs on
+// Heal; its ports follow PortBase when set (docker-compose.zones.yml).
+func TestDockerPartitionsZone(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "calls")
+	fake := filepath.Join(dir, "docker")
+	script := "#!/bin/sh\necho \"$*\" >> " + log + "\n" +
+		"case \"$*\" in\n*State.Running*) echo true ;;\n*IPAddress*) echo 172.29.72.1${4#zk-n} ;;\nesac\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	nodes := []string{"n1", "n2", "n3", "n4", "n5", "n6"}
+	d, err := NewDocker(context.Background(), DockerConfig{Nodes: nodes, Services: nodes, PortBase: 32000,
+		ContainerPrefix: "zk-", Network: "zk-net", Docker: fake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, h := d.grpcAddr("n6"), d.httpAddr("n1"); g != "127.0.0.1:32600" || h != "127.0.0.1:32102" {
+		t.Errorf("ports %s %s, want 127.0.0.1:32600 127.0.0.1:32102", g, h)
+	}
+	if err := os.Remove(log); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := d.Partition(ctx, [][]string{{"n3", "n4"}, {"n1", "n2", "n5", "n6"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Heal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(strings.TrimSpace(string(b)), "\n")
+	sort.Strings(got[2:]) // Heal reconnects in map order
+	want := []string{"network disconnect zk-net zk-n3", "network disconnect zk-net zk-n4",
+		"network connect --ip 172.29.72.13 zk-net zk-n3", "network connect --ip 172.29.72.14 zk-net zk-n4"}
+	if !slices.Equal(got, want) {
+		t.Errorf("docker calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

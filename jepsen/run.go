@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/swarmkv/swarmkv/cluster/placement"
+	"github.com/swarmkv/swarmkv/shard"
 )
 
 // Config configures a run.
@@ -100,6 +101,14 @@ type Result struct {
 	Counts map[string]map[Outcome]int `json:"ops"`
 	// Moves are the splits and merges of the split-merge nemesis.
 	Moves []MoveRecord `json:"moves,omitempty"`
+	// Unavailability is each shard's longest gap without a successful
+	// register operation during a fault (unavail.go), by the slot map
+	// read once the cluster is healed (a key moved by a split or merge
+	// counts for its final shard); none without faults, register
+	// workload or a driver that gives the map (UnavailabilityError says
+	// why).
+	Unavailability      []ShardGap `json:"unavailability,omitempty"`
+	UnavailabilityError string     `json:"unavailability_error,omitempty"`
 	// Error says why the run could not be completed (recovery or final
 	// reads failed); the result then has no verdicts.
 	Error string `json:"error,omitempty"`
@@ -238,6 +247,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		cancel()
 	}
 
+	// The slot map, for the unavailability by shard.
+	var slots []shard.ID
+	if rs, ok := cfg.Driver.(Resharding); ok && len(res.Faults) > 0 {
+		rctx, cancel := context.WithTimeout(ctx, cfg.RecoveryTimeout)
+		var err error
+		if slots, err = slotsOf(rctx, rs); err != nil {
+			res.UnavailabilityError = err.Error()
+		}
+		cancel()
+	}
+
 	// Final reads.
 	finalDB, err := cfg.Connect(ctx)
 	if err != nil {
@@ -259,6 +279,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// Check.
 	res.History = rec.History()
 	res.Counts = res.History.Counts()
+	if slots != nil {
+		res.Unavailability = Unavailability(res.History, res.Faults, RegisterShardOf(slots))
+	}
 	for _, wl := range cfg.Workloads {
 		v := wl.Check(res.History, cfg.OutDir)
 		res.Valid = res.Valid && v.Valid
@@ -416,6 +439,22 @@ func (r *Result) Summary() string {
 		fmt.Fprintf(&b, "\nMoves: %s\n", r.MoveCounts())
 		for _, m := range r.Moves {
 			fmt.Fprintf(&b, "  %8.1fs - %8.1fs  %s\n", float64(m.Start)/1e9, float64(m.End)/1e9, m)
+		}
+	}
+	if len(r.Unavailability) > 0 || r.UnavailabilityError != "" {
+		fmt.Fprintf(&b, "\nUnavailability (longest time without a successful register operation during a fault, by shard):\n")
+		var worst ShardGap
+		for _, g := range r.Unavailability {
+			fmt.Fprintf(&b, "  %s\n", g)
+			if g.Gap() > worst.Gap() {
+				worst = g
+			}
+		}
+		if len(r.Unavailability) > 0 {
+			fmt.Fprintf(&b, "  longest: %v (shard %d)\n", worst.Gap().Round(time.Millisecond), worst.Shard)
+		}
+		if r.UnavailabilityError != "" {
+			fmt.Fprintf(&b, "  not measured: %s\n", r.UnavailabilityError)
 		}
 	}
 	fmt.Fprintf(&b, "\nCheckers:\n")

@@ -14,7 +14,8 @@ import (
 // The zone nemeses (issue 41): kill-zone kills every node of one zone
 // (their --zone label, as the admin API's members list reports it) and
 // restarts them on Stop; partition-zone cuts one zone off from the others
-// and heals on Stop. Both need a driver that lists members
+// and heals on Stop. Each fault of a run takes the next zone in turn.
+// Both need a driver that lists members
 // (zoneLister: the docker and in-process drivers) and at least three
 // labelled zones, else they are ErrUnsupported: with two, one of them
 // holds a majority of some group and losing it is not a fault a
@@ -35,6 +36,10 @@ type zoneNemesis struct {
 	kill  bool
 	zone  string
 	nodes []string // the zone's nodes, killed or cut off
+	// turns counts the Starts: the first picks a zone at random, each
+	// next one the zone after it in name order, so that a run's faults
+	// take every zone in turn.
+	turns, first int
 }
 
 func (z *zoneNemesis) Name() string {
@@ -83,7 +88,11 @@ func (z *zoneNemesis) Start(ctx context.Context, env *Env) (string, error) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	z.zone = names[env.Rng.IntN(len(names))]
+	if z.turns == 0 {
+		z.first = env.Rng.IntN(len(names))
+	}
+	z.zone = names[(z.first+z.turns)%len(names)]
+	z.turns++
 	z.nodes = nil
 	if !z.kill {
 		var rest []string

@@ -52,6 +52,11 @@ func run(ctx context.Context, args []string) int {
 	out := fs.String("out", "", "report folder (default jepsen-report/<time>)")
 	nodes := fs.String("nodes", "n1,n2,n3", "docker: node ids (containers swarmkv-<id>, ports <i><D>100/<i><D>102)")
 	portDigit := fs.Int("port-digit", 7, "docker: D in the published ports, the compose file's SWARMKV_PORT_DIGIT")
+	portBase := fs.Int("port-base", 0, "docker: when not 0, node nI publishes gRPC on port-base+100*I and HTTP on port-base+100*I+2 instead (docker-compose.zones.yml: 32000)")
+	prefix := fs.String("container-prefix", "swarmkv-", "docker: node nI's container is <prefix>nI (docker-compose.zones.yml: swarmkv-zones-)")
+	network := fs.String("network", "swarmkv-net", "docker: the nodes' network (docker-compose.zones.yml: swarmkv-zones-net)")
+	services := fs.String("services", "n1,n2,n3,n4,n5", "docker: every node the compose file defines (docker-compose.zones.yml: n1,n2,n3,n4,n5,n6)")
+	project := fs.String("project", "swarmkv", "docker: the compose project, which names the volumes <project>_<id>-data")
 	compose := fs.String("compose", "docker-compose -f docker-compose.cluster.yml -p swarmkv --profile spare", "docker: the compose command that (re)creates nodes n1..n5 for the membership nemeses (project swarmkv: volumes swarmkv_<id>-data)")
 	dataDir := fs.String("data-dir", "", "inproc: folder for the nodes' data (default a temporary folder)")
 	verbose := fs.Bool("v", false, "log the nodes too (inproc)")
@@ -82,7 +87,9 @@ func run(ctx context.Context, args []string) int {
 	var drv jepsen.Driver
 	switch *driver {
 	case "docker":
-		drv, err = jepsen.NewDocker(ctx, jepsen.DockerConfig{Nodes: strings.Split(*nodes, ","), PortDigit: *portDigit, Compose: strings.Fields(*compose)})
+		drv, err = jepsen.NewDocker(ctx, jepsen.DockerConfig{Nodes: strings.Split(*nodes, ","), Services: strings.Split(*services, ","),
+			PortDigit: *portDigit, PortBase: *portBase, ContainerPrefix: *prefix, Network: *network,
+			Compose: strings.Fields(*compose), Project: *project})
 	case "inproc":
 		dir := *dataDir
 		if dir == "" {

@@ -57,6 +57,9 @@ const (
 
 	// Version 4 brings the second hardening round (fsm.VersionHardening:
 	// lease owners, cluster-wide transaction ids).
+
+	// Version 5 brings the etcd namespaces (fsm.VersionEtcd: OpEtcdTxn and
+	// OpEtcdCompact, the etcd front's writes).
 )
 
 // defaultIncarnationGrace is Testing.IncarnationGrace's default.

@@ -266,6 +266,21 @@ const (
 	OpRedisMulti Op = 41
 )
 
+// etcd operations (the etcd v3 API front; see etcd.go).
+const (
+	// OpEtcdTxn (Etcd) runs an etcd txn (a put, a delete or a general
+	// txn) on one namespace at its next revision (cmd_etcd_txn.go).
+	OpEtcdTxn Op = 80
+	// OpEtcdCompact (EtcdCompact) drops a namespace's history at and
+	// below a revision (cmd_etcd_compact.go).
+	OpEtcdCompact Op = 81
+)
+
+// VersionEtcd is the cluster protocol version that brings the etcd
+// namespaces: OpEtcdTxn and OpEtcdCompact (the etcd front refuses writes
+// before the cluster runs it).
+const VersionEtcd = 5
+
 // VersionLeases is the cluster protocol version that brings leases (with
 // the Raft incarnation headers: cluster/version.go): the
 // lease ops (lease.go), OpAgentHeartbeat, an OpRunnerHeartbeat with a
@@ -409,6 +424,11 @@ type Command struct {
 	// records a transaction (equal to Tx.TransactionID) it reserves the id
 	// in the same change (VersionHardening).
 	TxID *keys.TransactionID `cbor:"tx_id,omitempty"`
+
+	// Etcd is the txn of an OpEtcdTxn, EtcdCompact the argument of an
+	// OpEtcdCompact (VersionEtcd).
+	Etcd        *EtcdTxn     `cbor:"etcd,omitempty"`
+	EtcdCompact *EtcdCompact `cbor:"etcd_compact,omitempty"`
 }
 
 // Result is what one applied log entry returns through raft's
@@ -433,6 +453,8 @@ type Result struct {
 	MoveIndex uint64
 	// LeaseID is the id of the lease a successful OpLeaseGrant created.
 	LeaseID uint64
+	// Etcd is the answer of a successful OpEtcdTxn or OpEtcdCompact.
+	Etcd *EtcdResult
 	// Remaining is the number of the move's keys an OpDropSlots left,
 	// counted up to its Max; 0 when the drop is done. (Deleted is the
 	// number it deleted.)
@@ -531,6 +553,16 @@ func (c *Command) approxSize() int {
 			n += 8 + len(c.Move.Pairs[i].Key) + len(c.Move.Pairs[i].Value)
 		}
 	}
+	if t := c.Etcd; t != nil {
+		for _, ops := range [][]EtcdOp{t.Success, t.Failure} {
+			for i := range ops {
+				n += 16 + len(ops[i].Key) + len(ops[i].End) + len(ops[i].Value)
+			}
+		}
+		for i := range t.Compare {
+			n += 16 + len(t.Compare[i].Key) + len(t.Compare[i].End) + len(t.Compare[i].Value)
+		}
+	}
 	if c.Batch == nil {
 		return n
 	}
@@ -604,6 +636,9 @@ func (c *Command) normalize() {
 			nilEmpty(&p.Key)
 			nilEmpty(&p.Value)
 		}
+	}
+	if t := c.Etcd; t != nil {
+		t.normalize()
 	}
 	if c.Batch == nil {
 		return

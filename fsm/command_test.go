@@ -128,6 +128,12 @@ func validCommands() []*Command {
 		{Op: OpLeaseRevoke, Lease: &LeaseArgs{ID: keys.LeaseIDOf(3, 1), Deny: LeaseKindKV | LeaseKindAgent}, Time: 6},
 		// the transaction-id directory
 		{Op: OpReserveTx, AccountID: ptr(acct(1)), TxID: ptr(txid(5))},
+		// etcd namespaces (VersionEtcd)
+		{Op: OpEtcdTxn, Etcd: &EtcdTxn{NS: "default",
+			Compare: []EtcdCompare{{Target: EtcdTargetMod, Result: EtcdEqual, Key: []byte("a"), Int: 3}, {Target: EtcdTargetValue, Key: []byte("b"), End: []byte("c"), Value: []byte("v")}},
+			Success: []EtcdOp{{Kind: EtcdPut, Key: []byte("a"), Value: []byte("1"), PrevKV: true}, {Kind: EtcdDelete, Key: []byte("d"), End: []byte{0}, PrevKV: true}},
+			Failure: []EtcdOp{{Kind: EtcdRangeK, Range: &EtcdRange{Key: []byte("a"), End: []byte("z"), Limit: 2, Revision: 1, SortOrder: EtcdSortDescend, SortTarget: EtcdSortByMod, KeysOnly: true}}}}},
+		{Op: OpEtcdCompact, EtcdCompact: &EtcdCompact{NS: "default", Revision: 5}},
 	}
 }
 
@@ -290,6 +296,10 @@ func setField(c *Command, bit field, on bool) {
 			id = c.Tx.TransactionID // an op that records it reserves its own id
 		}
 		c.TxID = cond(on, &id, nil)
+	case fEtcd:
+		c.Etcd = cond(on, &EtcdTxn{NS: "ns"}, nil)
+	case fEtcdCompact:
+		c.EtcdCompact = cond(on, &EtcdCompact{NS: "ns", Revision: 1}, nil)
 	case fLeaseID:
 		rk := []byte(keys.PoolsRoutingKey)
 		if c.UserID != nil {
@@ -634,6 +644,8 @@ func TestOpSinceTable(t *testing.T) {
 		OpCompactHistory:  VersionLeases,
 		OpSyncSlots:       VersionPrecopy,
 		OpReserveTx:       VersionHardening,
+		OpEtcdTxn:         VersionEtcd,
+		OpEtcdCompact:     VersionEtcd,
 	}
 	for op, sp := range commands {
 		if sp == nil {

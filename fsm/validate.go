@@ -41,14 +41,16 @@ const (
 	fLease
 	fLeaseID
 	fTxID
+	fEtcd
+	fEtcdCompact
 
-	fLast = fTxID // the highest bit
+	fLast = fEtcdCompact // the highest bit
 )
 
 // fieldNames are the CBOR names of the fields, in bit order.
 var fieldNames = [...]string{"batch", "agent", "session", "user", "account", "tx", "event",
 	"user_id", "agent_id", "session_id", "account_id", "status", "amount", "time",
-	"pool", "bot", "runner", "actor", "pool_id", "bot_id", "guild_id", "cascade", "redis", "multi", "move", "history", "lease", "lease_id", "tx_id"}
+	"pool", "bot", "runner", "actor", "pool_id", "bot_id", "guild_id", "cascade", "redis", "multi", "move", "history", "lease", "lease_id", "tx_id", "etcd", "etcd_compact"}
 
 // first names the lowest field in the set.
 func (f field) first() string { return fieldNames[bits.TrailingZeros32(uint32(f))] }
@@ -70,6 +72,7 @@ func (c *Command) fields() field {
 		{c.GuildID != "", fGuildID}, {c.Cascade, fCascade}, {c.Redis != nil, fRedis},
 		{c.Multi != nil, fMulti}, {c.Move != nil, fMove}, {c.History != nil, fHistory},
 		{c.Lease != nil, fLease}, {c.LeaseID != 0, fLeaseID}, {c.TxID != nil, fTxID},
+		{c.Etcd != nil, fEtcd}, {c.EtcdCompact != nil, fEtcdCompact},
 	} {
 		if p.present {
 			f |= p.bit

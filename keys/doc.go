@@ -36,6 +36,13 @@
 //	redis_hash             0x42    len(key) u16 BE, key, field                field value
 //	redis_set              0x43    len(key) u16 BE, key, member               empty
 //	redis_list             0x44    len(key) u16 BE, key, pos u64 (int64^2^63) element
+//	leases                 0x50    lease_id(8)                                LeaseRecord (fsm)
+//	lease_keys             0x51    lease_id(8), attached key                  empty
+//	key_lease              0x52    attached key                               lease_id u64 BE
+//	lease_seq              0x53    slot(1)                                    last seq u64 BE
+//	etcd_keys              0x60    len(rk) u8, rk = "etcd/"+ns, etcd key      EtcdKeyValue (fsm)
+//	etcd_history           0x61    len(rk) u8, rk, rev u64 BE, sub u32 BE     EtcdEvent (fsm)
+//	etcd_revs              0x62    len(rk) u8, rk                             current, compacted u64 BE
 //
 // Total key lengths: agents 65, agents_by_status 66, sessions 17,
 // sessions_by_agent 49, users 33, agent_owners 33, accounts 17, transactions 17,
@@ -75,6 +82,12 @@
 // RedisRoutingKey: the bytes inside its first non-empty "{...}", else the
 // text before its first ':' (the whole key without one), so every asset:*
 // key of the seed lives in the shard of "asset" (AssetRoutingKey).
+//
+// The etcd tables (etcd.go) keep one etcd keyspace, a namespace, under one
+// routing key EtcdRoutingKey(ns) = "etcd/"+ns: its live keys in key order
+// (a Range is one scan), its events in revision order (a Range at a past
+// revision undoes the events after it; a watch reads them in order) and
+// its current and compacted revisions.
 //
 // # Routing keys
 //

@@ -244,6 +244,9 @@ func TableName(t byte) string {
 		if n := redisTableName(t); n != "" {
 			return n
 		}
+		if n := etcdTableName(t); n != "" {
+			return n
+		}
 		return fmt.Sprintf("unknown(0x%02x)", t)
 	}
 }

@@ -149,9 +149,12 @@ func TestTableNames(t *testing.T) {
 		TableLeaseKeys:          "lease_keys",
 		TableKeyLease:           "key_lease",
 		TableLeaseSeq:           "lease_seq",
+		TableEtcdKeys:           "etcd_keys",
+		TableEtcdHistory:        "etcd_history",
+		TableEtcdRevs:           "etcd_revs",
 	}
-	if len(want) != 22 {
-		t.Fatalf("table bytes collide: %d distinct, want 22", len(want))
+	if len(want) != 25 {
+		t.Fatalf("table bytes collide: %d distinct, want 25", len(want))
 	}
 	for tb, name := range want {
 		if got := TableName(tb); got != name {
@@ -213,6 +216,8 @@ func TestTablesAreDisjointRanges(t *testing.T) {
 			SessionByAgent(a, s), User(u), AgentOwner(a), Account(ac), Transaction(tx),
 			TransactionByUser(ac, tx), ev,
 			KV(randBytes(rng, rng.IntN(8)), randBytes(rng, rng.IntN(8))),
+			EtcdKey(EtcdRoutingKey("ns"), randBytes(rng, rng.IntN(8))),
+			EtcdHistory(EtcdRoutingKey("ns"), rng.Uint64(), rng.Uint32()), EtcdRevs(EtcdRoutingKey("ns")),
 		} {
 			byTable[k[0]] = append(byTable[k[0]], k)
 		}
@@ -316,6 +321,9 @@ var decoders = map[byte]func([]byte) error{
 	TableBotsByPool:         func(k []byte) error { _, _, err := DecodeBotByPool(k); return err },
 	TableRunners:            func(k []byte) error { _, err := DecodeRunner(k); return err },
 	TableGuildSettings:      func(k []byte) error { _, err := DecodeGuildSettings(k); return err },
+	TableEtcdKeys:           func(k []byte) error { _, _, err := DecodeEtcdKey(k); return err },
+	TableEtcdHistory:        func(k []byte) error { _, _, _, err := DecodeEtcdHistory(k); return err },
+	TableEtcdRevs:           func(k []byte) error { _, err := DecodeEtcdRevs(k); return err },
 }
 
 func TestDecodeRejectsMalformed(t *testing.T) {

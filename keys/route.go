@@ -39,7 +39,7 @@ const (
 // and transactions_by_user (16 bytes), the transaction id of tx_directory
 // (16 bytes: the directory routes by the id itself), the routing key of a kv key,
 // PoolsRoutingKey for the pool tables, RedisRoutingKey of the Redis key
-// for the Redis tables, and for key_lease the routing key of the attached
+// for the Redis tables, the namespace's EtcdRoutingKey for the etcd tables, and for key_lease the routing key of the attached
 // key it names (kv, runners and agents: all RouteKey). For the other tables it returns nil and the Route
 // that says where to look (RouteValue, RouteLookup, RouteSlot for the
 // lease tables that carry their slot), or RouteNone for the meta table. A key that is malformed for its table, or of an unknown
@@ -146,6 +146,8 @@ func RoutingKeyOf(k []byte) ([]byte, Route, error) {
 			return nil, RouteNone, err
 		}
 		return RedisRoutingKey(key), RouteKey, nil
+	case TableEtcdKeys, TableEtcdHistory, TableEtcdRevs:
+		return etcdRoutingKeyOf(k)
 	default:
 		return nil, RouteNone, fmt.Errorf("%w: key in unknown table 0x%02x", ErrMalformed, t)
 	}

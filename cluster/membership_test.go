@@ -160,6 +160,23 @@ func startWrites(t *testing.T, c *client.Client, writers int) *writeLoad {
 	return w
 }
 
+// waitAcked waits until more writes than now are acknowledged: the load
+// runs (a condition, not a sleep: a slow host only makes it wait longer).
+func (w *writeLoad) waitAcked(t *testing.T, more int) {
+	t.Helper()
+	w.mu.Lock()
+	want := len(w.acked) + more
+	w.mu.Unlock()
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d more writes acknowledged", more), func() error {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if n := len(w.acked); n < want {
+			return fmt.Errorf("%d of %d acknowledged, %d errors", n, want, w.errs)
+		}
+		return nil
+	})
+}
+
 // finish stops the writers and checks every acknowledged write is there.
 func (w *writeLoad) finish(t *testing.T, c *client.Client) {
 	t.Helper()
@@ -205,7 +222,7 @@ func TestGrowThreeToFive(t *testing.T) {
 	tc := newTestCluster(t, 3, 8, fastMembership)
 	c := tc.client()
 	load := startWrites(t, c, 4)
-	time.Sleep(300 * time.Millisecond)
+	load.waitAcked(t, 20)
 	n4, n5 := tc.add("n4", nil), tc.add("n5", nil)
 	ctx := ctxT(t, 120*time.Second)
 	if err := tc.nodes[n4].Ready(); err == nil || !strings.Contains(err.Error(), "waiting to be admitted") {
@@ -258,7 +275,7 @@ func TestDecommissionUnderLoad(t *testing.T) {
 	ctx := ctxT(t, 120*time.Second)
 	waitFor(t, 30*time.Second, "settled", func() error { _, err := settled(ctx, tc.nodes[0], 3, 3); return err })
 	load := startWrites(t, c, 4)
-	time.Sleep(300 * time.Millisecond)
+	load.waitAcked(t, 20)
 	st, err := tc.nodes[2].RemoveNode(ctx, "n2")
 	if err != nil || st.Status("n2") != StatusLeaving {
 		t.Fatalf("remove n2: %v, status %q", err, st.Status("n2"))

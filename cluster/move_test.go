@@ -214,7 +214,26 @@ func TestSplitMerge(t *testing.T) {
 	}
 	wg.Add(1)
 	go writer()
-	time.Sleep(300 * time.Millisecond)
+	// waitWrites waits for more acknowledged writes than now (the writer
+	// runs), or fails with the writer's error.
+	waitWrites := func(more int) {
+		t.Helper()
+		mu.Lock()
+		want := len(acked) + more
+		mu.Unlock()
+		waitFor(t, 30*time.Second, fmt.Sprintf("%d more writes", more), func() error {
+			if err, _ := werr.Load().(error); err != nil {
+				t.Fatalf("writer: %v", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(acked) < want {
+				return fmt.Errorf("%d of %d acknowledged", len(acked), want)
+			}
+			return nil
+		})
+	}
+	waitWrites(20)
 
 	mv, err := n0.SplitShard(ctx, src, nil)
 	if err != nil {
@@ -235,7 +254,7 @@ func TestSplitMerge(t *testing.T) {
 		t.Fatalf("another split of a moving shard: %v", err)
 	}
 	tc.waitMovesDone(ctx, 45*time.Second)
-	time.Sleep(300 * time.Millisecond) // writes after the publish
+	waitWrites(20) // writes after the publish
 	close(stop)
 	wg.Wait()
 	if err, _ := werr.Load().(error); err != nil {
@@ -746,16 +765,15 @@ func TestOnMetaLeaderLostLeadership(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var leader, follower *Node
-	for deadline := time.Now().Add(20 * time.Second); leader == nil && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	waitFor(t, 20*time.Second, "a meta leader", func() error {
 		for _, n := range tc.nodes {
 			if n.leadsMeta() {
 				leader = n
+				return nil
 			}
 		}
-	}
-	if leader == nil {
-		t.Fatal("no meta leader")
-	}
+		return errors.New("none leads the meta group")
+	})
 	for _, n := range tc.nodes {
 		if n != leader {
 			follower = n

@@ -108,7 +108,7 @@ func TestPolicyGrowShrink(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(500 * time.Millisecond) // writes after the last change
+	load.waitAcked(t, 20) // writes after the last change
 	load.mu.Lock()
 	errs, unknown, first := load.errs, load.unknown, load.first
 	load.mu.Unlock()

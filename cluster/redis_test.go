@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -529,6 +530,19 @@ func TestRedisMultiSurvivesLeaderChange(t *testing.T) {
 	tc := redisCluster(t, 3, 1)
 	ctx := context.Background()
 	var acked sync.Map
+	var nBlocks atomic.Int64 // acknowledged blocks so far
+	// blocksAcked waits for more acknowledged blocks than now: writes run
+	// between the leadership moves (a condition, not a sleep).
+	blocksAcked := func(more int64) {
+		t.Helper()
+		want := nBlocks.Load() + more
+		waitFor(t, 30*time.Second, fmt.Sprintf("%d more blocks", more), func() error {
+			if n := nBlocks.Load(); n < want {
+				return fmt.Errorf("%d of %d blocks acknowledged", n, want)
+			}
+			return nil
+		})
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range 3 {
@@ -551,13 +565,14 @@ func TestRedisMultiSurvivesLeaderChange(t *testing.T) {
 				})
 				if err == nil {
 					acked.Store(tag, true)
+					nBlocks.Add(1)
 				}
 			}
 		}()
 	}
 	moved := 0
 	for round := range 3 {
-		time.Sleep(300 * time.Millisecond)
+		blocksAcked(10)
 		li := tc.leaderOf(0)
 		if li < 0 {
 			continue
@@ -571,7 +586,7 @@ func TestRedisMultiSurvivesLeaderChange(t *testing.T) {
 	if moved == 0 {
 		t.Fatal("leadership never moved")
 	}
-	time.Sleep(300 * time.Millisecond)
+	blocksAcked(10)
 	close(stop)
 	wg.Wait()
 	tc.waitReady()

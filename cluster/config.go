@@ -147,6 +147,20 @@ type Config struct {
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
 	CommitTimeout      time.Duration
+	// QuietAfter turns quiet groups on (docs/architecture.md, "Quiet
+	// groups"): a shard group whose leader saw no proposal, read,
+	// configuration change, leadership transfer or live lease for this
+	// long moves, on every replica, to heartbeat and election timeouts of
+	// QuietTimeout, a lease of half of it and a commit timeout of
+	// QuietTimeout, and back on its first request. 0 (the default): off.
+	// Above CommitTimeout when set (followers have heard the last commit
+	// index before the group goes quiet). The meta group is never quiet.
+	QuietAfter time.Duration
+	// QuietTimeout is a quiet group's heartbeat and election timeout: a
+	// node failure moves a quiet group's leader after QuietTimeout to
+	// twice that plus an election. Default 10s; at least the heartbeat and
+	// election timeouts.
+	QuietTimeout time.Duration
 	// SnapshotThreshold is the number of log entries since the last
 	// snapshot that triggers a new one (checked every SnapshotInterval).
 	// Default 8192.
@@ -559,6 +573,9 @@ func (c Config) WithDefaults() Config {
 	if c.CommitTimeout == 0 {
 		c.CommitTimeout = 500 * time.Millisecond
 	}
+	if c.QuietTimeout == 0 {
+		c.QuietTimeout = 10 * time.Second
+	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192
 	}
@@ -762,6 +779,12 @@ func (c Config) Validate() error {
 	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		return bad("leader lease %v exceeds heartbeat timeout %v", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
+	}
+	if c.QuietAfter < 0 || c.QuietAfter > 0 && c.QuietAfter <= c.CommitTimeout {
+		return bad("quiet after %v: want 0 (off) or above the commit timeout %v", c.QuietAfter, c.CommitTimeout)
+	}
+	if c.QuietAfter > 0 && (c.QuietTimeout < c.HeartbeatTimeout || c.QuietTimeout < c.ElectionTimeout) {
+		return bad("quiet timeout %v is below the heartbeat (%v) or election (%v) timeout", c.QuietTimeout, c.HeartbeatTimeout, c.ElectionTimeout)
 	}
 	if err := c.replicaConfig(0).ValidateRaft(); err != nil {
 		return bad("raft: %v", err)

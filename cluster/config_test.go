@@ -68,6 +68,12 @@ func TestConfigValidate(t *testing.T) {
 		{"negative replication factor", func(c *Config) { c.ReplicationFactor = -3 }, "replication factor -3: want 1..7"},
 		{"election below heartbeat", func(c *Config) { c.HeartbeatTimeout, c.ElectionTimeout = time.Second, 500*time.Millisecond }, "election timeout 500ms is below heartbeat timeout 1s"},
 		{"lease over heartbeat", func(c *Config) { c.LeaderLeaseTimeout = 2 * time.Second }, "leader lease 2s exceeds heartbeat timeout 1s"},
+		{"quiet groups", func(c *Config) { c.QuietAfter, c.QuietTimeout = 10*time.Second, 10*time.Second }, ""},
+		{"quiet after the commit timeout", func(c *Config) { c.QuietAfter = 500 * time.Millisecond }, "quiet after 500ms: want 0 (off) or above the commit timeout 500ms"},
+		{"negative quiet after", func(c *Config) { c.QuietAfter = -time.Second }, "quiet after -1s"},
+		{"quiet timeout below the election timeout", func(c *Config) {
+			c.QuietAfter, c.QuietTimeout, c.ElectionTimeout = 10*time.Second, 2*time.Second, 3*time.Second
+		}, "quiet timeout 2s is below the heartbeat (1s) or election (3s) timeout"},
 		{"unknown gossip profile", func(c *Config) { c.GossipProfile = "wan" }, `gossip profile "wan": want lan or local`},
 		{"key size over the cap", func(c *Config) { c.Limits.MaxKeySize = maxKeySizeLimit + 1 }, "keys at most 8192 bytes"},
 		{"value size over the cap", func(c *Config) { c.Limits.MaxValueSize = maxValueSizeLimit + 1 }, "values 67108864"},
@@ -191,6 +197,8 @@ func TestConfigWithDefaults(t *testing.T) {
 		{"election", c.ElectionTimeout, time.Second},
 		{"lease", c.LeaderLeaseTimeout, 500 * time.Millisecond},
 		{"commit", c.CommitTimeout, 500 * time.Millisecond},
+		{"quiet groups: off", c.QuietAfter, time.Duration(0)},
+		{"quiet timeout", c.QuietTimeout, 10 * time.Second},
 		{"snapshot threshold", c.SnapshotThreshold, uint64(8192)},
 		{"snapshot interval", c.SnapshotInterval, 30 * time.Second},
 		{"trailing logs", c.TrailingLogs, uint64(10240)},

@@ -36,6 +36,9 @@ const (
 	// ReadCheckGroup is the group of the nodes' batched leadership checks
 	// (transport.LeaderChecker).
 	ReadCheckGroup uint32 = 0xFFFFFFFE
+	// NoticeGroup is the group of the quiet groups' notices
+	// (transport.Noticer).
+	NoticeGroup uint32 = 0xFFFFFFFD
 )
 
 // metaShardID is the meta group's id where a shard.ID is expected (replica,
@@ -101,6 +104,9 @@ func (n *Node) openMeta(st *State, bootstrap bool) error {
 	}
 	rc := n.cfg.replicaConfig(metaShardID)
 	rc.Dir, rc.Layer, rc.Cache, rc.Checker = n.metaDir(), layer, n.cache, n.checker
+	if rc.Quiet != nil {
+		rc.Quiet.Notify = n.noticer.Notify
+	}
 	rc.Voters, rc.Bootstrap, rc.OnReady, rc.OnLeader = servers, bootstrap, n.metaReady, n.onLeader(metaShardID)
 	r, err := replica.Open(rc)
 	if err != nil {

@@ -86,6 +86,8 @@ type Node struct {
 	// checker confirms the local leaders' read rounds with the peer nodes,
 	// all groups at once (transport/readcheck.go).
 	checker *transport.LeaderChecker
+	// noticer carries the quiet groups' notices (transport/notice.go).
+	noticer *transport.Noticer
 	kick    chan struct{}
 	// mover runs the slot moves of elastic shards and the shard policy
 	// (package cluster/shardmove; moves.go).
@@ -210,6 +212,11 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 		return nil, err
 	}
 	n.checker = transport.NewLeaderChecker(ckLayer, cfg.ID, n.raftOf, n.log)
+	noticeLayer, err := n.mux.Layer(NoticeGroup, 0)
+	if err != nil {
+		return nil, err
+	}
+	n.noticer = transport.NewNoticer(noticeLayer, cfg.ID, n.notice, n.log)
 
 	n.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
@@ -591,6 +598,9 @@ func (n *Node) openShard(st *State, p Placement, bootstrap bool) error {
 	}
 	rc := n.cfg.replicaConfig(p.Shard)
 	rc.Dir, rc.Layer, rc.Cache, rc.Checker = n.shardDir(p.Shard), layer, n.cache, n.checker
+	if rc.Quiet != nil {
+		rc.Quiet.Notify = n.noticer.Notify
+	}
 	rc.Voters, rc.Bootstrap, rc.Incarnation = servers, bootstrap, p.Incarnation
 	if p.StartsEmpty {
 		rc.InitialSlots = &shard.SlotSet{}
@@ -731,6 +741,9 @@ func (n *Node) Close() error {
 		}
 		if n.checker != nil { // reads in flight fall back to VerifyLeader
 			n.checker.Close()
+		}
+		if n.noticer != nil { // quiet notices in flight fail; groups stay as they are
+			n.noticer.Close()
 		}
 		var wg sync.WaitGroup
 		var emu sync.Mutex

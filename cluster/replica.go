@@ -13,6 +13,7 @@ import (
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/raftlog"
 	"github.com/swarmkv/swarmkv/shard"
+	"github.com/swarmkv/swarmkv/transport"
 )
 
 // The node's side of its replicas (package cluster/replica runs each):
@@ -58,7 +59,32 @@ func (c Config) replicaConfig(id shard.ID) replica.Config {
 		Limits:       applyLimits,
 		Reply:        c.ReplyLimits(),
 		Logger:       c.Logger,
+		Quiet:        c.quietConfig(id),
 	}
+}
+
+// quietConfig is replica id's quiet groups setting (nil when off); the
+// node adds Notify (its transport.Noticer).
+func (c Config) quietConfig(id shard.ID) *replica.QuietConfig {
+	if c.QuietAfter <= 0 {
+		return nil
+	}
+	return &replica.QuietConfig{After: c.QuietAfter, Timeout: c.QuietTimeout, Meta: id == metaShardID}
+}
+
+// notice answers a peer's quiet notice with the local replica of its
+// group (transport.Noticer); a node without one refuses it.
+func (n *Node) notice(no transport.Notice) transport.NoticeReply {
+	n.mu.RLock()
+	r := n.mu.replicas[shard.ID(no.Group)]
+	if no.Group == MetaGroup {
+		r = n.mu.meta
+	}
+	n.mu.RUnlock()
+	if r == nil {
+		return transport.NoticeReply{}
+	}
+	return r.Notice(no)
 }
 
 // openLogStore opens the node's shared Raft log store in

@@ -212,6 +212,8 @@ var (
 		"Leaders of the group the local replica learned of (each election it saw won, its own included).", []string{"shard"}, nil)
 	descLeases = prometheus.NewDesc("swarmkv_leases",
 		"Leases the replica keeps as its shard's leader (0 on a follower).", []string{"shard"}, nil)
+	descQuiet = prometheus.NewDesc("swarmkv_raft_quiet",
+		"1 while the replica runs the quiet groups' timeouts (--quiet-after), else 0.", []string{"shard"}, nil)
 	descMembers = prometheus.NewDesc("swarmkv_gossip_members", "Gossip members known to this node, by liveness.", []string{"state"}, nil)
 	descReady   = prometheus.NewDesc("swarmkv_node_ready", "1 when every local shard has a leader.", nil, nil)
 	descCluster = prometheus.NewDesc("swarmkv_cluster_members",
@@ -234,7 +236,7 @@ type nodeCollector struct{ src Source }
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRaftState, descRaftTerm, descCommit, descApplied, descApplyLag, descLastIndex,
 		descContact, descDisk, descMemtable, descL0, descDebt, descReadAmp, descCacheHits, descCacheMiss, descCacheSize,
-		descWALFsync, descPropEntries, descPropCmds, descReadRounds, descReads, descLeaders, descLeases, descMembers, descReady,
+		descWALFsync, descPropEntries, descPropCmds, descReadRounds, descReads, descLeaders, descLeases, descQuiet, descMembers, descReady,
 		descCluster, descShards, descUnsafe, descVersion, descConns} {
 		ch <- d
 	}
@@ -268,6 +270,11 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		if s != "meta" {
 			gauge(descLeases, float64(st.Leases), s)
 		}
+		quiet := 0.0
+		if st.Quiet {
+			quiet = 1
+		}
+		gauge(descQuiet, quiet, s)
 		if m := r.Storage; m != nil {
 			gauge(descDisk, float64(m.DiskBytes), s)
 			gauge(descMemtable, float64(m.MemTableBytes), s)

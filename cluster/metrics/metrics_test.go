@@ -76,7 +76,7 @@ func TestCollectorSeries(t *testing.T) {
 				{
 					Shard: "0", State: raft.Leader, Term: 3, Commit: 10, Applied: 10, LastIndex: 11,
 					LastContact: time.Now().Add(-time.Hour), // ignored on the leader
-					Stats:       replica.Stats{Entries: 4, Commands: 9, ReadsChecked: 5, ReadsVerified: 1, Reads: 12, LeaderChanges: 2, Leases: 7},
+					Stats:       replica.Stats{Entries: 4, Commands: 9, ReadsChecked: 5, ReadsVerified: 1, Reads: 12, LeaderChanges: 2, Leases: 7, Quiet: true},
 					Storage:     &fsm.StorageMetrics{DiskBytes: 4096, MemTableBytes: 512, L0Files: 2, CompactionDebt: 7, ReadAmplification: 3},
 				},
 				{Shard: "meta", State: raft.Follower, Term: 2, Commit: 8, Applied: 5, LastIndex: 8}, // store closed: no Pebble series
@@ -99,6 +99,8 @@ func TestCollectorSeries(t *testing.T) {
 	want := map[string]float64{
 		`swarmkv_raft_state{shard="0"}`:                                   2,
 		`swarmkv_raft_state{shard="meta"}`:                                0,
+		`swarmkv_raft_quiet{shard="0"}`:                                   1,
+		`swarmkv_raft_quiet{shard="meta"}`:                                0,
 		`swarmkv_raft_term{shard="0"}`:                                    3,
 		`swarmkv_raft_term{shard="meta"}`:                                 2,
 		`swarmkv_raft_commit_index{shard="0"}`:                            10,

@@ -803,6 +803,8 @@ type Stats struct {
 	// Leases is the number of leases the replica's lessor keeps (0 when it
 	// does not lead, and for the meta group).
 	Leases int
+	// Quiet: the replica runs the quiet row (quiet.go).
+	Quiet bool
 }
 
 // Stats returns r's counters.
@@ -815,6 +817,7 @@ func (r *Replica) Stats() Stats {
 		Reads:         r.readStats.reads.Load(),
 		LeaderChanges: r.leaderChanges.Load(),
 		Leases:        r.lessor.Count(),
+		Quiet:         r.quiet != nil && r.quiet.quiet.Load(),
 	}
 }
 

@@ -156,6 +156,10 @@ func serveFlags(fs *pflag.FlagSet, d cluster.Config, embedded bool) *serveOption
 	fs.DurationVar(&cfg.ElectionTimeout, "election-timeout", d.ElectionTimeout, "Raft election timeout")
 	fs.DurationVar(&cfg.CommitTimeout, "commit-timeout", d.CommitTimeout, "how long an idle shard leader waits before telling followers the commit index\n"+
 		"(bounds how stale a follower's reads of an idle shard are; the meta group uses at most 50ms)")
+	fs.DurationVar(&cfg.QuietAfter, "quiet-after", d.QuietAfter, "quiet groups: a shard group idle this long (no request, no live lease) slows its Raft timers to --quiet-timeout\n"+
+		"and wakes on its first request (0: off; above --commit-timeout; docs/architecture.md, \"Quiet groups\")")
+	fs.DurationVar(&cfg.QuietTimeout, "quiet-timeout", d.QuietTimeout, "a quiet group's heartbeat and election timeout (lease half of it): a node failure moves a quiet group's\n"+
+		"leader within about twice this plus an election")
 	fs.StringVar(&cfg.GossipProfile, "gossip-profile", d.GossipProfile, "memberlist timing: lan or local")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.keysFile, "token-keys-file", "", "`PATH` of the key ring that encrypts agent-pool bot tokens: one key_id:base64(32-byte key) per line,\n"+

@@ -68,6 +68,8 @@ func TestServeFlagDefaults(t *testing.T) {
 		"heartbeat-timeout":         func(c cluster.Config) any { return c.HeartbeatTimeout },
 		"election-timeout":          func(c cluster.Config) any { return c.ElectionTimeout },
 		"commit-timeout":            func(c cluster.Config) any { return c.CommitTimeout },
+		"quiet-after":               func(c cluster.Config) any { return c.QuietAfter },
+		"quiet-timeout":             func(c cluster.Config) any { return c.QuietTimeout },
 		"gossip-profile":            func(c cluster.Config) any { return c.GossipProfile },
 		"max-leases-per-shard":      func(c cluster.Config) any { return c.MaxLeasesPerShard },
 		"max-keys-per-lease":        func(c cluster.Config) any { return c.MaxKeysPerLease },

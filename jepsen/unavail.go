@@ -26,9 +26,13 @@ import (
 //
 // What a gap holds besides the fault itself: an operation completes only
 // after the client's retries (each attempt bounded by its timeout), so a
-// gap is at least one operation's latency, and a gap that runs until the
-// end of the window (UntilHeal) means the shard did not serve a waiting
-// client again before the heal.
+// gap is at least one operation's latency; a gap that runs until the end
+// of the window (UntilHeal) means the shard did not serve a waiting
+// client again before the heal. It is an upper bound: once an operation
+// on the shard is left unanswered, the shard counts as unavailable until
+// one succeeds, also while no worker happens to ask it (busy on other
+// shards), so its precision is how often the workers come back to the
+// shard.
 
 // ShardGap is one shard's longest gap during one fault.
 type ShardGap struct {

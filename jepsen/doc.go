@@ -7,7 +7,10 @@
 // lease's keys gone within TTL plus the bound) against a cluster while nemeses inject faults (kill, pause, partition,
 // membership changes, leader transfers, shard splits and merges; "a+b"
 // injects two together), every operation is recorded in a
-// history, and checkers judge the history at the end (Run). A Driver runs
+// history, and checkers judge the history at the end (Run); the report
+// also gives each shard's longest unavailability during a fault
+// (Unavailability: the longest wait of a register operation for its
+// shard). A Driver runs
 // the cluster: InProc (nodes in this process over a fault-injecting
 // network, internal/faultnet) or Docker (the compose cluster, faults by
 // killing, pausing and disconnecting containers). MemDB and Broken are

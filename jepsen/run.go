@@ -101,7 +101,7 @@ type Result struct {
 	Counts map[string]map[Outcome]int `json:"ops"`
 	// Moves are the splits and merges of the split-merge nemesis.
 	Moves []MoveRecord `json:"moves,omitempty"`
-	// Unavailability is each shard's longest gap without a successful
+	// Unavailability is each shard's longest wait for a successful
 	// register operation during a fault (unavail.go), by the slot map
 	// read once the cluster is healed (a key moved by a split or merge
 	// counts for its final shard); none without faults, register
@@ -203,8 +203,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			faults, skipped = schedule(runCtx, cfg, env)
 		}()
 	}
-	nemWG.Wait()
 	wg.Wait()
+	workEnd := rec.Now() // the end of the workload phase: no probe after it
+	nemWG.Wait()
 	for _, db := range dbs {
 		db.Close()
 	}
@@ -280,7 +281,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.History = rec.History()
 	res.Counts = res.History.Counts()
 	if slots != nil {
-		res.Unavailability = Unavailability(res.History, res.Faults, RegisterShardOf(slots))
+		res.Unavailability = Unavailability(res.History, res.Faults, workEnd, RegisterShardOf(slots))
 	}
 	for _, wl := range cfg.Workloads {
 		v := wl.Check(res.History, cfg.OutDir)
@@ -442,7 +443,7 @@ func (r *Result) Summary() string {
 		}
 	}
 	if len(r.Unavailability) > 0 || r.UnavailabilityError != "" {
-		fmt.Fprintf(&b, "\nUnavailability (longest time without a successful register operation during a fault, by shard):\n")
+		fmt.Fprintf(&b, "\nUnavailability (longest wait of a register operation for its shard during a fault, by shard):\n")
 		var worst ShardGap
 		for _, g := range r.Unavailability {
 			fmt.Fprintf(&b, "  %s\n", g)

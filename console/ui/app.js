@@ -154,7 +154,9 @@ function renderMembers(st, nodes) {
     const meta = m.meta_leader ? 'leader' : (m.meta_voter ? 'voter' : '');
     return el('tr', { 'data-node': m.id, class: cls },
       el('td', { class: 'id' }, el('b', {}, m.id)),
-      el('td', { class: 'status', title: 'zone ' + (m.zone || '(own)') + ', host ' + (m.host || '(own)') }, m.status),
+      el('td', { class: 'status' }, m.status),
+      el('td', { class: 'zone', title: m.zone ? '' : 'no zone label: the node is its own zone' }, m.zone || '-'),
+      el('td', { class: 'host', title: m.host ? '' : 'no host label: the node is its own host' }, m.host || '-'),
       el('td', { class: 'gossip ' + m.gossip }, m.gossip),
       el('td', { class: 'num version' }, m.version ? 'v' + m.version : '?'),
       el('td', { class: 'addr' }, m.raft_addr),

@@ -176,7 +176,8 @@ func startCluster(t *testing.T, bin string) ([]*node, string) {
 			"--grpc-addr", n.grpc, "--raft-addr", n.raft, "--http-addr", n.http, "--gossip-addr", n.gossip,
 			"--join", strings.Join(gossips, ","), "--bootstrap-expect", "3", "--shards", "2",
 			"--auth", "--cluster-secret-file", secretFile,
-			"--gossip-profile", "local", "--heartbeat-timeout", "500ms", "--election-timeout", "500ms")
+			"--gossip-profile", "local", "--heartbeat-timeout", "500ms", "--election-timeout", "500ms",
+			"--zone", zoneOf(n.id), "--host", "h-"+n.id)
 		n.cmd.Stdout, n.cmd.Stderr = logf, logf
 		if err := n.cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -198,6 +199,9 @@ func startCluster(t *testing.T, bin string) ([]*node, string) {
 	})
 	return nodes, secretFile
 }
+
+// zoneOf is the zone label startCluster gives node nI: z1, z2, z3.
+func zoneOf(id string) string { return "z" + strings.TrimPrefix(id, "n") }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
@@ -241,7 +245,7 @@ type page struct {
 	Login   bool   `json:"login"`
 	State   string `json:"state"`
 	Members []struct {
-		ID, Class, Gossip, Version string
+		ID, Class, Gossip, Version, Zone, Host string
 	} `json:"members"`
 	Leaders []struct{ Shard, Leader string }     `json:"leaders"`
 	Cells   []struct{ Shard, Node, Text string } `json:"cells"`
@@ -254,7 +258,8 @@ const readPage = `(() => ({
   state: document.getElementById('state').textContent,
   members: [...document.querySelectorAll('#members tbody tr')].map((tr) => ({
     ID: tr.dataset.node, Class: tr.className,
-    Gossip: tr.querySelector('td.gossip').textContent, Version: tr.querySelector('td.version').textContent})),
+    Gossip: tr.querySelector('td.gossip').textContent, Version: tr.querySelector('td.version').textContent,
+    Zone: tr.querySelector('td.zone').textContent, Host: tr.querySelector('td.host').textContent})),
   leaders: [...document.querySelectorAll('#grid td.leader-name')].map((td) => ({Shard: td.dataset.shard, Leader: td.textContent})),
   cells: [...document.querySelectorAll('#grid td.cell')].map((td) => ({Shard: td.dataset.shard, Node: td.dataset.node, Text: td.textContent})),
   events: document.querySelectorAll('#events li').length,
@@ -271,9 +276,10 @@ func (p page) member(id string) (class, gossip string, ok bool) {
 }
 
 // TestConsoleShowsDeadNode: the console of a 3-node cluster with --auth
-// asks for a token, then shows every member alive and a leader for every
-// group; once a node leading a group is SIGKILLed, its row turns dead,
-// its replicas show '?', and every group's leader is another node.
+// asks for a token, then shows every member alive with its zone and host
+// labels and a leader for every group; once a node leading a group is
+// SIGKILLed, its row turns dead, its replicas show '?', and every group's
+// leader is another node.
 func TestConsoleShowsDeadNode(t *testing.T) {
 	browser := chromium(t)
 	if testing.Short() {
@@ -410,6 +416,11 @@ func TestConsoleShowsDeadNode(t *testing.T) {
 			class, gossip, ok := p.member(id)
 			if !ok || gossip != "alive" || class == "dead" {
 				return fmt.Errorf("member %s: shown %v, gossip %q, class %q", id, ok, gossip, class)
+			}
+		}
+		for _, m := range p.Members { // the labels, once the meta leader has recorded them
+			if m.Zone != zoneOf(m.ID) || m.Host != "h-"+m.ID {
+				return fmt.Errorf("member %s: zone %q, host %q shown, want %q, %q", m.ID, m.Zone, m.Host, zoneOf(m.ID), "h-"+m.ID)
 			}
 		}
 		if len(p.Leaders) != 3 { // meta and the 2 shards

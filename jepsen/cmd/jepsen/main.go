@@ -50,7 +50,7 @@ func run(ctx context.Context, args []string) int {
 	opTimeout := fs.Duration("op-timeout", 5*time.Second, "timeout of one operation")
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed of every random choice")
 	out := fs.String("out", "", "report folder (default jepsen-report/<time>)")
-	nodes := fs.String("nodes", "n1,n2,n3", "docker: node ids (containers swarmkv-<id>, ports <i><D>100/<i><D>102)")
+	nodes := fs.String("nodes", "n1,n2,n3", "docker: node ids (containers <container-prefix><id>, ports <i><D>100/<i><D>102 or by --port-base)")
 	portDigit := fs.Int("port-digit", 7, "docker: D in the published ports, the compose file's SWARMKV_PORT_DIGIT")
 	portBase := fs.Int("port-base", 0, "docker: when not 0, node nI publishes gRPC on port-base+100*I and HTTP on port-base+100*I+2 instead (docker-compose.zones.yml: 32000)")
 	prefix := fs.String("container-prefix", "swarmkv-", "docker: node nI's container is <prefix>nI (docker-compose.zones.yml: swarmkv-zones-)")

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -213,13 +214,22 @@ func (n *Noticer) Notify(ctx context.Context, to raft.Server, notice Notice) (No
 			reused = false
 			continue
 		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, os.ErrDeadlineExceeded) {
+		if noAnswer(err) {
 			n.log.Debug("quiet notice: no answer; peer taken as not quiet-capable", "peer", to.ID, "err", err)
 			p.incapableTill = time.Now().Add(noticeIncapableFor)
 			return NoticeReply{}, fmt.Errorf("%w: %v", ErrNotQuietCapable, err)
 		}
 		return NoticeReply{}, err
 	}
+}
+
+// noAnswer reports whether an exchange's error means that the peer took
+// the connection and did not answer the frame: it closed it (the Mux of a
+// node without the notice layer closes a connection for an unknown group,
+// with a reset when the frame is unread) or let it time out.
+func noAnswer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // exchange writes frame on p's connection and reads the answer, within

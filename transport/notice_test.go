@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -224,4 +226,50 @@ func FuzzParseNoticeResponse(f *testing.F) {
 			t.Fatalf("accepted %x: re-encodes to %x", b, again)
 		}
 	})
+}
+
+// TestNoticerMembersOnly: the notice stream passes the Raft port's node
+// check like every group's (MuxConfig.AllowPeer behind the cluster-secret
+// preface): a node the acceptor does not allow never reaches its handler,
+// and a wrong secret neither.
+func TestNoticerMembersOnly(t *testing.T) {
+	secret := []byte(strings.Repeat("s", 32))
+	var mu sync.Mutex
+	var told []string
+	newNode := func(id string, secret []byte, allow func(string) error) (*Mux, *Noticer) {
+		m := newTestMux(t, MuxConfig{Secret: secret, LocalID: id, AllowPeer: allow})
+		n := NewNoticer(newTestLayer(t, m, noticeGroup), id, func(n Notice) NoticeReply {
+			mu.Lock()
+			defer mu.Unlock()
+			told = append(told, n.From)
+			return NoticeReply{Done: true}
+		}, testLogger(t))
+		t.Cleanup(n.Close)
+		return m, n
+	}
+	members := func(id string) error {
+		if id == "n1" || id == "n2" {
+			return nil
+		}
+		return fmt.Errorf("node %q is not a member", id)
+	}
+	m2, _ := newNode("n2", secret, members)
+	_, n1 := newNode("n1", secret, members)
+	_, n4 := newNode("n4", secret, members)                          // removed
+	_, n5 := newNode("n1", []byte(strings.Repeat("x", 32)), members) // claims n1 without the secret
+	to := raft.Server{ID: "n2", Address: raft.ServerAddress(m2.Addr().String())}
+	ctx := ctxT(t, 10*time.Second)
+	if r, err := n1.Notify(ctx, to, Notice{Kind: NoticeWake, Group: 1, From: "n1"}); err != nil || !r.Done {
+		t.Fatalf("member: %+v %v", r, err)
+	}
+	for name, n := range map[string]*Noticer{"removed node": n4, "wrong secret": n5} {
+		if r, err := n.Notify(ctx, to, Notice{Kind: NoticeWake, Group: 1, From: "n4"}); err == nil {
+			t.Errorf("%s: answered %+v", name, r)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) != 1 || told[0] != "n1" {
+		t.Fatalf("n2's handler was told by %v, want n1 only", told)
+	}
 }

@@ -205,7 +205,9 @@ func TestEtcdClientKV(t *testing.T) {
 
 	// Maintenance and Cluster.
 	st, err := c.Status(ctx, s.EtcdAddr())
-	if err != nil || st.Version != etcdfront.ServedVersion || st.Leader == 0 || st.Leader != st.Header.MemberId || st.RaftIndex == 0 {
+	// etcdctl endpoint status -w table divides by DbSize (a panic at 0).
+	if err != nil || st.Version != etcdfront.ServedVersion || st.Leader == 0 || st.Leader != st.Header.MemberId || st.RaftIndex == 0 ||
+		st.DbSize <= 0 || st.DbSizeInUse <= 0 || st.DbSizeInUse > st.DbSize {
 		t.Fatalf("status: %+v %v", st, err)
 	}
 	ml, err := c.MemberList(ctx)

@@ -40,8 +40,8 @@ type maintenanceServer struct {
 }
 
 // Status answers for the call's namespace: its shard's replica on this
-// node (leader, Raft index and term), the namespace's revision in the
-// header. A node without a replica of the shard answers with its member
+// node (leader, Raft index and term, its store's disk size as db size and
+// in use), the namespace's revision in the header. A node without a replica of the shard answers with its member
 // id and an error in Errors.
 func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
 	ns, err := s.f.namespace(ctx)
@@ -66,7 +66,12 @@ func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 	if leader, _ := s.f.n.LeaderHint(r.ID()); leader != "" {
 		out.Leader = memberID(leader)
 	}
-	out.IsLearner = false
+	// etcdctl endpoint status divides by the db size: the shard's store
+	// (its Pebble LSM and WAL), all of it in use.
+	if n, ok := r.FSM().DiskBytes(); ok {
+		out.DbSize = int64(max(n, 1))
+		out.DbSizeInUse = out.DbSize
+	}
 	return out, nil
 }
 

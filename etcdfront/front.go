@@ -27,6 +27,7 @@ import (
 // *cluster.Node satisfies it; package server passes one.
 type Node interface {
 	api.Replicas
+	Config() cluster.Config
 	ID() string
 	Logger() *slog.Logger
 	Authn() *authn.Authenticator
@@ -117,6 +118,9 @@ func Start(n Node, cfg Config) (*Front, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkSecure(cfg.Addr, n.Config(), n.ServerTLS() != nil); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("etcdfront: listen %s: %w", cfg.Addr, err)
@@ -141,6 +145,23 @@ func Start(n Node, cfg Config) (*Front, error) {
 	}()
 	f.log.Info("etcd front listening", "addr", ln.Addr().String(), "namespace", cfg.Namespace)
 	return f, nil
+}
+
+// checkSecure is the node's rule for its own listeners (cluster.Config's
+// checkSecure) applied to the etcd address: off loopback it needs TLS, or
+// --insecure; with --auth it needs TLS even with --insecure (tokens would
+// cross the network in the clear).
+func checkSecure(addr string, c cluster.Config, tlsOn bool) error {
+	if tlsOn || cluster.IsLoopback(addr) {
+		return nil
+	}
+	if c.Auth {
+		return fmt.Errorf("%w: refusing --auth without TLS on %s (etcd), even with --insecure: tokens would cross the network in the clear; set --tls-ca, --tls-cert and --tls-key or listen on loopback", cluster.ErrInsecure, addr)
+	}
+	if !c.Insecure {
+		return fmt.Errorf("%w: refusing to listen on %s (etcd) without TLS: set --tls-ca, --tls-cert and --tls-key (swarmnode certs makes them) or pass --insecure", cluster.ErrInsecure, addr)
+	}
+	return nil
 }
 
 // register registers every etcd service on gs (the tests walk it).

@@ -3,6 +3,7 @@ package api
 import (
 	"io"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -76,6 +77,14 @@ func missingPerms(methods []string, perms map[string]auth.Perm) []string {
 // method.
 func TestGRPCPermsCoverEveryMethod(t *testing.T) {
 	methods := nodeMethods(t)
+	// The etcd front's entries are its own server's (etcdfront:
+	// TestEtcdFrontMethodsCovered walks it).
+	grpcPerms := maps.Clone(grpcPerms)
+	for m := range grpcPerms {
+		if strings.HasPrefix(m, etcdMethodPrefix) {
+			delete(grpcPerms, m)
+		}
+	}
 	streams := 0
 	for _, m := range methods {
 		if strings.HasSuffix(m, "/Watch") || strings.HasSuffix(m, "/Calls") || strings.HasSuffix(m, "/KeepAliveStream") ||

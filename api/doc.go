@@ -63,10 +63,10 @@ func Services(n Node) cluster.Services {
 	pipe.counted = n.CountPipeline
 	return cluster.Services{
 		Unary: func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-			return authUnary(n, ctx, req, info, handler)
+			return authUnary(n.Authn(), ctx, req, info, handler)
 		},
 		Stream: func(s any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-			return authStream(n, s, ss, info, handler)
+			return authStream(n.Authn(), s, ss, info, handler)
 		},
 		Register: func(gs *grpc.Server, unary grpc.UnaryServerInterceptor) {
 			pipe.intercept = unary

@@ -7,13 +7,13 @@ import (
 )
 
 // TestImportsBelow: the gRPC services, with everything they import, import
-// none of the packages above them: the fronts (redisfront, admin), their
+// none of the packages above them: the fronts (redisfront, etcdfront, admin), their
 // composition (server), the Go client and the commands. `go list -deps`
 // lists the transitive imports of the package's code (tests excluded:
 // they may use the client).
 func TestImportsBelow(t *testing.T) {
 	const module = "github.com/swarmkv/swarmkv/"
-	above := []string{"redisfront", "admin", "server", "client", "cmd"}
+	above := []string{"redisfront", "etcdfront", "admin", "server", "client", "cmd"}
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", ".").Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {

@@ -55,10 +55,12 @@ const (
 	// Leases: the Lease service (grant, keep alive, revoke, list). The
 	// writes that attach a key to a lease need their own keyspace's write.
 	Leases = "leases"
+	// Etcd: the etcd v3 API front's namespaces (package etcdfront).
+	Etcd = "etcd"
 )
 
 // Keyspaces lists every keyspace.
-var Keyspaces = []string{Registry, Billing, Assets, Pools, KV, Leases}
+var Keyspaces = []string{Registry, Billing, Assets, Pools, KV, Leases, Etcd}
 
 // RoleAdmin grants the admin API (membership, shards, tokens).
 const RoleAdmin = "admin"
@@ -90,9 +92,13 @@ type Perm struct {
 
 // Pseudo keyspaces of Perm.
 const (
-	Public = "public"
-	Admin  = "admin"
-	Node   = "node"
+	// Anonymous needs no credential at all: only a call that checks a
+	// credential itself (the etcd front's Auth/Authenticate, which takes a
+	// token as its password).
+	Anonymous = "anonymous"
+	Public    = "public"
+	Admin     = "admin"
+	Node      = "node"
 	// PoolsSecrets and PoolsImpersonate are granted by the roles of the
 	// same names and by admin.
 	PoolsSecrets     = RolePoolsSecrets
@@ -102,7 +108,7 @@ const (
 // String is "kv:write", "admin", ...
 func (p Perm) String() string {
 	switch p.Keyspace {
-	case Public, Admin, Node, PoolsSecrets, PoolsImpersonate:
+	case Anonymous, Public, Admin, Node, PoolsSecrets, PoolsImpersonate:
 		return p.Keyspace
 	}
 	if p.Write {
@@ -145,12 +151,13 @@ func ParseRoles(spec string) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
-// Allows reports whether roles grant p. Public needs any identity; Node is
+// Allows reports whether roles grant p. Anonymous needs nothing, Public
+// any identity; Node is
 // never granted by roles; PoolsSecrets and PoolsImpersonate only by their
 // own role or admin (never by a wildcard).
 func Allows(roles []string, p Perm) bool {
 	switch p.Keyspace {
-	case Public:
+	case Anonymous, Public:
 		return true
 	case Node:
 		return false

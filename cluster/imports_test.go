@@ -30,12 +30,12 @@ func coreDeps(t *testing.T) []string {
 }
 
 // TestImportsOneWay: the core imports none of the packages above it: the
-// gRPC services (api), the fronts (redisfront, admin, console), their
+// gRPC services (api), the fronts (redisfront, etcdfront, admin, console), their
 // composition (server), the Go client and the commands; nor package
 // backup, the backup file: a node's restore comes to it as a seed.Restore
 // (Config.Seed, which server sets to backup.Seeds).
 func TestImportsOneWay(t *testing.T) {
-	forbidden := []string{"api", "redisfront", "admin", "console", "server", "client", "cmd", "backup"}
+	forbidden := []string{"api", "redisfront", "etcdfront", "admin", "console", "server", "client", "cmd", "backup"}
 	for _, p := range coreDeps(t) {
 		for _, a := range forbidden {
 			if p == a || strings.HasPrefix(p, a+"/") {

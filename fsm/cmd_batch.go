@@ -89,6 +89,9 @@ func (b *Batch) validate(l Limits) error {
 		if isLeaseTable(m.Key[0]) {
 			return fmt.Errorf("%w: mutation %d: key is in table %s, which only the lease ops write", ErrInvalidCommand, i, keys.TableName(m.Key[0]))
 		}
+		if isEtcdTable(m.Key[0]) { // its records and revisions are the etcd ops' alone
+			return fmt.Errorf("%w: mutation %d: key is in table %s, which only the etcd ops write", ErrInvalidCommand, i, keys.TableName(m.Key[0]))
+		}
 		if m.Lease != 0 {
 			if m.Kind != MutPut {
 				return fmt.Errorf("%w: mutation %d: a lease is given for a delete", ErrInvalidCommand, i)

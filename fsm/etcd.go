@@ -60,6 +60,10 @@ const (
 	// MaxEtcdTxnOps is the most compares, and the most operations of each
 	// branch, one txn may carry.
 	MaxEtcdTxnOps = 1024
+	// MaxEtcdValueBytes is the largest value a put may carry (the front's
+	// request bound, --etcd-max-request-bytes, is at most this; etcd's
+	// values are not bound by Limits.MaxValueSize, the native API's).
+	MaxEtcdValueBytes = 8 << 20
 )
 
 // Compare targets and results, and op kinds, numbered as etcd's
@@ -245,8 +249,8 @@ func (t *EtcdTxn) validate(l Limits) error {
 				if err := checkKey("put", op.Key); err != nil {
 					return err
 				}
-				if len(op.Value) > l.MaxValueSize {
-					return bad("put: value is %d bytes, limit %d", len(op.Value), l.MaxValueSize)
+				if len(op.Value) > MaxEtcdValueBytes {
+					return bad("put: value is %d bytes, limit %d", len(op.Value), MaxEtcdValueBytes)
 				}
 				if len(op.End) != 0 || op.Range != nil || op.IgnoreValue && len(op.Value) != 0 || op.IgnoreLease && op.Lease != 0 {
 					return bad("put %d: carries fields a put does not take", i)
@@ -360,6 +364,10 @@ func etcdInRange(k, key, end []byte) bool {
 	}
 	return isAllEnd(end) || bytes.Compare(k, end) < 0
 }
+
+// isEtcdTable reports whether t is one of the etcd tables, which only
+// OpEtcdTxn and OpEtcdCompact write (an OpBatch of their keys is refused).
+func isEtcdTable(t byte) bool { return t >= keys.TableEtcdKeys && t <= keys.TableEtcdRevs }
 
 func isAllEnd(end []byte) bool { return len(end) == 1 && end[0] == 0 }
 

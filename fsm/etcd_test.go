@@ -216,6 +216,13 @@ func TestEtcdMVCC(t *testing.T) {
 }
 
 func TestEtcdValidate(t *testing.T) {
+	// A raw batch may not write the etcd tables (it would bypass the
+	// revisions).
+	for _, k := range [][]byte{keys.EtcdKey(keys.EtcdRoutingKey("n"), []byte("a")), keys.EtcdRevs(keys.EtcdRoutingKey("n"))} {
+		if err := batchCmd(nil, Mutation{Kind: MutPut, Key: k, Value: []byte("x")}).Validate(Limits{}); !errors.Is(err, ErrInvalidCommand) {
+			t.Errorf("a batch writing %x: %v, want ErrInvalidCommand", k, err)
+		}
+	}
 	ok := EtcdTxn{NS: "default", Success: []EtcdOp{{Kind: EtcdPut, Key: []byte("a")}}}
 	if err := (&Command{Op: OpEtcdTxn, Etcd: &ok}).Validate(Limits{}); err != nil {
 		t.Fatal(err)

@@ -1291,7 +1291,7 @@ var File_billing_proto protoreflect.FileDescriptor
 const file_billing_proto_rawDesc = "" +
 	"\n" +
 	"\rbilling.proto\x12\n" +
-	"swarmkv.v1\x1a\bkv.proto\x1a\x0eregistry.proto\"\xed\x01\n" +
+	"swarmkv.v1\x1a\vkvapi.proto\x1a\x0eregistry.proto\"\xed\x01\n" +
 	"\aAccount\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\fR\x06userId\x12#\n" +
 	"\rbalance_cents\x18\x02 \x01(\x03R\fbalanceCents\x124\n" +
@@ -1487,7 +1487,7 @@ func file_billing_proto_init() {
 	if File_billing_proto != nil {
 		return
 	}
-	file_kv_proto_init()
+	file_kvapi_proto_init()
 	file_registry_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -3,7 +3,7 @@
 // editing a .proto file; the generated files are committed).
 //
 // Services:
-//   - KV (kv.proto): Get, Put, Delete, Scan and guarded Batch, scoped by a
+//   - KV (kvapi.proto): Get, Put, Delete, Scan and guarded Batch, scoped by a
 //     routing key.
 //   - Cluster (cluster.proto): the shard map with replicas and leader hints.
 //   - Registry (registry.proto) and Billing (billing.proto): the typed

@@ -1772,7 +1772,7 @@ var File_pools_proto protoreflect.FileDescriptor
 const file_pools_proto_rawDesc = "" +
 	"\n" +
 	"\vpools.proto\x12\n" +
-	"swarmkv.v1\x1a\bkv.proto\"\xc9\x01\n" +
+	"swarmkv.v1\x1a\vkvapi.proto\"\xc9\x01\n" +
 	"\x04Pool\x12\x17\n" +
 	"\apool_id\x18\x01 \x01(\tR\x06poolId\x12\"\n" +
 	"\rowner_user_id\x18\x02 \x01(\tR\vownerUserId\x12\x12\n" +
@@ -2028,7 +2028,7 @@ func file_pools_proto_init() {
 	if File_pools_proto != nil {
 		return
 	}
-	file_kv_proto_init()
+	file_kvapi_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -1721,7 +1721,7 @@ var File_registry_proto protoreflect.FileDescriptor
 const file_registry_proto_rawDesc = "" +
 	"\n" +
 	"\x0eregistry.proto\x12\n" +
-	"swarmkv.v1\x1a\bkv.proto\"x\n" +
+	"swarmkv.v1\x1a\vkvapi.proto\"x\n" +
 	"\tAgentSpec\x12%\n" +
 	"\x0ecpu_millicores\x18\x01 \x01(\rR\rcpuMillicores\x12\x1b\n" +
 	"\tmemory_mb\x18\x02 \x01(\rR\bmemoryMb\x12'\n" +
@@ -1967,7 +1967,7 @@ func file_registry_proto_init() {
 	if File_registry_proto != nil {
 		return
 	}
-	file_kv_proto_init()
+	file_kvapi_proto_init()
 	file_registry_proto_msgTypes[1].OneofWrappers = []any{}
 	file_registry_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}

@@ -12,8 +12,9 @@ import (
 
 // frontPackages are the fronts: they reach the core through the small
 // interfaces they declare (api.Node, api.Replicas, admin.Node,
-// redisfront.Node, console.Source), never through the concrete node.
-var frontPackages = []string{"api", "admin", "redisfront", "console"}
+// redisfront.Node, etcdfront.Node, console.Source), never through the
+// concrete node.
+var frontPackages = []string{"api", "admin", "redisfront", "etcdfront", "console"}
 
 // nodeNames returns where the non-test Go files of the package in dir
 // name cluster.Node (the type of package cluster, whatever the import's

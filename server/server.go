@@ -3,10 +3,11 @@
 // gRPC services of package api (registered before the node's gRPC server
 // serves) from one cluster.Config and starts the fronts that Config asks
 // for (the admin HTTP API of package admin with Config.HTTPAddr, the RESP
-// front of package redisfront with Config.RedisAddr); Close stops the
-// fronts first, then the node.
+// front of package redisfront with Config.RedisAddr, the etcd v3 front of
+// package etcdfront with the WithEtcd option); Close stops the fronts
+// first, then the node.
 //
-// It may import cluster, api and the fronts (admin, redisfront); nothing below
+// It may import cluster, api and the fronts (admin, redisfront, etcdfront); nothing below
 // imports it. cmd/swarmnode and the tests that need a whole node use it.
 //
 // Usage:
@@ -24,6 +25,7 @@ import (
 	"github.com/swarmkv/swarmkv/api"
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/console"
+	"github.com/swarmkv/swarmkv/etcdfront"
 	"github.com/swarmkv/swarmkv/redisfront"
 )
 
@@ -36,6 +38,7 @@ var (
 	_ api.Replicas    = (*cluster.Node)(nil)
 	_ admin.Node      = (*cluster.Node)(nil)
 	_ redisfront.Node = (*cluster.Node)(nil)
+	_ etcdfront.Node  = (*cluster.Node)(nil)
 	_ console.Source  = (*cluster.Node)(nil)
 )
 
@@ -49,17 +52,40 @@ type Server struct {
 	node  *cluster.Node
 	admin *admin.Server     // nil without Config.HTTPAddr
 	redis *redisfront.Front // nil without Config.RedisAddr
+	etcd  *etcdfront.Front  // nil without WithEtcd
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
+// Option adds a front that has its own configuration (the fronts whose
+// settings left cluster.Config).
+type Option func(*options)
+
+type options struct {
+	etcd *etcdfront.Config
+}
+
+// WithEtcd serves etcd's v3 API with cfg (serve --etcd-addr).
+func WithEtcd(cfg etcdfront.Config) Option {
+	return func(o *options) { o.etcd = &cfg }
+}
+
 // New starts a node with api's services (cluster.New: listeners bound,
 // the admin HTTP one included, recorded replicas open, services
 // registered, bootstrap continuing in the background) and then its fronts: the admin HTTP API on the node's
-// listener, then the RESP front. On an error whatever was started is
-// closed.
-func New(cfg cluster.Config) (*Server, error) {
+// listener, then the RESP front, then the etcd front. On an error whatever
+// was started is closed.
+func New(cfg cluster.Config, opts ...Option) (*Server, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.etcd != nil { // a bad etcd config fails before the node starts
+		if err := o.etcd.WithDefaults().Validate(); err != nil {
+			return nil, err
+		}
+	}
 	n, err := cluster.New(withSeeds(cfg), Services) // seed.go
 	if err != nil {
 		return nil, err
@@ -67,12 +93,26 @@ func New(cfg cluster.Config) (*Server, error) {
 	s := &Server{node: n, admin: admin.Start(n)}
 	if cfg.RedisAddr != "" {
 		if s.redis, err = redisfront.Start(n, cfg.RedisAddr); err != nil {
-			s.admin.Close()
-			_ = n.Close()
+			_ = s.Close()
+			return nil, err
+		}
+	}
+	if o.etcd != nil {
+		if s.etcd, err = etcdfront.Start(n, *o.etcd); err != nil {
+			_ = s.Close()
 			return nil, err
 		}
 	}
 	return s, nil
+}
+
+// EtcdAddr returns the address the etcd front is bound to ("" without
+// WithEtcd).
+func (s *Server) EtcdAddr() string {
+	if s.etcd == nil {
+		return ""
+	}
+	return s.etcd.Addr()
 }
 
 // Node returns the node.
@@ -96,12 +136,16 @@ func (s *Server) RedisAddr() string {
 	return s.redis.Addr()
 }
 
-// Close stops the fronts (the RESP front: no new commands, running ones
+// Close stops the fronts (the etcd front: its gRPC server stopped; the
+// RESP front: no new commands, running ones
 // cancelled and joined; then the admin HTTP API: no new requests, those
 // in flight given up to 3 s), then the node (cluster.Node.Close). Idempotent; returns after
 // every goroutine either started has exited.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		if s.etcd != nil {
+			s.etcd.Close()
+		}
 		if s.redis != nil {
 			s.redis.Close()
 		}

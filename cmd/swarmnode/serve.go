@@ -17,6 +17,7 @@ import (
 
 	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/cluster/gossip"
+	"github.com/swarmkv/swarmkv/etcdfront"
 	"github.com/swarmkv/swarmkv/internal/faultnet"
 	"github.com/swarmkv/swarmkv/secrets"
 	"github.com/swarmkv/swarmkv/server"
@@ -37,6 +38,10 @@ type serveOptions struct {
 	faults                              bool
 	maxShardSize                        sizeValue // 0: off (Config.MaxShardBytes -1)
 	gcPercent                           int       // 0: $GOGC, else defaultGCPercent
+	// etcd is the etcd front's config (off without an address), its
+	// request bound set from etcdMaxRequest.
+	etcd           etcdfront.Config
+	etcdMaxRequest sizeValue
 }
 
 // defaultGCPercent is the node's Go GC target (GOGC) unless --gc-percent or
@@ -87,6 +92,18 @@ func serveFlags(fs *pflag.FlagSet, d cluster.Config, embedded bool) *serveOption
 		redisDefault = "127.0.0.1:7104"
 	}
 	fs.StringVar(&cfg.RedisAddr, "redis-addr", redisDefault, "Redis protocol (RESP2/RESP3) address of the asset catalogue front (empty: off; default off for serve, 127.0.0.1:7104 for the no-argument node)")
+	// The etcd front's settings are its own (etcdfront.Config), their
+	// defaults its WithDefaults'.
+	ed := etcdfront.Config{}.WithDefaults()
+	etcdDefault := ""
+	if embedded {
+		etcdDefault = "127.0.0.1:2379"
+	}
+	fs.StringVar(&o.etcd.Addr, "etcd-addr", etcdDefault, "etcd v3 API address (etcdctl, go.etcd.io/etcd/client/v3; docs/etcd.md) (empty: off; default off for serve, 127.0.0.1:2379 for the no-argument node)")
+	fs.StringVar(&o.etcd.Namespace, "etcd-namespace", ed.Namespace, "etcd namespace of calls that name none (one namespace: one shard, one revision sequence)")
+	fs.IntVar(&o.etcd.MaxTxnOps, "etcd-max-txn-ops", ed.MaxTxnOps, "most compares, and operations per branch, of an etcd txn (etcd's --max-txn-ops)")
+	o.etcdMaxRequest = sizeValue(ed.MaxRequestBytes)
+	fs.Var(&o.etcdMaxRequest, "etcd-max-request-bytes", "largest etcd write request (etcd's --max-request-bytes; at most 8MiB)")
 	fs.StringVar(&cfg.GossipAdvertise, "gossip-advertise", "", "gossip address peers use (default: gossip-addr)")
 	fs.StringVar(&o.join, "join", "", "comma-separated gossip addresses of nodes to join")
 	fs.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "number of nodes that bootstrap the cluster together (0: 1 without --join; with --join, wait to be admitted by swarmnode join)")
@@ -249,15 +266,20 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error
 	// Every file and dir the node creates (Pebble's, raft's snapshots) is
 	// owner-only, whatever mode the library asks for.
 	restrictUmask()
-	srv, err := server.New(*cfg)
+	var opts []server.Option
+	if o.etcd.Addr != "" {
+		o.etcd.MaxRequestBytes = int(min(uint64(o.etcdMaxRequest), 1<<31))
+		opts = append(opts, server.WithEtcd(o.etcd))
+	}
+	srv, err := server.New(*cfg, opts...)
 	if err != nil {
 		return err
 	}
 	a := srv.Node().Addrs()
-	fmt.Fprintf(stdout, "swarmnode %s: node %s serving\n  grpc   %s\n  http   %s\n  raft   %s\n  gossip %s\n  redis  %s\n  data   %s\n",
-		version, cfg.ID, a.GRPCAddr, a.HTTPAddr, a.RaftAddr, a.GossipAddr, srv.RedisAddr(), cfg.DataDir)
+	fmt.Fprintf(stdout, "swarmnode %s: node %s serving\n  grpc   %s\n  http   %s\n  raft   %s\n  gossip %s\n  redis  %s\n  etcd   %s\n  data   %s\n",
+		version, cfg.ID, a.GRPCAddr, a.HTTPAddr, a.RaftAddr, a.GossipAddr, srv.RedisAddr(), srv.EtcdAddr(), cfg.DataDir)
 	if waitReady(ctx, srv.Node().Ready, readyHintAfter, stdout) {
-		fmt.Fprint(stdout, readyBlock(progName(os.Args[0]), cfg.ID, a.GRPCAddr, srv.HTTPAddr(), srv.RedisAddr(), cfg.TLS.CAFile, cfg.Auth))
+		fmt.Fprint(stdout, readyBlock(progName(os.Args[0]), cfg.ID, a.GRPCAddr, srv.HTTPAddr(), srv.RedisAddr(), srv.EtcdAddr(), cfg.TLS.CAFile, cfg.Auth))
 	}
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "swarmnode: shutting down")
@@ -305,7 +327,7 @@ func progName(arg0 string) string {
 // next against it. Empty addresses (an HTTP or RESP front off) are left
 // out; with TLS (caFile) the commands name the CA, and with TLS or auth
 // it says that clients need a token or a certificate.
-func readyBlock(prog, id, grpcAddr, httpAddr, redisAddr, caFile string, auth bool) string {
+func readyBlock(prog, id, grpcAddr, httpAddr, redisAddr, etcdAddr, caFile string, auth bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "swarmnode: node %s ready (every local shard has a leader). Try:\n", id)
 	tls, scheme := "", "http"
@@ -327,6 +349,13 @@ func readyBlock(prog, id, grpcAddr, httpAddr, redisAddr, caFile string, auth boo
 			}
 			fmt.Fprintf(&b, "  redis-cli %s HSET asset:metadata:demo id demo category tool\n", flags)
 		}
+	}
+	if etcdAddr != "" {
+		flags := "--endpoints " + etcdAddr
+		if caFile != "" {
+			flags += " --cacert " + caFile
+		}
+		fmt.Fprintf(&b, "  etcdctl %s put a b   (docs/etcd.md)\n", flags)
 	}
 	fmt.Fprintf(&b, "  Go client: client.New(ctx, client.Config{Endpoints: []string{%q}})\n", grpcAddr)
 	if auth || caFile != "" {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/etcdfront"
 )
 
 // TestServeFlagDefaults: every serve flag that sets a Config field has
@@ -97,6 +98,9 @@ func TestServeFlagDefaults(t *testing.T) {
 		"log-level": "info", "token-keys-file": "", "tls-ca": "", "tls-cert": "", "tls-key": "",
 		"gossip-key-file": "", "insecure": "false", "fault-injection": "false", "auth": "false",
 		"cluster-secret-file": "", "gc-percent": "0",
+		// The etcd front's own settings (etcdfront.Config's defaults).
+		"etcd-addr": "", "etcd-namespace": etcdfront.DefaultNamespace, "etcd-max-txn-ops": fmt.Sprint(etcdfront.DefaultMaxTxnOps),
+		"etcd-max-request-bytes": formatSize(etcdfront.DefaultMaxRequestBytes),
 	}
 	d := cluster.Config{}.WithDefaults()
 	shifted := d

@@ -8,10 +8,12 @@
 package freeport
 
 import (
-	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -24,17 +26,36 @@ var next struct {
 }
 
 const (
-	lo = 10000
-	hi = 32000
+	defaultLo = 10000
+	defaultHi = 32000
 )
 
-// Addr returns "127.0.0.1:<port>" with a port in 10000-31999 that is free
+// EnvRange names the environment variable that narrows the ports handed
+// out to "LO-HI" (inclusive), so that test runs sharing one machine use
+// disjoint ranges (SWARMKV_PORTS=33000-33999). Unset or malformed: the
+// default 10000-31999.
+const EnvRange = "SWARMKV_PORTS"
+
+// portRange returns [lo, hi) from EnvRange or the default.
+func portRange() (lo, hi int) {
+	a, b, ok := strings.Cut(os.Getenv(EnvRange), "-")
+	l, err1 := strconv.Atoi(strings.TrimSpace(a))
+	h, err2 := strconv.Atoi(strings.TrimSpace(b))
+	if !ok || err1 != nil || err2 != nil || l < 1024 || h > 65535 || h < l {
+		return defaultLo, defaultHi
+	}
+	return l, h + 1
+}
+
+// Addr returns "127.0.0.1:<port>" with a port in 10000-31999 (EnvRange
+// narrows it) that is free
 // for both TCP and UDP (memberlist binds both), away from the ports the
 // clusters of docs/usage.md use (x7100-x7104, x8100-x8104, x9100-x9104).
 func Addr() (string, error) {
+	lo, hi := portRange()
 	next.Lock()
 	defer next.Unlock()
-	if next.port == 0 {
+	if next.port < lo || next.port >= hi {
 		next.port = lo + rand.IntN(hi-lo)
 	}
 	for range hi - lo {
@@ -59,5 +80,5 @@ func Addr() (string, error) {
 		pc.Close()
 		return addr, nil
 	}
-	return "", errors.New("freeport: no free port in 10000-31999")
+	return "", fmt.Errorf("freeport: no free port in %d-%d", lo, hi-1)
 }

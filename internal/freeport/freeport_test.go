@@ -8,6 +8,7 @@ import (
 
 func TestAddr(t *testing.T) {
 	seen := map[string]bool{}
+	lo, hi := portRange()
 	for range 50 {
 		a, err := Addr()
 		if err != nil {
@@ -15,8 +16,8 @@ func TestAddr(t *testing.T) {
 		}
 		_, ps, _ := net.SplitHostPort(a)
 		p, _ := strconv.Atoi(ps)
-		if p < 10000 || p >= 32000 {
-			t.Fatalf("port %d outside 10000-31999", p)
+		if p < lo || p >= hi {
+			t.Fatalf("port %d outside %d-%d", p, lo, hi-1)
 		}
 		if q := p % 1000; q >= 100 && q <= 104 && p%10000/1000 >= 7 {
 			t.Fatalf("port %d is one of the README clusters' ports", p)
@@ -30,5 +31,24 @@ func TestAddr(t *testing.T) {
 	}
 	if len(seen) != 50 {
 		t.Fatalf("%d distinct addresses in 50 calls: a port was handed out twice", len(seen))
+	}
+}
+
+// TestEnvRange: SWARMKV_PORTS narrows the ports handed out.
+func TestEnvRange(t *testing.T) {
+	t.Setenv(EnvRange, "33100-33109")
+	for range 15 {
+		a, err := Addr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, p, _ := net.SplitHostPort(a)
+		if n, _ := strconv.Atoi(p); n < 33100 || n > 33109 {
+			t.Fatalf("Addr() = %s outside 33100-33109", a)
+		}
+	}
+	t.Setenv(EnvRange, "junk")
+	if lo, hi := portRange(); lo != defaultLo || hi != defaultHi {
+		t.Fatalf("malformed range: %d-%d", lo, hi)
 	}
 }

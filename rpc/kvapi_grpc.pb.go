@@ -10,7 +10,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: kv.proto
+// source: kvapi.proto
 
 package rpc
 
@@ -277,5 +277,5 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "kv.proto",
+	Metadata: "kvapi.proto",
 }

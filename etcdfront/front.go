@@ -1,0 +1,219 @@
+package etcdfront
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/swarmkv/swarmkv/api"
+	"github.com/swarmkv/swarmkv/auth/authn"
+	"github.com/swarmkv/swarmkv/cluster"
+	"github.com/swarmkv/swarmkv/keys"
+	"github.com/swarmkv/swarmkv/shard"
+)
+
+// Node is what the etcd front uses of its node: its replicas (a
+// namespace's shard, proposed to and read from here), its identity and
+// membership (Status, MemberList), authentication and its server TLS.
+// *cluster.Node satisfies it; package server passes one.
+type Node interface {
+	api.Replicas
+	Config() cluster.Config
+	ID() string
+	Logger() *slog.Logger
+	Authn() *authn.Authenticator
+	ServerTLS() *tls.Config
+	LocalState() (*cluster.State, *shard.Map)
+	LeaderHint(id shard.ID) (leaderID, leaderAddr string)
+	ActiveVersion() int
+}
+
+// MetadataNamespace is the gRPC metadata key with which a client selects
+// the namespace of its calls (the Go client:
+// metadata.AppendToOutgoingContext(ctx, MetadataNamespace, "team-a"));
+// without it a call uses Config.Namespace.
+const MetadataNamespace = "swarmkv-etcd-namespace"
+
+// Config configures the front. Zero fields take the defaults named.
+type Config struct {
+	// Addr is the listen address (serve --etcd-addr; make run:
+	// 127.0.0.1:2379). Required.
+	Addr string
+	// Namespace is the namespace of calls that name none (serve
+	// --etcd-namespace); default "default".
+	Namespace string
+	// MaxTxnOps bounds a txn's compares and each branch's operations, as
+	// etcd's --max-txn-ops (serve --etcd-max-txn-ops); default 128, at
+	// most fsm.MaxEtcdTxnOps.
+	MaxTxnOps int
+	// MaxRequestBytes bounds a write request's size, as etcd's
+	// --max-request-bytes (serve --etcd-max-request-bytes); default 1.5
+	// MiB, at most 8 MiB. gRPC refuses a message over it plus 512 KiB
+	// before decoding it.
+	MaxRequestBytes int
+}
+
+// Defaults.
+const (
+	DefaultNamespace       = "default"
+	DefaultMaxTxnOps       = 128
+	DefaultMaxRequestBytes = 3 << 19 // 1.5 MiB
+	maxMaxRequestBytes     = 8 << 20
+	grpcOverheadBytes      = 512 << 10 // as etcd's
+)
+
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Namespace == "" {
+		c.Namespace = DefaultNamespace
+	}
+	if c.MaxTxnOps == 0 {
+		c.MaxTxnOps = DefaultMaxTxnOps
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	return c
+}
+
+// Validate reports a bad Config.
+func (c Config) Validate() error {
+	switch {
+	case c.Addr == "":
+		return errors.New("etcdfront: no listen address")
+	case keys.ValidateEtcdNamespace(c.Namespace) != nil:
+		return fmt.Errorf("etcdfront: namespace: %w", keys.ValidateEtcdNamespace(c.Namespace))
+	case c.MaxTxnOps < 1 || c.MaxTxnOps > fsmMaxTxnOps:
+		return fmt.Errorf("etcdfront: max txn ops %d, want 1..%d", c.MaxTxnOps, fsmMaxTxnOps)
+	case c.MaxRequestBytes < 1 || c.MaxRequestBytes > maxMaxRequestBytes:
+		return fmt.Errorf("etcdfront: max request bytes %d, want 1..%d", c.MaxRequestBytes, maxMaxRequestBytes)
+	}
+	return nil
+}
+
+// Front is a node's etcd front: a listener and its gRPC server.
+type Front struct {
+	n   Node
+	cfg Config
+	log *slog.Logger
+	ln  net.Listener
+	gs  *grpc.Server
+
+	served chan struct{}
+	once   sync.Once
+}
+
+// Start validates cfg, listens on cfg.Addr and serves etcd's services.
+func Start(n Node, cfg Config) (*Front, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkSecure(cfg.Addr, n.Config(), n.ServerTLS() != nil); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("etcdfront: listen %s: %w", cfg.Addr, err)
+	}
+	f := &Front{n: n, cfg: cfg, log: n.Logger().With("front", "etcd"), ln: ln, served: make(chan struct{})}
+	unary, stream := api.Guard(n.Authn)
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes + grpcOverheadBytes),
+		grpc.ChainUnaryInterceptor(tokenUnary, unary),
+		grpc.ChainStreamInterceptor(tokenStream, stream),
+	}
+	if t := n.ServerTLS(); t != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(t)))
+	}
+	f.gs = grpc.NewServer(opts...)
+	f.register(f.gs)
+	go func() {
+		defer close(f.served)
+		if err := f.gs.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			f.log.Warn("etcd front stopped", "err", err)
+		}
+	}()
+	f.log.Info("etcd front listening", "addr", ln.Addr().String(), "namespace", cfg.Namespace)
+	return f, nil
+}
+
+// checkSecure is the node's rule for its own listeners (cluster.Config's
+// checkSecure) applied to the etcd address: off loopback it needs TLS, or
+// --insecure; with --auth it needs TLS even with --insecure (tokens would
+// cross the network in the clear).
+func checkSecure(addr string, c cluster.Config, tlsOn bool) error {
+	if tlsOn || cluster.IsLoopback(addr) {
+		return nil
+	}
+	if c.Auth {
+		return fmt.Errorf("%w: refusing --auth without TLS on %s (etcd), even with --insecure: tokens would cross the network in the clear; set --tls-ca, --tls-cert and --tls-key or listen on loopback", cluster.ErrInsecure, addr)
+	}
+	if !c.Insecure {
+		return fmt.Errorf("%w: refusing to listen on %s (etcd) without TLS: set --tls-ca, --tls-cert and --tls-key (swarmnode certs makes them) or pass --insecure", cluster.ErrInsecure, addr)
+	}
+	return nil
+}
+
+// register registers every etcd service on gs (the tests walk it).
+func (f *Front) register(gs *grpc.Server) {
+	pb.RegisterKVServer(gs, &kvServer{f: f})
+	pb.RegisterWatchServer(gs, &pb.UnimplementedWatchServer{})
+	pb.RegisterLeaseServer(gs, &pb.UnimplementedLeaseServer{})
+	pb.RegisterClusterServer(gs, &clusterServer{f: f})
+	pb.RegisterMaintenanceServer(gs, &maintenanceServer{f: f})
+	pb.RegisterAuthServer(gs, &authServer{f: f})
+}
+
+// Addr is the address the front listens on.
+func (f *Front) Addr() string { return f.ln.Addr().String() }
+
+// Close stops the server (in-flight calls cancelled) and returns once its
+// goroutines have exited. Idempotent.
+func (f *Front) Close() {
+	f.once.Do(func() {
+		f.gs.Stop()
+		<-f.served
+	})
+}
+
+// tokenUnary and tokenStream read an etcd client's token (metadata
+// "token", set after Auth/Authenticate) as the bearer token the guard
+// checks, unless the call carries an authorization header itself.
+func tokenUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	return handler(withBearer(ctx), req)
+}
+
+func tokenStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return handler(srv, &ctxStream{ServerStream: ss, ctx: withBearer(ss.Context())})
+}
+
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *ctxStream) Context() context.Context { return s.ctx }
+
+func withBearer(ctx context.Context) context.Context {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok || len(md.Get("authorization")) > 0 {
+		return ctx
+	}
+	tok := md.Get("token")
+	if len(tok) == 0 {
+		return ctx
+	}
+	md = md.Copy()
+	md.Set("authorization", "Bearer "+tok[0])
+	return metadata.NewIncomingContext(ctx, md)
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -279,5 +280,46 @@ func TestEtcdAuth(t *testing.T) {
 	}
 	if _, err := r.Put(ctx, "a", "2"); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("put with an etcd:read token: %v, want PermissionDenied", err)
+	}
+}
+
+// TestEtcdConnLimitPerIP: the etcd listener has the node's per-IP
+// connection cap (--max-conns-per-ip), as the gRPC API and the Redis
+// front do: it had none, so one client could hold any number of
+// connections open.
+func TestEtcdConnLimitPerIP(t *testing.T) {
+	s := startNode(t, etcdfront.Config{}, func(c *cluster.Config) { c.MaxConnsPerIP = 3 })
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", s.EtcdAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// open reports whether c is still open after wait (a read that times
+	// out), not closed by the node (EOF or reset).
+	open := func(c net.Conn, wait time.Duration) bool {
+		_ = c.SetReadDeadline(time.Now().Add(wait))
+		buf := make([]byte, 64)
+		for {
+			_, err := c.Read(buf) // the server's HTTP/2 SETTINGS may come first
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return true
+			}
+			if err != nil {
+				return false
+			}
+		}
+	}
+	held := []net.Conn{dial(), dial(), dial()}
+	if over := dial(); open(over, 2*time.Second) {
+		t.Fatal("a fourth connection from one IP stayed open with --max-conns-per-ip 3")
+	}
+	for i, c := range held {
+		if !open(c, 200*time.Millisecond) {
+			t.Fatalf("connection %d within the limit was closed", i+1)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/swarmkv/swarmkv/api"
@@ -35,6 +36,9 @@ type Node interface {
 	LocalState() (*cluster.State, *shard.Map)
 	LeaderHint(id shard.ID) (leaderID, leaderAddr string)
 	ActiveVersion() int
+	// LimitConns wraps a listener with the node's per-IP connection cap
+	// (--max-conns-per-ip), as the gRPC API's and the Redis front's.
+	LimitConns(ln net.Listener, what string) net.Listener
 }
 
 // MetadataNamespace is the gRPC metadata key with which a client selects
@@ -125,9 +129,16 @@ func Start(n Node, cfg Config) (*Front, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdfront: listen %s: %w", cfg.Addr, err)
 	}
+	// The node's bounds for a client listener: connections per IP and
+	// calls per connection, as on the gRPC API (docs/security.md).
+	ln = n.LimitConns(ln, "etcd")
 	f := &Front{n: n, cfg: cfg, log: n.Logger().With("front", "etcd"), ln: ln, served: make(chan struct{})}
 	unary, stream := api.Guard(n.Authn)
 	opts := []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(n.Config().MaxConcurrentStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: n.Config().GRPCKeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: n.Config().GRPCMaxConnIdle,
+			Time: n.Config().GRPCKeepaliveTime, Timeout: n.Config().GRPCKeepaliveTimeout}),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes + grpcOverheadBytes),
 		grpc.ChainUnaryInterceptor(tokenUnary, unary),
 		grpc.ChainStreamInterceptor(tokenStream, stream),

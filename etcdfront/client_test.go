@@ -248,6 +248,17 @@ func TestEtcdAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A token is committed before the node's copy of the cluster state
+	// holds it (as in cluster's auth tests): wait until it does, or
+	// Authenticate refuses it (seen in CI without -race).
+	for _, tok := range []string{rw.Token, ro.Token} {
+		for _, ok := s.Node().Authn().IdentifyToken(tok); !ok; _, ok = s.Node().Authn().IdentifyToken(tok) {
+			if ctx.Err() != nil {
+				t.Fatal("the node never saw its new token")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	anon := newClient(t, s.EtcdAddr())
 	if _, err := anon.Put(ctx, "a", "1"); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("a put without a credential: %v, want PermissionDenied", err)

@@ -314,19 +314,7 @@ var errNoticeFrame = errors.New("transport: malformed quiet notice frame")
 
 // readNoticeFrame reads one length-prefixed frame of at most max bytes.
 func readNoticeFrame(rd *bufio.Reader, max uint32) ([]byte, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(rd, hdr[:]); err != nil {
-		return nil, err
-	}
-	l := binary.BigEndian.Uint32(hdr[:])
-	if l == 0 || l > max {
-		return nil, fmt.Errorf("%w: length %d", errNoticeFrame, l)
-	}
-	body := make([]byte, l)
-	if _, err := io.ReadFull(rd, body); err != nil {
-		return nil, err
-	}
-	return body, nil
+	return readFrame(rd, max, errNoticeFrame)
 }
 
 func validNoticeKind(k NoticeKind) bool { return k == NoticeQuiet || k == NoticeWake }

@@ -413,13 +413,20 @@ var errCheckFrame = errors.New("transport: malformed read check frame")
 
 // readCheckFrame reads one length-prefixed frame.
 func readCheckFrame(rd *bufio.Reader) ([]byte, error) {
+	return readFrame(rd, maxCheckFrame, errCheckFrame)
+}
+
+// readFrame reads one length-prefixed frame (u32 big-endian length, then
+// the body) of 1..max bytes: the framing of the read-check and notice
+// side channels; a bad length is errFrame.
+func readFrame(rd *bufio.Reader, max uint32, errFrame error) ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(rd, hdr[:]); err != nil {
 		return nil, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
-	if n == 0 || n > maxCheckFrame {
-		return nil, fmt.Errorf("%w: length %d", errCheckFrame, n)
+	if n == 0 || n > max {
+		return nil, fmt.Errorf("%w: length %d", errFrame, n)
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(rd, body); err != nil {

@@ -121,6 +121,10 @@ type Client struct {
 		conns   map[string]*nodeConn
 		closed  bool
 		version uint64
+		// suspect holds, per address, until when an attempt there is
+		// avoided while a shard's leader is unknown: an attempt sent
+		// there timed out or found no connection (markSuspect).
+		suspect map[string]time.Time
 	}
 	refreshMu sync.Mutex // one map refresh at a time
 	kas       *kaMux     // the keep-alive streams (leasemux.go)
@@ -345,7 +349,52 @@ func (c *Client) target(id shard.ID, attempt int, anyReplica bool, offset int) (
 	if r.leader != "" && !anyReplica {
 		return r.leader, true
 	}
-	return r.replicas[(offset+attempt)%len(r.replicas)], true
+	// The leader is unknown (or any replica serves): take the replicas in
+	// turn, passing over those an attempt recently found unresponsive
+	// unless all of them are.
+	n := len(r.replicas)
+	now := time.Now()
+	for i := range n {
+		addr := r.replicas[(offset+attempt+i)%n]
+		if until, ok := c.mu.suspect[addr]; !ok || now.After(until) {
+			return addr, true
+		}
+	}
+	return r.replicas[(offset+attempt)%n], true
+}
+
+// suspectFor is how long an address whose attempt timed out or found no
+// connection is passed over while a leader is unknown: about one election
+// (1 to 2 s), by which time the cluster has a new leader or the address
+// answers again.
+const suspectFor = 2 * time.Second
+
+// forget is the retry loop's answer to an attempt on addr that may have
+// been lost with its node (an ambiguous outcome): the shard's cached
+// leader is forgotten if it is addr, and when the attempt timed out or
+// the connection failed, addr is passed over for suspectFor while the
+// shard's leader is unknown, so the next call (the caller's next write
+// as well as this call's retry) asks another replica instead of waiting
+// on the same silent node again.
+func (c *Client) forget(id shard.ID, addr string, unresponsive bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := c.mu.shards[id]; r != nil && r.leader == addr {
+		r.leader = ""
+	}
+	if !unresponsive {
+		return
+	}
+	now := time.Now()
+	if c.mu.suspect == nil {
+		c.mu.suspect = map[string]time.Time{}
+	}
+	for a, until := range c.mu.suspect {
+		if now.After(until) {
+			delete(c.mu.suspect, a)
+		}
+	}
+	c.mu.suspect[addr] = now.Add(suspectFor)
 }
 
 func (c *Client) setLeader(id shard.ID, addr string) {
@@ -494,9 +543,13 @@ func (c *Client) call(ctx context.Context, d *dest, opts CallOptions, call Call)
 		last = cerr
 		switch class {
 		case classFatal:
-			if attemptTimedOut && opts.Idempotent {
-				c.setLeader(id, "")
-				continue
+			if attemptTimedOut {
+				// The node did not answer within the attempt: a write's
+				// outcome is unknown (returned as is), a read asks again.
+				c.forget(id, addr, true)
+				if opts.Idempotent {
+					continue
+				}
 			}
 			return cerr
 		case classNotLeader:
@@ -537,13 +590,13 @@ func (c *Client) call(ctx context.Context, d *dest, opts CallOptions, call Call)
 			// The map still gives the slot to the shard that refused it
 			// (a move the map does not publish yet): pause.
 		case classAmbiguous:
+			c.forget(id, addr, attemptTimedOut || errors.Is(cerr, ErrUnavailable))
 			if !opts.Idempotent {
 				if !errors.Is(cerr, ErrOutcomeUnknown) {
 					cerr = fmt.Errorf("%w: %w", ErrOutcomeUnknown, cerr)
 				}
 				return cerr
 			}
-			c.setLeader(id, "")
 		}
 		backoff.Wait(ctx)
 	}

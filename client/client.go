@@ -45,6 +45,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -123,11 +124,12 @@ type Client struct {
 		version uint64
 		// suspect holds, per address, until when an attempt there is
 		// avoided while a shard's leader is unknown: an attempt sent
-		// there timed out or found no connection (markSuspect).
+		// there timed out or found no connection (forget).
 		suspect map[string]time.Time
 	}
-	refreshMu sync.Mutex // one map refresh at a time
-	kas       *kaMux     // the keep-alive streams (leasemux.go)
+	suspects  atomic.Int32 // len(mu.suspect), read without the lock
+	refreshMu sync.Mutex   // one map refresh at a time
+	kas       *kaMux       // the keep-alive streams (leasemux.go)
 }
 
 // nodeConn is the connection to one node: stores' calls go through pipe
@@ -346,14 +348,17 @@ func (c *Client) target(id shard.ID, attempt int, anyReplica bool, offset int) (
 	if r == nil || len(r.replicas) == 0 {
 		return "", false
 	}
-	if r.leader != "" && !anyReplica {
-		return r.leader, true
-	}
-	// The leader is unknown (or any replica serves): take the replicas in
-	// turn, passing over those an attempt recently found unresponsive
-	// unless all of them are.
-	n := len(r.replicas)
 	now := time.Now()
+	if r.leader != "" && !anyReplica {
+		if until, ok := c.mu.suspect[r.leader]; !ok || now.After(until) {
+			return r.leader, true
+		}
+	}
+	// The leader is unknown (or any replica serves, or the map names a
+	// leader an attempt found silent): take the replicas in turn, passing
+	// over those an attempt recently found unresponsive unless all of them
+	// are.
+	n := len(r.replicas)
 	for i := range n {
 		addr := r.replicas[(offset+attempt+i)%n]
 		if until, ok := c.mu.suspect[addr]; !ok || now.After(until) {
@@ -395,6 +400,32 @@ func (c *Client) forget(id shard.ID, addr string, unresponsive bool) {
 		}
 	}
 	c.mu.suspect[addr] = now.Add(suspectFor)
+	c.suspects.Store(int32(len(c.mu.suspect)))
+}
+
+// suspected reports whether addr is passed over (forget).
+func (c *Client) suspected(addr string) bool {
+	if c.suspects.Load() == 0 {
+		return false
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	until, ok := c.mu.suspect[addr]
+	return ok && time.Now().Before(until)
+}
+
+// acquit ends the suspicion of addr: a call there succeeded.
+func (c *Client) acquit(addr string) {
+	c.mu.RLock()
+	_, ok := c.mu.suspect[addr]
+	c.mu.RUnlock()
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.mu.suspect, addr)
+	c.suspects.Store(int32(len(c.mu.suspect)))
 }
 
 func (c *Client) setLeader(id shard.ID, addr string) {
@@ -534,9 +565,15 @@ func (c *Client) call(ctx context.Context, d *dest, opts CallOptions, call Call)
 		}
 		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 		err = call(actx, nc.calls())
-		attemptTimedOut := actx.Err() != nil && ctx.Err() == nil
+		// The attempt's deadline passed: the client's timer, or the node's
+		// (it answers DeadlineExceeded by the same deadline, and may do so
+		// first).
+		attemptTimedOut := ctx.Err() == nil && (actx.Err() != nil || status.Code(err) == codes.DeadlineExceeded)
 		cancel()
 		if err == nil {
+			if c.suspects.Load() > 0 {
+				c.acquit(addr)
+			}
 			return nil
 		}
 		cerr, class, hint := classify(err)
@@ -553,6 +590,14 @@ func (c *Client) call(ctx context.Context, d *dest, opts CallOptions, call Call)
 			}
 			return cerr
 		case classNotLeader:
+			if la := hint.GetLeaderAddr(); la != "" && c.suspected(la) {
+				// A follower still names the leader an attempt found
+				// silent (it has not seen the election yet): going there
+				// costs an attempt timeout, and a write's outcome. Ask
+				// the other replicas again after the pause instead.
+				c.forget(id, la, false)
+				break
+			}
 			if hint.GetLeaderAddr() != "" && hint.GetLeaderAddr() != addr {
 				c.setLeader(id, hint.GetLeaderAddr())
 				if hints.now() {

@@ -20,9 +20,11 @@ import (
 // but a has gone silent (cut off by a partition: every Put hangs until its
 // caller gives up), while b, the new leader, serves.
 type silentPair struct {
-	addr  [2]string
-	puts  [2]atomic.Int64 // Puts that reached a, b
-	stops []func()
+	addr [2]string
+	puts [2]atomic.Int64 // Puts that reached a, b
+	// staleHints is how many Puts b answers "not leader, leader is a"
+	// before it serves (it has not seen the election yet).
+	staleHints int64
 }
 
 type silentNode struct {
@@ -40,17 +42,20 @@ func (n *silentNode) ClusterMap(context.Context, *rpc.ClusterMapRequest) (*rpc.C
 }
 
 func (n *silentNode) Put(ctx context.Context, _ *rpc.PutRequest) (*rpc.PutResponse, error) {
-	n.p.puts[n.i].Add(1)
+	calls := n.p.puts[n.i].Add(1)
 	if n.silent {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
+	if calls <= n.p.staleHints {
+		return nil, rpc.KindNotLeader.Status("not the leader", &rpc.NotLeader{Shard: 0, LeaderId: "a", LeaderAddr: n.p.addr[0]})
+	}
 	return &rpc.PutResponse{Index: 1}, nil
 }
 
-func newSilentPair(t *testing.T) *silentPair {
+func newSilentPair(t *testing.T, staleHints int64) *silentPair {
 	t.Helper()
-	p := &silentPair{}
+	p := &silentPair{staleHints: staleHints}
 	for i := range 2 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -77,7 +82,7 @@ func newSilentPair(t *testing.T) *silentPair {
 // timed out too, one attempt timeout per write for as long as the
 // partition lasted (docs/operations.md, "Losing a zone, measured").
 func TestAmbiguousWriteForgetsSilentLeader(t *testing.T) {
-	p := newSilentPair(t)
+	p := newSilentPair(t, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := client.New(ctx, client.Config{Endpoints: []string{p.addr[1]}, Unary: true, AttemptTimeout: 200 * time.Millisecond})
@@ -100,5 +105,31 @@ func TestAmbiguousWriteForgetsSilentLeader(t *testing.T) {
 	}
 	if p.puts[0].Load() != 1 || p.puts[1].Load() != 3 {
 		t.Fatalf("puts reached a %d times, b %d times; want 1, 3", p.puts[0].Load(), p.puts[1].Load())
+	}
+}
+
+// TestStaleHintToSilentLeaderNotFollowed: after an attempt timed out on
+// the leader, the other replica still names it (its election timeout has
+// not passed yet); the client does not send the next write back there on
+// that hint, but asks the other replica again until it serves. Before, the
+// hint sent the write to the silent node, which cost an attempt timeout
+// and left the write's outcome unknown.
+func TestStaleHintToSilentLeaderNotFollowed(t *testing.T) {
+	p := newSilentPair(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{Endpoints: []string{p.addr[1]}, Unary: true, AttemptTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Put(ctx, []byte("rk"), []byte("k"), []byte("v1")); !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("first put, sent to the silent leader: %v, want ErrOutcomeUnknown", err)
+	}
+	if err := c.Put(ctx, []byte("rk"), []byte("k"), []byte("v2")); err != nil {
+		t.Fatalf("second put: %v (the client followed the stale hint to the silent node; puts a %d, b %d)", err, p.puts[0].Load(), p.puts[1].Load())
+	}
+	if a, b := p.puts[0].Load(), p.puts[1].Load(); a != 1 || b != 4 {
+		t.Fatalf("puts reached a %d times, b %d times; want 1, 4 (three stale hints, then served)", a, b)
 	}
 }

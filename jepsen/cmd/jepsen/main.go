@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	runID := fmt.Sprintf("%x", *seed&0xffffffff)
+	runID := runIDOf(*seed, time.Now())
 	var wls []jepsen.Workload
 	for _, name := range strings.Split(*workloads, ",") {
 		w, err := jepsen.NewWorkload(strings.TrimSpace(name), runID, jepsen.WorkloadOptions{Keys: *keys, OpsPerKey: *opsPerKey,
@@ -133,4 +133,13 @@ func run(ctx context.Context, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// runIDOf names a run's keys, routing keys and accounts: the seed (which
+// also draws the schedule) and the start time. The checkers assume that
+// no other run wrote the run's keys; the seed alone repeated them when the
+// same seed ran again on a cluster that kept the first run's data (every
+// checker then reported the first run's values as anomalies).
+func runIDOf(seed uint64, start time.Time) string {
+	return fmt.Sprintf("%x-%x", seed&0xffffffff, uint64(start.UnixNano())&0xffffffffff)
 }

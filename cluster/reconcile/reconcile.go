@@ -400,12 +400,12 @@ func (rc *Reconciler) stepGroup(ctx context.Context, g placement.Group, obs Obse
 		g.Voters, g.Learners = a.Voters, a.Learners
 		a = placement.Step(g, obs.decide(), lv)
 	}
-	return rc.act(ctx, a, obs)
+	return rc.act(ctx, a, obs, lv)
 }
 
 // act carries out a, a step of a group observed as obs; did reports
 // whether it did something.
-func (rc *Reconciler) act(ctx context.Context, a placement.Action, obs Observation) (bool, error) {
+func (rc *Reconciler) act(ctx context.Context, a placement.Action, obs Observation, lv *placement.Liveness) (bool, error) {
 	g := a.Group
 	switch a.Kind {
 	case placement.ActSetPlacement:
@@ -415,11 +415,40 @@ func (rc *Reconciler) act(ctx context.Context, a placement.Action, obs Observati
 	case placement.ActAddLearner:
 		return true, rc.addLearner(ctx, g, obs, a.Target)
 	case placement.ActPromote:
-		if err := rc.changeGroup(ctx, g, obs, rpc.ReplicaChange_REPLICA_CHANGE_ADD_VOTER, a.Target); err != nil {
+		// The round's statuses may be a round old. A non-voter that died
+		// since (its zone lost) would, once a voter, leave a group of four
+		// voters with two dead and no quorum until it came back (the
+		// zones run found a shard stopped for the whole minute of a
+		// zone's loss that way): ask the group again right before.
+		fresh := rc.observe(ctx, g, nil)
+		if fresh.Leader == nil {
+			return false, nil
+		}
+		if b := placement.Step(g, fresh.decide(), lv); b.Kind != placement.ActPromote || b.Target != a.Target {
+			rc.h.Log.Info("promotion called off: the group changed", "group", g.String(), "target_node", a.Target, "now", b.Kind.String(), "reason", b.Reason)
+			return false, nil
+		}
+		if err := rc.changeGroup(ctx, g, fresh, rpc.ReplicaChange_REPLICA_CHANGE_ADD_VOTER, a.Target); err != nil {
 			return true, err
 		}
-		_, err := rc.updatePlacement(ctx, g, a.Voters, a.Learners)
+		if _, err := rc.updatePlacement(ctx, g, a.Voters, a.Learners); err != nil {
+			return true, err
+		}
 		rc.h.Log.Info("replica promoted to voter", "group", g.String(), "target_node", a.Target)
+		// A promotion that moves a replica leaves a voter beyond the
+		// target, and for a move within a zone, two voters in one zone:
+		// take the group's next step (the removal) now, not a round later,
+		// so that the group spends as little time as it can that way.
+		st, err := rc.h.Read(ctx)
+		if err != nil {
+			return true, err
+		}
+		g2 := placement.GroupOf(st, g)
+		if obs2 := rc.observe(ctx, g2, nil); obs2.Leader != nil {
+			if b := placement.Step(g2, obs2.decide(), lv); b.Kind == placement.ActRemove || b.Kind == placement.ActTransferLeader {
+				_, err = rc.act(ctx, b, obs2, lv)
+			}
+		}
 		return true, err
 	case placement.ActRemove:
 		return true, rc.removeFromGroup(ctx, g, obs, a.Target)

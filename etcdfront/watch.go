@@ -316,7 +316,7 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		<-ws.closed // the watchers have ended: nothing more is queued
 		ws.drain()
 	}()
-	stopWatchdog := ws.watchdog()
+	stopWatchdog := ws.watchdog(r, requireLeader(ctx))
 	select {
 	case err = <-loopErr:
 	case <-ws.ctx.Done():
@@ -474,19 +474,33 @@ func (ws *watchStream) sendLoop(stream pb.Watch_WatchServer) error {
 }
 
 // watchdog ends the stream when a Send has been blocked longer than the
-// send timeout (a client that stopped reading); it returns its stop.
-func (ws *watchStream) watchdog() (stop func()) {
+// send timeout (a client that stopped reading), and, for a stream that
+// requires a leader (clientv3.WithRequireLeader), when the replica has
+// known no leader at two checks in a row (etcd's "no leader", which the
+// official client returns to the watcher instead of resuming); it
+// returns its stop.
+func (ws *watchStream) watchdog(r leaderKnower, needLeader bool) (stop func()) {
 	timeout := ws.f.cfg.WatchSendTimeout
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(max(timeout/4, time.Millisecond))
+		t := time.NewTicker(min(max(timeout/4, time.Millisecond), time.Second))
 		defer t.Stop()
+		leaderless := 0
 		for {
 			select {
 			case <-t.C:
+				if needLeader {
+					if leaderless++; r.Leader() != "" {
+						leaderless = 0
+					}
+					if leaderless >= 2 {
+						ws.cancel(rpctypes.ErrGRPCNoLeader)
+						return
+					}
+				}
 				if since := ws.sending.Load(); since != 0 && time.Since(time.Unix(0, since)) > timeout {
 					ws.f.log.Warn("etcd watch: a client stopped reading; ending its stream", "conn", ws.conn, "namespace", ws.ns, "timeout", timeout)
 					err := status.Errorf(codes.Unavailable, "swarmkv: watch stream ended: the client read nothing for %v (slow consumer): watch again", timeout)
@@ -500,6 +514,9 @@ func (ws *watchStream) watchdog() (stop func()) {
 	}()
 	return func() { close(done); wg.Wait() }
 }
+
+// leaderKnower is what the watchdog asks a replica (*replica.Replica).
+type leaderKnower interface{ Leader() string }
 
 // watchers returns the stream's watchers.
 func (ws *watchStream) watchers() []*watcher {

@@ -187,13 +187,16 @@ type watchCounts struct {
 	mu    sync.Mutex
 	node  int
 	conns map[string]int
-	// bytes bounds the events read and not yet sent (watchNodeBytes).
+	// bytes bounds the events read and not yet sent (watchNodeBytes,
+	// total).
 	bytes *semaphore.Weighted
+	total int64
 	held  atomic.Int64 // bytes acquired now (tests, metrics)
 }
 
 func newWatchCounts(cfg Config) *watchCounts {
-	return &watchCounts{conns: make(map[string]int), bytes: semaphore.NewWeighted(watchNodeBytes(cfg))}
+	n := watchNodeBytes(cfg)
+	return &watchCounts{conns: make(map[string]int), bytes: semaphore.NewWeighted(n), total: n}
 }
 
 func (c *watchCounts) admit(conn string, maxNode, maxConn int) error {
@@ -766,17 +769,21 @@ func (ws *watchStream) run(w *watcher, start int64) {
 		}
 		// Hold what the page holds: its size (more than the page when
 		// one revision is larger, less when it is small).
-		if size > held {
-			if err := counts.bytes.Acquire(w.ctx, size-held); err != nil {
+		// (A revision larger than the node's whole budget, a txn replacing
+		// many large values with prev_kv, takes the whole budget: asking
+		// for more would wait forever.)
+		switch want := min(size, counts.total); {
+		case want > held:
+			if err := counts.bytes.Acquire(w.ctx, want-held); err != nil {
 				releaseAll()
 				return
 			}
-			counts.held.Add(size - held)
-			held = size
-		} else if len(events) > 0 {
-			counts.bytes.Release(held - size)
-			counts.held.Add(size - held)
-			held = size
+			counts.held.Add(want - held)
+			held = want
+		case want < held && len(events) > 0:
+			counts.bytes.Release(held - want)
+			counts.held.Add(want - held)
+			held = want
 		}
 		upTo := min(page.Next-1, page.Current)
 		m := outMsg{w: w, upTo: upTo}

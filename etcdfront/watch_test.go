@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,11 +15,13 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/swarmkv/swarmkv/cluster"
 	"github.com/swarmkv/swarmkv/etcdfront"
 	"github.com/swarmkv/swarmkv/keys"
 	"github.com/swarmkv/swarmkv/server"
@@ -478,4 +483,111 @@ func TestEtcdWatchFollowsMove(t *testing.T) {
 	if id, _, _ := s.Node().Route(keys.EtcdRoutingKey(etcdfront.DefaultNamespace)); id != mv.Target {
 		t.Fatalf("the namespace is on shard %d, want the split's target %d", id, mv.Target)
 	}
+}
+
+// TestEtcdWatchOnFollower: a 3-node cluster; a watch on a node that does
+// not lead the namespace's shard is served from its replica's applied
+// state: the writes made through the leader arrive in order with their
+// revisions, and a replay from a revision works there too.
+func TestEtcdWatchOnFollower(t *testing.T) {
+	const n = 3
+	cfgs := make([]cluster.Config, n)
+	for i := range cfgs {
+		name := fmt.Sprint("n", i+1)
+		cfgs[i] = cluster.Config{
+			ID: name, DataDir: filepath.Join(t.TempDir(), name), BootstrapExpect: n, Shards: 1,
+			RaftAddr: addr(t), GRPCAddr: addr(t), GossipAddr: addr(t),
+			HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond,
+			LeaderLeaseTimeout: 100 * time.Millisecond, GossipProfile: "local",
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		}
+	}
+	nodes := make([]*server.Server, n)
+	for i := range cfgs {
+		for j := range cfgs {
+			if j != i {
+				cfgs[i].Join = append(cfgs[i].Join, cfgs[j].GossipAddr)
+			}
+		}
+		s, err := server.New(cfgs[i], server.WithEtcd(etcdfront.Config{Addr: addr(t)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		nodes[i] = s
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	rk := keys.EtcdRoutingKey(etcdfront.DefaultNamespace)
+	var leader, follower *server.Server // of the namespace's shard
+	for leader == nil || follower == nil {
+		if ctx.Err() != nil {
+			t.Fatal("no leader and follower of the namespace's shard")
+		}
+		time.Sleep(20 * time.Millisecond)
+		leader, follower = nil, nil
+		for _, s := range nodes {
+			if s.Node().Ready() != nil {
+				continue
+			}
+			_, r, err := s.Node().Route(rk)
+			if err != nil || r == nil {
+				continue
+			}
+			if r.IsLeader() {
+				leader = s
+			} else if r.Leader() != "" {
+				follower = s
+			}
+		}
+	}
+	fc := newClient(t, follower.EtcdAddr())
+	// Each write a compare-and-swap, retried until it is seen: a write
+	// whose outcome was unknown (an election on this loaded machine) is
+	// then never applied twice.
+	var eps []string
+	for _, s := range nodes {
+		eps = append(eps, s.EtcdAddr())
+	}
+	all, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
+	write := func(v string, cmp clientv3.Cmp) {
+		t.Helper()
+		for {
+			_, err := all.Txn(ctx).If(cmp).Then(clientv3.OpPut("k", v)).Commit()
+			if err == nil {
+				if g, err := all.Get(ctx, "k"); err == nil && len(g.Kvs) == 1 && string(g.Kvs[0].Value) == v {
+					return
+				}
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("put k=%s: %v", v, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	write("2", clientv3.Compare(clientv3.Version("k"), "=", 0))
+	// A watch without a start revision starts after the revision the
+	// follower has applied (its created header's): wait until that is 2.
+	for {
+		g, err := fc.Get(ctx, "k", clientv3.WithSerializable())
+		if err == nil && g.Header.Revision >= 2 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the follower never applied revision 2: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	wch := fc.Watch(clientv3.WithRequireLeader(ctx), "k")
+	waitWatchers(t, follower, 1)
+	for i := 3; i <= 5; i++ {
+		write(fmt.Sprint(i), clientv3.Compare(clientv3.Value("k"), "=", fmt.Sprint(i-1)))
+	}
+	sameEvents(t, "on the follower", recvEvents(t, wch, 3), "PUT k=3@3", "PUT k=4@4", "PUT k=5@5")
+	sameEvents(t, "a replay on the follower", recvEvents(t, fc.Watch(ctx, "k", clientv3.WithRev(2)), 4),
+		"PUT k=2@2", "PUT k=3@3", "PUT k=4@4", "PUT k=5@5")
 }

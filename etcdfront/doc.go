@@ -22,12 +22,21 @@
 // (api.Guard, api/auth.go's grpcPerms: keyspace "etcd", read or write);
 // Auth/Authenticate takes a swarmkv token as the password and returns it
 // as the etcd token, which the client then sends on every call (metadata
-// "token", read as a bearer token). Methods not served yet (Watch, Lease,
-// the cluster and auth administration) answer codes.Unimplemented after
-// the guard.
+// "token", read as a bearer token). Methods not served yet (Lease, the
+// cluster and auth administration) answer codes.Unimplemented after the
+// guard.
 //
-// Threads: grpc-go's serving goroutines; Close stops the server (in-flight
-// calls are cancelled) and returns after they have exited.
+// Watch (watch.go) is served by the local replica of the namespace's
+// shard, leader or follower, from the namespace's history, woken by the
+// state machine after each commit that gives the namespace a revision
+// (fsm.FSM.EtcdChanged); the stream ends with codes.Unavailable when the
+// namespace moves or the replica stops, and the official client resumes
+// its watchers from their last revisions.
+//
+// Threads: grpc-go's serving goroutines; per Watch stream a receiving and
+// a sending goroutine and one per watcher (watch.go); Close stops the
+// server (in-flight calls are cancelled) and returns after they have
+// exited.
 //
 // Usage (package server does this with serve --etcd-addr):
 //

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
@@ -64,6 +65,19 @@ type Config struct {
 	// MiB, at most 8 MiB. gRPC refuses a message over it plus 512 KiB
 	// before decoding it.
 	MaxRequestBytes int
+	// MaxWatchers bounds the watchers the front serves on the node (serve
+	// --etcd-max-watchers); default 10000. MaxWatchersPerConn bounds them
+	// per client connection (serve --etcd-max-watchers-per-conn); default
+	// 1000. A create over either is refused (watch.go).
+	MaxWatchers, MaxWatchersPerConn int
+	// WatchProgressInterval is how often a watcher that asked for
+	// progress notifications and got no event gets one (etcd's
+	// --experimental-watch-progress-notify-interval); default 10 minutes.
+	WatchProgressInterval time.Duration
+	// WatchSendTimeout ends a Watch stream whose client has read nothing
+	// for that long while the front has responses for it (a slow
+	// consumer); default 1 minute. The official client resumes.
+	WatchSendTimeout time.Duration
 }
 
 // Defaults.
@@ -86,7 +100,7 @@ func (c Config) WithDefaults() Config {
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = DefaultMaxRequestBytes
 	}
-	return c
+	return c.watchDefaults()
 }
 
 // Validate reports a bad Config.
@@ -101,7 +115,7 @@ func (c Config) Validate() error {
 	case c.MaxRequestBytes < 1 || c.MaxRequestBytes > maxMaxRequestBytes:
 		return fmt.Errorf("etcdfront: max request bytes %d, want 1..%d", c.MaxRequestBytes, maxMaxRequestBytes)
 	}
-	return nil
+	return c.validateWatch()
 }
 
 // Front is a node's etcd front: a listener and its gRPC server.
@@ -112,8 +126,9 @@ type Front struct {
 	ln  net.Listener
 	gs  *grpc.Server
 
-	served chan struct{}
-	once   sync.Once
+	served  chan struct{}
+	once    sync.Once
+	watches *watchCounts
 }
 
 // Start validates cfg, listens on cfg.Addr and serves etcd's services.
@@ -132,7 +147,8 @@ func Start(n Node, cfg Config) (*Front, error) {
 	// The node's bounds for a client listener: connections per IP and
 	// calls per connection, as on the gRPC API (docs/security.md).
 	ln = n.LimitConns(ln, "etcd")
-	f := &Front{n: n, cfg: cfg, log: n.Logger().With("front", "etcd"), ln: ln, served: make(chan struct{})}
+	f := &Front{n: n, cfg: cfg, log: n.Logger().With("front", "etcd"), ln: ln, served: make(chan struct{}),
+		watches: newWatchCounts(cfg)}
 	unary, stream := api.Guard(n.Authn)
 	opts := []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(n.Config().MaxConcurrentStreams),
@@ -178,7 +194,7 @@ func checkSecure(addr string, c cluster.Config, tlsOn bool) error {
 // register registers every etcd service on gs (the tests walk it).
 func (f *Front) register(gs *grpc.Server) {
 	pb.RegisterKVServer(gs, &kvServer{f: f})
-	pb.RegisterWatchServer(gs, &pb.UnimplementedWatchServer{})
+	pb.RegisterWatchServer(gs, &watchServer{f: f})
 	pb.RegisterLeaseServer(gs, &pb.UnimplementedLeaseServer{})
 	pb.RegisterClusterServer(gs, &clusterServer{f: f})
 	pb.RegisterMaintenanceServer(gs, &maintenanceServer{f: f})

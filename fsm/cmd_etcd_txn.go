@@ -125,6 +125,7 @@ func applyEtcdTxn(a *applier, c *Command, _ uint64, res *Result) error {
 			return err
 		}
 		out.Revision = int64(w.rev)
+		a.etcdWrote(t.NS)
 	}
 	res.Etcd, res.Succeeded = out, true
 	return nil

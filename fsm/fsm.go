@@ -228,6 +228,8 @@ type FSM struct {
 	}
 	hist sync.Pool // of *histRecorder, reused across runs
 	own  Own       // the node's own proposals, applied without decoding
+	// etcdWake wakes the etcd front's watchers (EtcdChanged).
+	etcdWake etcdWake
 }
 
 // Own is where the node's replica records the commands it proposes, so
@@ -427,6 +429,7 @@ func (f *FSM) Close() error {
 		return nil
 	}
 	f.mu.closed = true
+	f.wakeAllEtcd(true)
 	f.snaps.Lock()
 	for s := range f.snaps.open {
 		_ = s.snap.Close()
@@ -587,6 +590,9 @@ type applier struct {
 	// leaseIDs and resync are the lease news of the batch (OnLeases).
 	leaseIDs []uint64
 	resync   bool
+	// etcdNS are the etcd namespaces the batch gave a new revision
+	// (woken after it commits: EtcdChanged).
+	etcdNS []string
 	// ch is the change a registry, billing, pool or lease op runs in
 	// (newChange), one at a time: a change handed to an op's body through
 	// the dispatch table (an indirect call) would escape, one heap
@@ -605,8 +611,11 @@ func (a *applier) newChange(st *slotState, ledger bool) *change {
 	return &a.ch
 }
 
-// notify hands the committed batch's lease news to Config.OnLeases.
+// notify hands the committed batch's lease news to Config.OnLeases and
+// wakes the watchers of the etcd namespaces it wrote.
 func (a *applier) notify() {
+	a.f.wakeEtcd(a.etcdNS)
+	a.etcdNS = a.etcdNS[:0]
 	if a.f.onLeases != nil && (len(a.leaseIDs) > 0 || a.resync) {
 		a.f.onLeases(LeaseChanges{IDs: a.leaseIDs, Resync: a.resync})
 	}
@@ -642,8 +651,11 @@ func (f *FSM) commit(b *pebble.Batch, index uint64, st *slotState) error {
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return err
 	}
-	f.slots.Store(st)
+	moved := f.slots.Swap(st) != st
 	f.setApplied(index)
+	if moved { // ownership changed: an etcd namespace may have moved
+		f.wakeAllEtcd(false)
+	}
 	return nil
 }
 

@@ -298,6 +298,7 @@ func (f *FSM) restore(sr *snapshotReader) error {
 	f.failed.Store(nil)
 	f.restoring.Store(false)
 	f.setApplied(sr.hdr.index)
+	f.wakeAllEtcd(false)
 	if f.onLeases != nil {
 		f.onLeases(LeaseChanges{Resync: true})
 	}

@@ -115,6 +115,9 @@ func (s *Server) EtcdAddr() string {
 	return s.etcd.Addr()
 }
 
+// Etcd returns the etcd front (nil without WithEtcd).
+func (s *Server) Etcd() *etcdfront.Front { return s.etcd }
+
 // Node returns the node.
 func (s *Server) Node() *cluster.Node { return s.node }
 

@@ -101,6 +101,8 @@ func TestServeFlagDefaults(t *testing.T) {
 		// The etcd front's own settings (etcdfront.Config's defaults).
 		"etcd-addr": "", "etcd-namespace": etcdfront.DefaultNamespace, "etcd-max-txn-ops": fmt.Sprint(etcdfront.DefaultMaxTxnOps),
 		"etcd-max-request-bytes": formatSize(etcdfront.DefaultMaxRequestBytes),
+		"etcd-max-watchers":      fmt.Sprint(etcdfront.DefaultMaxWatchers), "etcd-max-watchers-per-conn": fmt.Sprint(etcdfront.DefaultMaxWatchersPerConn),
+		"etcd-watch-progress-interval": etcdfront.DefaultWatchProgressInterval.String(), "etcd-watch-send-timeout": etcdfront.DefaultWatchSendTimeout.String(),
 	}
 	d := cluster.Config{}.WithDefaults()
 	shifted := d

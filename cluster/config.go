@@ -26,7 +26,7 @@ import (
 // binary speaks; the cluster runs one of them, raised as its members are
 // upgraded (version.go; seed 004's handshake rule).
 const (
-	ProtocolVersion    = 5
+	ProtocolVersion    = 6
 	MinProtocolVersion = 1
 )
 

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/swarmkv/swarmkv/auth"
@@ -91,10 +92,21 @@ func (s authState) Token(id string) (authn.Token, bool) {
 	return authn.Token{}, false
 }
 
-// grpcServerOptions are the gRPC server's transport options: TLS with the
-// node certificate (a client certificate of the CA is verified if given).
-func (n *Node) grpcServerOptions() []grpc.ServerOption {
-	var opts []grpc.ServerOption
+// GRPCServerOptions are the transport options of a gRPC server of the
+// node that clients reach (its gRPC API and the etcd front): TLS with the
+// node certificate (a client certificate of the CA is verified if given),
+// the bounds of one connection (calls at once, --max-concurrent-streams),
+// keepalive enforcement (--grpc-keepalive-min-time: a client pinging
+// faster is dropped), the server's own pings and the idle limit
+// (docs/security.md). Each server adds its interceptors and message sizes.
+func (n *Node) GRPCServerOptions() []grpc.ServerOption {
+	cfg := n.cfg
+	opts := []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.GRPCKeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.GRPCMaxConnIdle,
+			Time: cfg.GRPCKeepaliveTime, Timeout: cfg.GRPCKeepaliveTimeout}),
+	}
 	if n.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(n.tls.ServerConfig(false))))
 	}

@@ -26,7 +26,7 @@ import (
 // binary speaks; the cluster runs one of them, raised as its members are
 // upgraded (version.go; seed 004's handshake rule).
 const (
-	ProtocolVersion    = 5
+	ProtocolVersion    = 6
 	MinProtocolVersion = 1
 )
 
@@ -912,39 +912,51 @@ func (e *insecureError) Unwrap() []error { return []error{ErrInsecure, ErrConfig
 // address without a key) unless Insecure is set, and Auth without TLS on
 // any non-loopback listener even with Insecure: without TLS a node's
 // identity and a client's token cross the network in the clear, so auth
-// there would be a promise the node cannot keep.
+// there would be a promise the node cannot keep. Each listener follows
+// CheckListener.
 func (c Config) checkSecure() error {
 	listeners := [][2]string{{"grpc", c.GRPCAddr}, {"raft", c.RaftAddr}, {"http", c.HTTPAddr}, {"gossip", c.GossipAddr}, {"redis", c.RedisAddr}}
 	if !c.TLS.Enabled() {
 		if c.ClusterSecretFile != "" && !c.Auth {
 			return errConfigf("cluster secret file %s: only used with --auth without TLS", c.ClusterSecretFile)
 		}
-		if c.Auth {
-			for _, l := range listeners {
-				if l[1] != "" && !IsLoopback(l[1]) {
-					return &insecureError{fmt.Sprintf("refusing --auth without TLS on %s (%s), even with --insecure: tokens and node credentials would cross the network in the clear; set --tls-ca, --tls-cert and --tls-key or listen on loopback", l[1], l[0])}
-				}
-			}
-			if c.ClusterSecretFile == "" && len(c.Join) > 0 {
-				return errConfigf("--auth without TLS on a node that joins others (--join) needs --cluster-secret-file: the same secret file on every node (a one-node cluster makes its own)")
-			}
-		}
 	} else if c.ClusterSecretFile != "" {
 		return errConfigf("cluster secret file %s: not used with TLS (node certificates prove who a node is); drop --cluster-secret-file", c.ClusterSecretFile)
 	}
-	if c.Insecure {
+	for _, l := range listeners {
+		if err := c.CheckListener(l[0], l[1]); err != nil {
+			return err
+		}
+	}
+	// After the listeners: a listener's refusal says more.
+	if !c.TLS.Enabled() && c.Auth && c.ClusterSecretFile == "" && len(c.Join) > 0 {
+		return errConfigf("--auth without TLS on a node that joins others (--join) needs --cluster-secret-file: the same secret file on every node (a one-node cluster makes its own)")
+	}
+	if c.Insecure || !c.TLS.Enabled() {
 		return nil
 	}
-	for _, l := range listeners {
-		if l[1] == "" || IsLoopback(l[1]) {
-			continue
-		}
-		if !c.TLS.Enabled() {
-			return &insecureError{fmt.Sprintf("refusing to listen on %s (%s) without TLS: set --tls-ca, --tls-cert and --tls-key (swarmnode certs makes them) or pass --insecure", l[1], l[0])}
-		}
-		if l[0] == "gossip" && len(c.GossipKeys) == 0 {
-			return &insecureError{fmt.Sprintf("refusing to gossip on %s unencrypted: set --gossip-key-file (swarmnode certs ca writes one) or pass --insecure", l[1])}
-		}
+	if c.GossipAddr != "" && !IsLoopback(c.GossipAddr) && len(c.GossipKeys) == 0 {
+		return &insecureError{fmt.Sprintf("refusing to gossip on %s unencrypted: set --gossip-key-file (swarmnode certs ca writes one) or pass --insecure", c.GossipAddr)}
+	}
+	return nil
+}
+
+// CheckListener is the node's rule for one of its listeners, what (a name
+// for the message: "grpc", "redis", "etcd") on addr ("" is no listener):
+// off loopback it needs TLS, or Insecure; with Auth it needs TLS even with
+// Insecure (tokens and node credentials would cross the network in the
+// clear). The error matches ErrInsecure and ErrConfig. Validate applies
+// it to the node's own listeners; a front with a listener of its own
+// (etcdfront) applies it to its address.
+func (c Config) CheckListener(what, addr string) error {
+	if addr == "" || c.TLS.Enabled() || IsLoopback(addr) {
+		return nil
+	}
+	if c.Auth {
+		return &insecureError{fmt.Sprintf("refusing --auth without TLS on %s (%s), even with --insecure: tokens and node credentials would cross the network in the clear; set --tls-ca, --tls-cert and --tls-key or listen on loopback", addr, what)}
+	}
+	if !c.Insecure {
+		return &insecureError{fmt.Sprintf("refusing to listen on %s (%s) without TLS: set --tls-ca, --tls-cert and --tls-key (swarmnode certs makes them) or pass --insecure", addr, what)}
 	}
 	return nil
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/keepalive"
 	"lukechampine.com/blake3"
 
 	"github.com/swarmkv/swarmkv/auth/authn"
@@ -276,13 +275,9 @@ func New(cfg Config, services ...func(*Node) Services) (_ *Node, err error) {
 		unary = append(unary, refuseUnguarded)
 		stream = append(stream, refuseUnguardedStream)
 	}
-	n.grpcSrv = grpc.NewServer(append(n.grpcServerOptions(),
+	n.grpcSrv = grpc.NewServer(append(n.GRPCServerOptions(),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
-		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.GRPCKeepaliveMinTime, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.GRPCMaxConnIdle,
-			Time: cfg.GRPCKeepaliveTime, Timeout: cfg.GRPCKeepaliveTimeout}),
 		grpc.MaxRecvMsgSize(n.maxRequestBytes()),
 		grpc.MaxSendMsgSize(n.maxRequestBytes()+cfg.MaxScanPage*(cfg.Limits.MaxKeySize+cfg.Limits.MaxValueSize)),
 	)...)

@@ -60,6 +60,10 @@ const (
 
 	// Version 5 brings the etcd namespaces (fsm.VersionEtcd: OpEtcdTxn and
 	// OpEtcdCompact, the etcd front's writes).
+
+	// Version 6 brings nested etcd txns (fsm.VersionEtcdNested: an
+	// OpEtcdTxn with a txn in a branch, which a binary of 5 refuses as
+	// malformed).
 )
 
 // defaultIncarnationGrace is Testing.IncarnationGrace's default.

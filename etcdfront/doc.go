@@ -16,7 +16,8 @@
 // answers codes.Unavailable, naming the leader: the official client
 // retries a Range on its next endpoint and does not retry a write (etcd's
 // own rule for Unavailable), so point clients at every node's etcd
-// address; forwarding writes to the leader is a later slice.
+// address; forwarding writes to the leader is a later slice. A txn may
+// nest txns in its branches (etcd semantics, fsm/cmd_etcd_txn.go).
 //
 // Every method goes through the node's one authorization table
 // (api.Guard, api/auth.go's grpcPerms: keyspace "etcd", read or write);

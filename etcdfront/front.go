@@ -12,8 +12,6 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/swarmkv/swarmkv/api"
@@ -34,6 +32,10 @@ type Node interface {
 	Logger() *slog.Logger
 	Authn() *authn.Authenticator
 	ServerTLS() *tls.Config
+	// GRPCServerOptions are the node's options for a client-facing gRPC
+	// server: TLS and the bounds of a connection (streams, keepalive
+	// enforcement, idle limit), the same as its gRPC API's.
+	GRPCServerOptions() []grpc.ServerOption
 	LocalState() (*cluster.State, *shard.Map)
 	LeaderHint(id shard.ID) (leaderID, leaderAddr string)
 	ActiveVersion() int
@@ -137,7 +139,9 @@ func Start(n Node, cfg Config) (*Front, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := checkSecure(cfg.Addr, n.Config(), n.ServerTLS() != nil); err != nil {
+	// The node's rule for its own listeners: off loopback, TLS or
+	// --insecure; with --auth, TLS even with --insecure.
+	if err := n.Config().CheckListener("etcd", cfg.Addr); err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -150,19 +154,11 @@ func Start(n Node, cfg Config) (*Front, error) {
 	f := &Front{n: n, cfg: cfg, log: n.Logger().With("front", "etcd"), ln: ln, served: make(chan struct{}),
 		watches: newWatchCounts(cfg)}
 	unary, stream := api.Guard(n.Authn)
-	opts := []grpc.ServerOption{
-		grpc.MaxConcurrentStreams(n.Config().MaxConcurrentStreams),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: n.Config().GRPCKeepaliveMinTime, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: n.Config().GRPCMaxConnIdle,
-			Time: n.Config().GRPCKeepaliveTime, Timeout: n.Config().GRPCKeepaliveTimeout}),
-		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes + grpcOverheadBytes),
+	f.gs = grpc.NewServer(append(n.GRPCServerOptions(),
+		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverheadBytes),
 		grpc.ChainUnaryInterceptor(tokenUnary, unary),
 		grpc.ChainStreamInterceptor(tokenStream, stream),
-	}
-	if t := n.ServerTLS(); t != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(t)))
-	}
-	f.gs = grpc.NewServer(opts...)
+	)...)
 	f.register(f.gs)
 	go func() {
 		defer close(f.served)
@@ -172,23 +168,6 @@ func Start(n Node, cfg Config) (*Front, error) {
 	}()
 	f.log.Info("etcd front listening", "addr", ln.Addr().String(), "namespace", cfg.Namespace)
 	return f, nil
-}
-
-// checkSecure is the node's rule for its own listeners (cluster.Config's
-// checkSecure) applied to the etcd address: off loopback it needs TLS, or
-// --insecure; with --auth it needs TLS even with --insecure (tokens would
-// cross the network in the clear).
-func checkSecure(addr string, c cluster.Config, tlsOn bool) error {
-	if tlsOn || cluster.IsLoopback(addr) {
-		return nil
-	}
-	if c.Auth {
-		return fmt.Errorf("%w: refusing --auth without TLS on %s (etcd), even with --insecure: tokens would cross the network in the clear; set --tls-ca, --tls-cert and --tls-key or listen on loopback", cluster.ErrInsecure, addr)
-	}
-	if !c.Insecure {
-		return fmt.Errorf("%w: refusing to listen on %s (etcd) without TLS: set --tls-ca, --tls-cert and --tls-key (swarmnode certs makes them) or pass --insecure", cluster.ErrInsecure, addr)
-	}
-	return nil
 }
 
 // register registers every etcd service on gs (the tests walk it).

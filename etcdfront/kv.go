@@ -160,8 +160,31 @@ func (s *kvServer) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse
 	if err := s.f.checkSize(req.Size()); err != nil {
 		return nil, err
 	}
-	max := s.f.cfg.MaxTxnOps
-	if len(req.Compare) > max || len(req.Success) > max || len(req.Failure) > max {
+	total := 0
+	t, err := txnOf(req, 0, s.f.cfg.MaxTxnOps, &total)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.f.txn(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	return txnResponse(s.f.header(res.Revision), res), nil
+}
+
+// txnOf converts a txn request nested depth deep with budget ops left, as
+// etcd checks it (v3rpc checkTxnRequest): the most of its compares,
+// success and failure ops is at most budget (etcd's too many operations),
+// and a txn in a branch has budget minus that; swarmkv also bounds the
+// depth (fsm.MaxEtcdTxnDepth) and the compares and ops of the whole tree
+// (fsm.MaxEtcdTxnTotalOps, counted in *total). Etcd's duplicate-key rule
+// is the state machine's (fsm: ErrEtcdDuplicateKey).
+func txnOf(req *pb.TxnRequest, depth, budget int, total *int) (*fsm.EtcdTxn, error) {
+	opc := max(len(req.Compare), len(req.Success), len(req.Failure))
+	if opc > budget {
+		return nil, rpctypes.ErrGRPCTooManyOps
+	}
+	if *total += len(req.Compare) + len(req.Success) + len(req.Failure); *total > fsm.MaxEtcdTxnTotalOps {
 		return nil, rpctypes.ErrGRPCTooManyOps
 	}
 	t := &fsm.EtcdTxn{}
@@ -185,38 +208,18 @@ func (s *kvServer) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse
 		t.Compare = append(t.Compare, fc)
 	}
 	var err error
-	if t.Success, err = opsOf(req.Success); err != nil {
+	if t.Success, err = opsOf(req.Success, depth, budget-opc, total); err != nil {
 		return nil, err
 	}
-	if t.Failure, err = opsOf(req.Failure); err != nil {
+	if t.Failure, err = opsOf(req.Failure, depth, budget-opc, total); err != nil {
 		return nil, err
 	}
-	res, err := s.f.txn(ctx, t)
-	if err != nil {
-		return nil, err
-	}
-	h := s.f.header(res.Revision)
-	out := &pb.TxnResponse{Header: h, Succeeded: res.Succeeded}
-	for i := range res.Results {
-		r := &res.Results[i]
-		switch r.Kind {
-		case fsm.EtcdPut:
-			p := &pb.PutResponse{Header: h}
-			if r.PrevKV != nil {
-				p.PrevKv = kvOf(r.PrevKV)
-			}
-			out.Responses = append(out.Responses, &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{ResponsePut: p}})
-		case fsm.EtcdDelete:
-			out.Responses = append(out.Responses, &pb.ResponseOp{Response: &pb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: deleteResponse(h, r)}})
-		case fsm.EtcdRangeK:
-			out.Responses = append(out.Responses, &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: rangeResponse(h, r.Range)}})
-		}
-	}
-	return out, nil
+	return t, nil
 }
 
-// opsOf converts a txn branch; a nested txn is not served yet.
-func opsOf(ops []*pb.RequestOp) ([]fsm.EtcdOp, error) {
+// opsOf converts a txn branch of a txn at depth depth; a nested txn has
+// budget ops left.
+func opsOf(ops []*pb.RequestOp, depth, budget int, total *int) ([]fsm.EtcdOp, error) {
 	var out []fsm.EtcdOp
 	for _, op := range ops {
 		switch r := op.Request.(type) {
@@ -237,12 +240,46 @@ func opsOf(ops []*pb.RequestOp) ([]fsm.EtcdOp, error) {
 			q := rangeOf(r.RequestRange)
 			out = append(out, fsm.EtcdOp{Kind: fsm.EtcdRangeK, Range: &q})
 		case *pb.RequestOp_RequestTxn:
-			return nil, status.Error(codes.Unimplemented, "swarmkv: a nested txn is not served yet (docs/etcd.md)")
+			if depth+1 > fsm.MaxEtcdTxnDepth {
+				return nil, status.Errorf(codes.InvalidArgument, "swarmkv: txns nested deeper than %d (docs/etcd.md)", fsm.MaxEtcdTxnDepth)
+			}
+			if r.RequestTxn == nil {
+				r.RequestTxn = &pb.TxnRequest{}
+			}
+			t, err := txnOf(r.RequestTxn, depth+1, budget, total)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, fsm.EtcdOp{Kind: fsm.EtcdTxnK, Txn: t})
 		default:
 			return nil, status.Error(codes.InvalidArgument, "swarmkv: empty request op")
 		}
 	}
 	return out, nil
+}
+
+// txnResponse is the answer of a txn (or of a nested one) whose header
+// is h: every response in it carries h.
+func txnResponse(h *pb.ResponseHeader, res *fsm.EtcdResult) *pb.TxnResponse {
+	out := &pb.TxnResponse{Header: h, Succeeded: res.Succeeded}
+	for i := range res.Results {
+		r := &res.Results[i]
+		switch r.Kind {
+		case fsm.EtcdPut:
+			p := &pb.PutResponse{Header: h}
+			if r.PrevKV != nil {
+				p.PrevKv = kvOf(r.PrevKV)
+			}
+			out.Responses = append(out.Responses, &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{ResponsePut: p}})
+		case fsm.EtcdDelete:
+			out.Responses = append(out.Responses, &pb.ResponseOp{Response: &pb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: deleteResponse(h, r)}})
+		case fsm.EtcdRangeK:
+			out.Responses = append(out.Responses, &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: rangeResponse(h, r.Range)}})
+		case fsm.EtcdTxnK:
+			out.Responses = append(out.Responses, &pb.ResponseOp{Response: &pb.ResponseOp_ResponseTxn{ResponseTxn: txnResponse(h, r.Txn)}})
+		}
+	}
+	return out
 }
 
 func (s *kvServer) Compact(ctx context.Context, req *pb.CompactionRequest) (*pb.CompactionResponse, error) {

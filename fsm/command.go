@@ -281,6 +281,13 @@ const (
 // before the cluster runs it).
 const VersionEtcd = 5
 
+// VersionEtcdNested is the cluster protocol version that brings a txn
+// nested in an etcd txn's branch (EtcdOp.Txn, EtcdTxnK): a binary of
+// version 5 refuses such an entry as malformed (an unknown field) while
+// its peers would apply it, so the front proposes one only once the
+// cluster runs this version (Command.Since).
+const VersionEtcdNested = 6
+
 // VersionLeases is the cluster protocol version that brings leases (with
 // the Raft incarnation headers: cluster/version.go): the
 // lease ops (lease.go), OpAgentHeartbeat, an OpRunnerHeartbeat with a
@@ -482,6 +489,11 @@ const commandVersion = 0x01
 // the configured Limits.MaxBatchOps (whose cap, maxBatchOpsCap, is lower).
 const maxDecodeArray = 1 << 16
 
+// maxDecodeNesting bounds CBOR nesting during decoding: 8 for every
+// command, and 3 more per level of etcd txn nesting (an op's txn map, its
+// branch array, the branch's op map), MaxEtcdTxnDepth levels.
+const maxDecodeNesting = 8 + 3*MaxEtcdTxnDepth
+
 var (
 	encMode cbor.UserBufferEncMode
 	decMode cbor.DecMode
@@ -494,7 +506,7 @@ func init() {
 	}
 	decMode, err = cbor.DecOptions{
 		DupMapKey:         cbor.DupMapKeyEnforcedAPF,
-		MaxNestedLevels:   8,
+		MaxNestedLevels:   maxDecodeNesting,
 		MaxArrayElements:  maxDecodeArray,
 		MaxMapPairs:       16,
 		IndefLength:       cbor.IndefLengthForbidden,
@@ -553,15 +565,8 @@ func (c *Command) approxSize() int {
 			n += 8 + len(c.Move.Pairs[i].Key) + len(c.Move.Pairs[i].Value)
 		}
 	}
-	if t := c.Etcd; t != nil {
-		for _, ops := range [][]EtcdOp{t.Success, t.Failure} {
-			for i := range ops {
-				n += 16 + len(ops[i].Key) + len(ops[i].End) + len(ops[i].Value)
-			}
-		}
-		for i := range t.Compare {
-			n += 16 + len(t.Compare[i].Key) + len(t.Compare[i].End) + len(t.Compare[i].Value)
-		}
+	if c.Etcd != nil {
+		n += c.Etcd.approxSize()
 	}
 	if c.Batch == nil {
 		return n

@@ -134,6 +134,11 @@ func validCommands() []*Command {
 			Success: []EtcdOp{{Kind: EtcdPut, Key: []byte("a"), Value: []byte("1"), PrevKV: true}, {Kind: EtcdDelete, Key: []byte("d"), End: []byte{0}, PrevKV: true}},
 			Failure: []EtcdOp{{Kind: EtcdRangeK, Range: &EtcdRange{Key: []byte("a"), End: []byte("z"), Limit: 2, Revision: 1, SortOrder: EtcdSortDescend, SortTarget: EtcdSortByMod, KeysOnly: true}}}}},
 		{Op: OpEtcdCompact, EtcdCompact: &EtcdCompact{NS: "default", Revision: 5}},
+		// a nested etcd txn (VersionEtcdNested)
+		{Op: OpEtcdTxn, Etcd: &EtcdTxn{NS: "default", Success: []EtcdOp{{Kind: EtcdTxnK, Txn: &EtcdTxn{
+			Compare: []EtcdCompare{{Target: EtcdTargetVersion, Key: []byte("a"), Int: 1}},
+			Success: []EtcdOp{{Kind: EtcdPut, Key: []byte("a"), Value: []byte("2")}},
+			Failure: []EtcdOp{{Kind: EtcdTxnK, Txn: &EtcdTxn{Success: []EtcdOp{{Kind: EtcdDelete, Key: []byte("a")}}}}}}}}}},
 	}
 }
 

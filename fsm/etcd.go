@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 
@@ -60,6 +61,17 @@ const (
 	// MaxEtcdTxnOps is the most compares, and the most operations of each
 	// branch, one txn may carry.
 	MaxEtcdTxnOps = 1024
+	// MaxEtcdTxnDepth is how deep txns may nest in a txn's branches (a
+	// txn with a txn in a branch is at depth 1). etcd bounds nesting only
+	// by its ops budget (a nested txn has what its parent left of
+	// --max-txn-ops); swarmkv bounds it too, so that decoding and applying
+	// a txn recurse a known number of times.
+	MaxEtcdTxnDepth = 8
+	// MaxEtcdTxnTotalOps is the most compares and ops one txn may carry
+	// in all, nested txns included (etcd's budget alone lets a nested
+	// tree hold more than its limit: 64 ops of 64 ops each). A txn
+	// without nested txns holds at most 3*MaxEtcdTxnOps.
+	MaxEtcdTxnTotalOps = 8 * MaxEtcdTxnOps
 	// MaxEtcdValueBytes is the largest value a put may carry (the front's
 	// request bound, --etcd-max-request-bytes, is at most this; etcd's
 	// values are not bound by Limits.MaxValueSize, the native API's).
@@ -88,6 +100,9 @@ const (
 	EtcdPut    EtcdOpKind = 1
 	EtcdRangeK EtcdOpKind = 2
 	EtcdDelete EtcdOpKind = 3
+	// EtcdTxnK is a txn nested in a branch (EtcdOp.Txn; from
+	// VersionEtcdNested).
+	EtcdTxnK EtcdOpKind = 4
 )
 
 // Sort orders and targets of a Range, numbered as etcd's
@@ -106,9 +121,12 @@ const (
 
 // EtcdTxn is the argument of an OpEtcdTxn: if every Compare holds, the
 // Success ops run, else the Failure ops, in order, at one revision. A
-// plain put or delete is a txn without compares.
+// plain put or delete is a txn without compares. A branch may hold txns
+// (EtcdTxnK), whose compares are evaluated against the state before the
+// whole txn, as etcd does (applyEtcdTxn).
 type EtcdTxn struct {
-	// NS is the namespace (keys.ValidateEtcdNamespace).
+	// NS is the namespace (keys.ValidateEtcdNamespace); empty in a
+	// nested txn (it is its parent's).
 	NS      string        `cbor:"ns"`
 	Compare []EtcdCompare `cbor:"c,omitempty"`
 	Success []EtcdOp      `cbor:"s,omitempty"`
@@ -130,8 +148,10 @@ type EtcdCompare struct {
 }
 
 // EtcdOp is one operation of a txn branch: a put (Key, Value, Lease,
-// PrevKV, IgnoreValue, IgnoreLease), a delete of [Key, End) (PrevKV) or a
-// range (Range).
+// PrevKV, IgnoreValue, IgnoreLease), a delete of [Key, End) (PrevKV), a
+// range (Range) or a nested txn (Txn). Txn is a field an entry written
+// before VersionEtcdNested never carries, so the encoding of every other
+// op is unchanged.
 type EtcdOp struct {
 	Kind        EtcdOpKind `cbor:"o"`
 	Key         []byte     `cbor:"k,omitempty"`
@@ -142,6 +162,7 @@ type EtcdOp struct {
 	IgnoreValue bool       `cbor:"iv,omitempty"`
 	IgnoreLease bool       `cbor:"il,omitempty"`
 	Range       *EtcdRange `cbor:"r,omitempty"`
+	Txn         *EtcdTxn   `cbor:"t,omitempty"`
 }
 
 // EtcdRange is a Range request: the keys in [Key, End) (End empty: Key
@@ -194,6 +215,7 @@ type EtcdOpResult struct {
 	PrevKV  *EtcdKV          // EtcdPut with PrevKV, when the key existed
 	Deleted int64            // EtcdDelete
 	PrevKVs []EtcdKV         // EtcdDelete with PrevKV
+	Txn     *EtcdResult      // EtcdTxnK (its Revision is the txn's)
 }
 
 // EtcdResult is the Result.Etcd of an OpEtcdTxn (and of an OpEtcdCompact:
@@ -207,18 +229,49 @@ type EtcdResult struct {
 }
 
 // validate checks a txn's namespace, counts, keys and values, and etcd's
-// rule that a branch writes a key once (no two puts of one key, no put of
-// a key a delete of the same branch covers: etcd's duplicate key error,
-// wrapped as ErrEtcdDuplicateKey).
+// rule that a branch writes a key once (checkDuplicates: etcd's duplicate
+// key error, wrapped as ErrEtcdDuplicateKey).
+//
+// Counts are etcd's (v3rpc checkTxnRequest): a txn's own count is the
+// most of its compares, its success ops and its failure ops, at most
+// MaxEtcdTxnOps; a txn nested in it has what is left (MaxEtcdTxnOps minus
+// its parent's count, and so on down), at most MaxEtcdTxnDepth deep, and
+// all of them together hold at most MaxEtcdTxnTotalOps compares and ops.
+// A txn without nested txns is checked exactly as before nesting.
 func (t *EtcdTxn) validate(l Limits) error {
+	if err := keys.ValidateEtcdNamespace(t.NS); err != nil {
+		return fmt.Errorf("%w: op %s: %v", ErrInvalidCommand, OpEtcdTxn, err)
+	}
+	total := 0
+	if err := t.validateLevel(l, 0, MaxEtcdTxnOps, &total); err != nil {
+		return err
+	}
+	for _, branch := range [][]EtcdOp{t.Success, t.Failure} {
+		if _, _, err := checkDuplicates(branch); err != nil {
+			return fmt.Errorf("%w: op %s: %w", ErrInvalidCommand, OpEtcdTxn, err)
+		}
+	}
+	return nil
+}
+
+// validateLevel checks txn t at nesting depth depth with budget ops (its
+// count's bound), adding its compares and ops to *total.
+func (t *EtcdTxn) validateLevel(l Limits, depth, budget int, total *int) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: op %s: %s", ErrInvalidCommand, OpEtcdTxn, fmt.Sprintf(format, args...))
 	}
-	if err := keys.ValidateEtcdNamespace(t.NS); err != nil {
-		return bad("%v", err)
+	if depth > 0 && t.NS != "" {
+		return bad("a nested txn names a namespace")
 	}
-	if len(t.Compare) > MaxEtcdTxnOps || len(t.Success) > MaxEtcdTxnOps || len(t.Failure) > MaxEtcdTxnOps {
-		return bad("more than %d compares or ops in a branch", MaxEtcdTxnOps)
+	opc := t.opCount()
+	if opc > budget {
+		if depth == 0 {
+			return bad("more than %d compares or ops in a branch", MaxEtcdTxnOps)
+		}
+		return bad("nested txn at depth %d: %d compares or ops in a branch, %d left of %d", depth, opc, budget, MaxEtcdTxnOps)
+	}
+	if *total += len(t.Compare) + len(t.Success) + len(t.Failure); *total > MaxEtcdTxnTotalOps {
+		return bad("more than %d compares and ops in all", MaxEtcdTxnTotalOps)
 	}
 	checkKey := func(what string, k []byte) error {
 		if len(k) == 0 {
@@ -244,6 +297,9 @@ func (t *EtcdTxn) validate(l Limits) error {
 	for _, branch := range [][]EtcdOp{t.Success, t.Failure} {
 		for i := range branch {
 			op := &branch[i]
+			if op.Kind != EtcdTxnK && op.Txn != nil {
+				return bad("op %d: a nested txn in an op of kind %d", i, op.Kind)
+			}
 			switch op.Kind {
 			case EtcdPut:
 				if err := checkKey("put", op.Key); err != nil {
@@ -269,15 +325,65 @@ func (t *EtcdTxn) validate(l Limits) error {
 				if err := op.Range.Validate(l); err != nil {
 					return err
 				}
+			case EtcdTxnK:
+				if op.Txn == nil || len(op.Key) != 0 || len(op.End) != 0 || len(op.Value) != 0 || op.Lease != 0 || op.PrevKV || op.IgnoreValue || op.IgnoreLease || op.Range != nil {
+					return bad("txn %d: a nested txn carries its request alone", i)
+				}
+				if depth+1 > MaxEtcdTxnDepth {
+					return bad("txns nested deeper than %d", MaxEtcdTxnDepth)
+				}
+				if err := op.Txn.validateLevel(l, depth+1, budget-opc, total); err != nil {
+					return err
+				}
 			default:
 				return bad("op %d: unknown kind %d", i, op.Kind)
 			}
 		}
-		if err := checkDuplicates(branch); err != nil {
-			return fmt.Errorf("%w: op %s: %w", ErrInvalidCommand, OpEtcdTxn, err)
-		}
 	}
 	return nil
+}
+
+// approxSize is the payload size of t, to size the encoding buffer.
+func (t *EtcdTxn) approxSize() int {
+	n := 0
+	for _, ops := range [][]EtcdOp{t.Success, t.Failure} {
+		for i := range ops {
+			n += 16 + len(ops[i].Key) + len(ops[i].End) + len(ops[i].Value)
+			if ops[i].Txn != nil {
+				n += ops[i].Txn.approxSize()
+			}
+		}
+	}
+	for i := range t.Compare {
+		n += 16 + len(t.Compare[i].Key) + len(t.Compare[i].End) + len(t.Compare[i].Value)
+	}
+	return n
+}
+
+// opCount is etcd's count of a txn: the most of its compares, success
+// ops and failure ops.
+func (t *EtcdTxn) opCount() int {
+	return max(len(t.Compare), len(t.Success), len(t.Failure))
+}
+
+// Nested reports whether a branch of t holds a txn.
+func (t *EtcdTxn) Nested() bool {
+	for _, branch := range [][]EtcdOp{t.Success, t.Failure} {
+		for i := range branch {
+			if branch[i].Kind == EtcdTxnK || branch[i].Txn != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// branch is the ops the compares' outcome ok chooses.
+func (t *EtcdTxn) branch(ok bool) []EtcdOp {
+	if ok {
+		return t.Success
+	}
+	return t.Failure
 }
 
 // normalize turns the txn's empty slices into nil (as DecodeCommand
@@ -302,6 +408,9 @@ func (t *EtcdTxn) normalize() {
 				nilEmpty(&q.Key)
 				nilEmpty(&q.End)
 			}
+			if op.Txn != nil {
+				op.Txn.normalize()
+			}
 		}
 	}
 }
@@ -310,29 +419,79 @@ func (t *EtcdTxn) normalize() {
 // "duplicate key given in txn request").
 var ErrEtcdDuplicateKey = errors.New("fsm: etcd: duplicate key given in txn request")
 
-// checkDuplicates is etcd's rule: no two puts of one key, and no put of a
-// key a delete of the branch covers.
-func checkDuplicates(ops []EtcdOp) error {
-	puts := map[string]bool{}
-	for i := range ops {
-		if ops[i].Kind == EtcdPut {
-			if puts[string(ops[i].Key)] {
-				return fmt.Errorf("%w: %q", ErrEtcdDuplicateKey, ops[i].Key)
+// checkDuplicates is etcd's rule for one branch (v3rpc checkIntervals,
+// followed step by step): no key written twice, except where etcd's
+// check lets it. It returns the branch's puts and deletes, nested txns'
+// included, for its parent's check. In a branch, in this order:
+//   - the branch's own deletes are collected;
+//   - each nested txn's puts (of its success and its failure branch,
+//     checked the same way first) may not repeat a put of an earlier
+//     nested txn or fall in the deletes collected so far; a key its two
+//     branches both put is allowed (only one runs); its deletes then join
+//     the collected ones;
+//   - the branch's own puts may not repeat any put or fall in any delete
+//     collected.
+//
+// So, as in etcd, a nested txn's put followed by a later sibling's delete
+// of the key is not refused (both run, at one revision: the key ends
+// deleted). One difference: etcd's check reads a delete's range_end
+// "\x00" (every key from key) as the string "\x00", so such a delete
+// covers no key for it; here it covers every key from key (a put of one
+// of them in the branch is refused), as it did before nesting.
+func checkDuplicates(ops []EtcdOp) (puts map[string]bool, dels [][2][]byte, err error) {
+	covered := func(k string) bool {
+		for _, d := range dels {
+			if etcdInRange([]byte(k), d[0], d[1]) {
+				return true
 			}
-			puts[string(ops[i].Key)] = true
 		}
+		return false
 	}
 	for i := range ops {
-		if ops[i].Kind != EtcdDelete {
+		if ops[i].Kind == EtcdDelete {
+			dels = append(dels, [2][]byte{ops[i].Key, ops[i].End})
+		}
+	}
+	puts = map[string]bool{}
+	for i := range ops {
+		if ops[i].Kind != EtcdTxnK || ops[i].Txn == nil {
 			continue
 		}
-		for k := range puts {
-			if etcdInRange([]byte(k), ops[i].Key, ops[i].End) {
-				return fmt.Errorf("%w: %q", ErrEtcdDuplicateKey, k)
-			}
+		putsThen, delsThen, err := checkDuplicates(ops[i].Txn.Success)
+		if err != nil {
+			return nil, nil, err
 		}
+		putsElse, delsElse, err := checkDuplicates(ops[i].Txn.Failure)
+		if err != nil {
+			return nil, nil, err
+		}
+		// In key order, so that the key named is the same on every replica.
+		for _, k := range slices.Sorted(maps.Keys(putsThen)) {
+			if puts[k] || covered(k) {
+				return nil, nil, fmt.Errorf("%w: %q", ErrEtcdDuplicateKey, k)
+			}
+			puts[k] = true
+		}
+		for _, k := range slices.Sorted(maps.Keys(putsElse)) {
+			if puts[k] && !putsThen[k] || covered(k) {
+				return nil, nil, fmt.Errorf("%w: %q", ErrEtcdDuplicateKey, k)
+			}
+			puts[k] = true
+		}
+		dels = append(dels, delsThen...)
+		dels = append(dels, delsElse...)
 	}
-	return nil
+	for i := range ops {
+		if ops[i].Kind != EtcdPut {
+			continue
+		}
+		k := string(ops[i].Key)
+		if puts[k] || covered(k) {
+			return nil, nil, fmt.Errorf("%w: %q", ErrEtcdDuplicateKey, k)
+		}
+		puts[k] = true
+	}
+	return puts, dels, nil
 }
 
 // Validate checks a Range request: key and range end within the key size

@@ -306,7 +306,8 @@ func (m *etcdModel) at(rev int64) string {
 	return kvsString(kvs)
 }
 
-// TestEtcdModel: random puts, deletes, multi-key txns and compactions
+// TestEtcdModel: random puts, deletes, multi-key txns, txns with nested
+// txns (compares against the state before the txn, as etcd) and compactions
 // agree with the naive model at every revision still retained, and ranges
 // below the compacted revision are refused.
 func TestEtcdModel(t *testing.T) {
@@ -337,6 +338,81 @@ func TestEtcdModel(t *testing.T) {
 			res := h.txn(EtcdTxn{Success: ops})
 			if want := m.write(puts, dels); res.Err != nil || res.Etcd.Revision != want {
 				t.Fatalf("step %d: txn at %+v %v, model %d", step, res.Etcd, res.Err, want)
+			}
+		case p < 7: // a txn with nested txns
+			pool := rng.Perm(6)
+			fresh := func() (string, bool) {
+				if len(pool) == 0 {
+					return "", false
+				}
+				k := string(rune('a' + pool[0]))
+				pool = pool[1:]
+				return k, true
+			}
+			puts := map[string]string{}
+			var dels [][2]string
+			var path []bool
+			// gen builds a txn of depth at most d whose compare holds or
+			// not at random (against the model's state before the txn),
+			// and records the writes of the branches the model chooses.
+			var gen func(d int, chosen bool) EtcdTxn
+			gen = func(d int, chosen bool) EtcdTxn {
+				var txn EtcdTxn
+				k := key()
+				ver := m.cur()[k].Version
+				holds := rng.IntN(2) == 0
+				if !holds {
+					ver++
+				}
+				txn.Compare = []EtcdCompare{{Target: EtcdTargetVersion, Result: EtcdEqual, Key: []byte(k), Int: ver}}
+				if chosen {
+					path = append(path, holds)
+				}
+				for _, then := range []bool{true, false} {
+					var ops []EtcdOp
+					runs := chosen && then == holds
+					if pk, ok := fresh(); ok {
+						ops = append(ops, EtcdOp{Kind: EtcdPut, Key: []byte(pk), Value: []byte(fmt.Sprint(step))})
+						if runs {
+							puts[pk] = fmt.Sprint(step)
+						}
+					}
+					if dk, ok := fresh(); ok && rng.IntN(2) == 0 {
+						ops = append(ops, EtcdOp{Kind: EtcdDelete, Key: []byte(dk)})
+						if runs {
+							dels = append(dels, [2]string{dk, ""})
+						}
+					}
+					if d > 0 && rng.IntN(2) == 0 {
+						n := gen(d-1, runs)
+						ops = append(ops, EtcdOp{Kind: EtcdTxnK, Txn: &n})
+					}
+					if then {
+						txn.Success = ops
+					} else {
+						txn.Failure = ops
+					}
+				}
+				return txn
+			}
+			txn := gen(2, true)
+			var got []bool
+			var walk func(r *EtcdResult)
+			walk = func(r *EtcdResult) {
+				got = append(got, r.Succeeded)
+				for i := range r.Results {
+					if r.Results[i].Txn != nil {
+						walk(r.Results[i].Txn)
+					}
+				}
+			}
+			res := h.txn(txn)
+			if res.Err != nil {
+				t.Fatalf("step %d: nested txn: %v", step, res.Err)
+			}
+			walk(res.Etcd)
+			if want := m.write(puts, dels); res.Etcd.Revision != want || fmt.Sprint(got) != fmt.Sprint(path) {
+				t.Fatalf("step %d: nested txn at %d, path %v; model %d, path %v", step, res.Etcd.Revision, got, want, path)
 			}
 		case p < 8: // a range delete
 			lo := key()
@@ -386,6 +462,19 @@ func FuzzEtcdCommand(f *testing.F) {
 		{Kind: EtcdPut, Key: []byte("a"), Value: []byte("1")}, {Kind: EtcdDelete, Key: []byte("b"), End: []byte{0}}}}}))
 	f.Add(mustEncode(f, &Command{Op: OpEtcdTxn, Etcd: &EtcdTxn{NS: "default", Success: []EtcdOp{
 		{Kind: EtcdPut, Key: []byte("a"), IgnoreValue: true}}}}))
+	// Nested txns: compares against the state before the txn, a
+	// duplicate across branches, a rejection on the path.
+	f.Add(mustEncode(f, &Command{Op: OpEtcdTxn, Etcd: &EtcdTxn{NS: "default", Success: []EtcdOp{
+		{Kind: EtcdPut, Key: []byte("a"), Value: []byte("9")},
+		{Kind: EtcdTxnK, Txn: &EtcdTxn{Compare: []EtcdCompare{{Target: EtcdTargetValue, Key: []byte("a"), Value: []byte("0")}},
+			Success: []EtcdOp{{Kind: EtcdDelete, Key: []byte("b"), End: []byte("d"), PrevKV: true}, {Kind: EtcdRangeK, Range: &EtcdRange{Key: []byte{0}, End: []byte{0}}}},
+			Failure: []EtcdOp{{Kind: EtcdPut, Key: []byte("c"), Value: []byte("x")}}}}}}}))
+	f.Add(mustEncode(f, &Command{Op: OpEtcdTxn, Etcd: &EtcdTxn{NS: "default", Failure: []EtcdOp{
+		{Kind: EtcdTxnK, Txn: &EtcdTxn{Success: []EtcdOp{{Kind: EtcdPut, Key: []byte("a")}}}},
+		{Kind: EtcdTxnK, Txn: &EtcdTxn{Failure: []EtcdOp{{Kind: EtcdPut, Key: []byte("a")}}}}}}}))
+	f.Add(mustEncode(f, &Command{Op: OpEtcdTxn, Etcd: &EtcdTxn{NS: "default", Success: []EtcdOp{
+		{Kind: EtcdTxnK, Txn: &EtcdTxn{Success: []EtcdOp{{Kind: EtcdTxnK, Txn: &EtcdTxn{Success: []EtcdOp{
+			{Kind: EtcdPut, Key: []byte("z"), Value: []byte("1")}, {Kind: EtcdPut, Key: []byte("absent"), IgnoreLease: true}}}}}}}}}}))
 	a, b := newEtcdHarness(f), newEtcdHarness(f)
 	for _, h := range []*etcdHarness{a, b} {
 		h.put("a", "0")

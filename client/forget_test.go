@@ -74,6 +74,18 @@ func newSilentPair(t *testing.T, staleHints int64) *silentPair {
 	return p
 }
 
+// client is a client of the pair (it learns the map from b) whose
+// attempts time out after 200 ms.
+func (p *silentPair) client(ctx context.Context, t *testing.T) *client.Client {
+	t.Helper()
+	c, err := client.New(ctx, client.Config{Endpoints: []string{p.addr[1]}, Unary: true, AttemptTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // TestAmbiguousWriteForgetsSilentLeader: a write (not idempotent) whose
 // attempt timed out on the cached leader returns "outcome unknown", and
 // the client forgets that leader and passes over its address for a while,
@@ -85,13 +97,9 @@ func TestAmbiguousWriteForgetsSilentLeader(t *testing.T) {
 	p := newSilentPair(t, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := client.New(ctx, client.Config{Endpoints: []string{p.addr[1]}, Unary: true, AttemptTimeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := p.client(ctx, t)
 
-	err = c.Put(ctx, []byte("rk"), []byte("k"), []byte("v1"))
+	err := c.Put(ctx, []byte("rk"), []byte("k"), []byte("v1"))
 	if !errors.Is(err, client.ErrOutcomeUnknown) {
 		t.Fatalf("first put, sent to the silent leader: %v, want ErrOutcomeUnknown", err)
 	}
@@ -118,11 +126,7 @@ func TestStaleHintToSilentLeaderNotFollowed(t *testing.T) {
 	p := newSilentPair(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := client.New(ctx, client.Config{Endpoints: []string{p.addr[1]}, Unary: true, AttemptTimeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := p.client(ctx, t)
 	if err := c.Put(ctx, []byte("rk"), []byte("k"), []byte("v1")); !errors.Is(err, client.ErrOutcomeUnknown) {
 		t.Fatalf("first put, sent to the silent leader: %v, want ErrOutcomeUnknown", err)
 	}

@@ -435,21 +435,7 @@ func (rc *Reconciler) act(ctx context.Context, a placement.Action, obs Observati
 			return true, err
 		}
 		rc.h.Log.Info("replica promoted to voter", "group", g.String(), "target_node", a.Target)
-		// A promotion that moves a replica leaves a voter beyond the
-		// target, and for a move within a zone, two voters in one zone:
-		// take the group's next step (the removal) now, not a round later,
-		// so that the group spends as little time as it can that way.
-		st, err := rc.h.Read(ctx)
-		if err != nil {
-			return true, err
-		}
-		g2 := placement.GroupOf(st, g)
-		if obs2 := rc.observe(ctx, g2, nil); obs2.Leader != nil {
-			if b := placement.Step(g2, obs2.decide(), lv); b.Kind == placement.ActRemove || b.Kind == placement.ActTransferLeader {
-				_, err = rc.act(ctx, b, obs2, lv)
-			}
-		}
-		return true, err
+		return true, nil
 	case placement.ActRemove:
 		return true, rc.removeFromGroup(ctx, g, obs, a.Target)
 	case placement.ActTransferLeader:
